@@ -1,0 +1,158 @@
+//! The cloud tier's HTTP surface: OpenAI-compatible routes over the engine.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use straddle_protocol::{ApiError, ErrorKind, ModelInfo, ModelList};
+
+/// What the server knows about the model it serves.
+#[derive(Debug, Clone)]
+pub struct ModelCard {
+    pub id: String,
+    pub context_length: Option<u32>,
+    pub architecture: String,
+}
+
+/// Shared state of the routes.
+#[derive(Debug)]
+pub struct AppState {
+    pub model: ModelCard,
+}
+
+/// Reads the model card from a GGUF header (the tensors are not loaded).
+pub fn model_card(path: &std::path::Path) -> Result<ModelCard, straddle_engine::gguf::GgufError> {
+    let g = straddle_engine::gguf::Gguf::read(straddle_engine::gguf::FileSource::open(path)?)?;
+    let arch = g.get_str("general.architecture")?.to_string();
+    let id = g
+        .get("general.name")
+        .and_then(|v| v.as_str())
+        .map(str::to_string)
+        .unwrap_or_else(|| {
+            path.file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        });
+    let context_length = g
+        .get(&format!("{arch}.context_length"))
+        .and_then(|v| v.as_u64())
+        .and_then(|v| u32::try_from(v).ok());
+    Ok(ModelCard {
+        id,
+        context_length,
+        architecture: arch,
+    })
+}
+
+/// The server's routes.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .route("/v1/models", get(models))
+        .route("/v1/chat/completions", post(chat))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+/// An [`ApiError`] as an HTTP response.
+pub struct ErrorResponse(pub ApiError);
+
+impl IntoResponse for ErrorResponse {
+    fn into_response(self) -> Response {
+        let status =
+            StatusCode::from_u16(self.0.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (
+            status,
+            [("content-type", "application/json")],
+            self.0.to_body(),
+        )
+            .into_response()
+    }
+}
+
+async fn health(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
+    Json(serde_json::json!({"status": "ok", "model": state.model.id, "generation": false}))
+}
+
+async fn models(State(state): State<Arc<AppState>>) -> Json<ModelList> {
+    Json(ModelList {
+        object: "list".into(),
+        data: vec![ModelInfo {
+            id: state.model.id.clone(),
+            object: "model".into(),
+            owned_by: "straddle".into(),
+            tokenizer_hash: None,
+            context_length: state.model.context_length,
+        }],
+    })
+}
+
+async fn chat(body: axum::body::Bytes) -> ErrorResponse {
+    match serde_json::from_slice::<straddle_protocol::ChatRequest>(&body) {
+        Err(e) => ErrorResponse(ApiError::from_json_error(&e)),
+        Ok(req) => match req.validate() {
+            Err(e) => ErrorResponse(e),
+            // Honest until the engine generates: the route exists, the model does not run yet.
+            Ok(()) => ErrorResponse(
+                ApiError::new(
+                    ErrorKind::Unavailable,
+                    "generation is not available in this build yet",
+                )
+                .with_code("engine_not_ready"),
+            ),
+        },
+    }
+}
+
+async fn not_found() -> ErrorResponse {
+    ErrorResponse(ApiError::new(ErrorKind::NotFound, "no such route"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::http::Request;
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    fn app() -> Router {
+        router(Arc::new(AppState {
+            model: ModelCard {
+                id: "m".into(),
+                context_length: Some(8192),
+                architecture: "llama".into(),
+            },
+        }))
+    }
+
+    async fn call(method: &str, uri: &str, body: &str) -> (u16, serde_json::Value) {
+        let req = Request::builder()
+            .method(method)
+            .uri(uri)
+            .body(Body::from(body.to_string()))
+            .expect("request");
+        let resp = app().oneshot(req).await.expect("response");
+        let status = resp.status().as_u16();
+        let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+        (status, serde_json::from_slice(&bytes).expect("json body"))
+    }
+
+    #[tokio::test]
+    async fn malformed_json_is_a_400_with_openai_error_shape() {
+        let (status, body) = call("POST", "/v1/chat/completions", "{not json").await;
+        assert_eq!(status, 400);
+        assert_eq!(body["error"]["type"], "invalid_request");
+    }
+
+    #[tokio::test]
+    async fn models_lists_the_served_model() {
+        let (status, body) = call("GET", "/v1/models", "").await;
+        assert_eq!(status, 200);
+        assert_eq!(body["data"][0]["id"], "m");
+        assert_eq!(body["data"][0]["context_length"], 8192);
+    }
+}

@@ -1,0 +1,56 @@
+//! `straddle-cloud`: serves a GGUF model over an OpenAI-compatible API.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Parser;
+
+#[derive(Parser, Debug)]
+#[command(version, about = "OpenAI-compatible cloud tier for Straddle")]
+struct Args {
+    /// GGUF model file (default: the model fetched by `cargo xtask setup`).
+    #[arg(long, env = "STRADDLE_CLOUD_MODEL")]
+    model: Option<PathBuf>,
+    /// Address to listen on.
+    #[arg(long, env = "STRADDLE_CLOUD_LISTEN", default_value = "127.0.0.1:8090")]
+    listen: SocketAddr,
+}
+
+fn default_model() -> PathBuf {
+    let cache = std::env::var_os("STRADDLE_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/straddle")))
+        .unwrap_or_else(|| PathBuf::from(".cache/straddle"));
+    cache.join("models/smollm2-135m-instruct-q4_1.gguf")
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .init();
+    let args = Args::parse();
+    let model = args.model.unwrap_or_else(default_model);
+    let started = std::time::Instant::now();
+    let card = straddle_cloud::model_card(&model)
+        .with_context(|| format!("reading model {}", model.display()))?;
+    tracing::info!(model = %card.id, arch = %card.architecture, load_ms = started.elapsed().as_millis() as u64, "model header loaded");
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen on {} (in use? pass --listen or STRADDLE_CLOUD_LISTEN)",
+                args.listen
+            )
+        })?;
+    tracing::info!(addr = %args.listen, "listening");
+    let app = straddle_cloud::router(Arc::new(straddle_cloud::AppState { model: card }));
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,428 @@
+//! GGML tensor types: their block geometry and dequantization to f32.
+//!
+//! Block layouts follow ggml's `ggml-common.h`; each dequantizer is checked against a
+//! block computed by hand in the tests below.
+
+use half::{bf16, f16};
+
+/// A GGML tensor element type.
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TensorType {
+    F32,
+    F16,
+    Q4_0,
+    Q4_1,
+    Q5_0,
+    Q5_1,
+    Q8_0,
+    Q8_1,
+    Q2_K,
+    Q3_K,
+    Q4_K,
+    Q5_K,
+    Q6_K,
+    Q8_K,
+    BF16,
+}
+
+/// A type the reader knows the size of but cannot dequantize.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum QuantError {
+    #[error(
+        "dequantization of {0:?} is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)"
+    )]
+    Unsupported(TensorType),
+    #[error("{ty:?} data of {bytes} bytes is not a whole number of {block}-byte blocks")]
+    Ragged {
+        ty: TensorType,
+        bytes: usize,
+        block: usize,
+    },
+}
+
+impl TensorType {
+    /// The type for a GGML type id, if known.
+    pub fn from_id(id: u32) -> Option<Self> {
+        Some(match id {
+            0 => Self::F32,
+            1 => Self::F16,
+            2 => Self::Q4_0,
+            3 => Self::Q4_1,
+            6 => Self::Q5_0,
+            7 => Self::Q5_1,
+            8 => Self::Q8_0,
+            9 => Self::Q8_1,
+            10 => Self::Q2_K,
+            11 => Self::Q3_K,
+            12 => Self::Q4_K,
+            13 => Self::Q5_K,
+            14 => Self::Q6_K,
+            15 => Self::Q8_K,
+            30 => Self::BF16,
+            _ => return None,
+        })
+    }
+
+    /// The GGML type id.
+    pub fn id(self) -> u32 {
+        match self {
+            Self::F32 => 0,
+            Self::F16 => 1,
+            Self::Q4_0 => 2,
+            Self::Q4_1 => 3,
+            Self::Q5_0 => 6,
+            Self::Q5_1 => 7,
+            Self::Q8_0 => 8,
+            Self::Q8_1 => 9,
+            Self::Q2_K => 10,
+            Self::Q3_K => 11,
+            Self::Q4_K => 12,
+            Self::Q5_K => 13,
+            Self::Q6_K => 14,
+            Self::Q8_K => 15,
+            Self::BF16 => 30,
+        }
+    }
+
+    /// Elements per block.
+    pub fn block_elements(self) -> u64 {
+        match self {
+            Self::F32 | Self::F16 | Self::BF16 => 1,
+            Self::Q4_0 | Self::Q4_1 | Self::Q5_0 | Self::Q5_1 | Self::Q8_0 | Self::Q8_1 => 32,
+            Self::Q2_K | Self::Q3_K | Self::Q4_K | Self::Q5_K | Self::Q6_K | Self::Q8_K => 256,
+        }
+    }
+
+    /// Bytes per block.
+    pub fn block_bytes(self) -> u64 {
+        match self {
+            Self::F32 => 4,
+            Self::F16 | Self::BF16 => 2,
+            Self::Q4_0 => 18,
+            Self::Q4_1 => 20,
+            Self::Q5_0 => 22,
+            Self::Q5_1 => 24,
+            Self::Q8_0 => 34,
+            Self::Q8_1 => 36,
+            Self::Q2_K => 84,
+            Self::Q3_K => 110,
+            Self::Q4_K => 144,
+            Self::Q5_K => 176,
+            Self::Q6_K => 210,
+            Self::Q8_K => 292,
+        }
+    }
+}
+
+fn f16_at(b: &[u8], i: usize) -> f32 {
+    f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
+}
+
+/// Dequantizes `bytes` of type `ty` to f32.
+pub fn dequantize(ty: TensorType, bytes: &[u8]) -> Result<Vec<f32>, QuantError> {
+    let block = ty.block_bytes() as usize;
+    if !bytes.len().is_multiple_of(block) {
+        return Err(QuantError::Ragged {
+            ty,
+            bytes: bytes.len(),
+            block,
+        });
+    }
+    let n = bytes.len() / block * ty.block_elements() as usize;
+    let mut out = vec![0f32; n];
+    let per = ty.block_elements() as usize;
+    let blocks = bytes.chunks_exact(block).zip(out.chunks_exact_mut(per));
+    match ty {
+        TensorType::F32 => {
+            blocks.for_each(|(b, o)| o[0] = f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        }
+        TensorType::F16 => blocks.for_each(|(b, o)| o[0] = f16_at(b, 0)),
+        TensorType::BF16 => {
+            blocks.for_each(|(b, o)| o[0] = bf16::from_le_bytes([b[0], b[1]]).to_f32())
+        }
+        TensorType::Q8_0 => blocks.for_each(|(b, o)| dequant_q8_0(b, o)),
+        TensorType::Q4_0 => blocks.for_each(|(b, o)| dequant_q4_0(b, o)),
+        TensorType::Q4_1 => blocks.for_each(|(b, o)| dequant_q4_1(b, o)),
+        TensorType::Q4_K => blocks.for_each(|(b, o)| dequant_q4_k(b, o)),
+        TensorType::Q6_K => blocks.for_each(|(b, o)| dequant_q6_k(b, o)),
+        other => return Err(QuantError::Unsupported(other)),
+    }
+    Ok(out)
+}
+
+/// Q8_0: f16 scale `d`, 32 signed bytes; x = d·q.
+pub fn dequant_q8_0(b: &[u8], out: &mut [f32]) {
+    let d = f16_at(b, 0);
+    for (o, &q) in out.iter_mut().zip(&b[2..34]) {
+        *o = d * f32::from(q as i8);
+    }
+}
+
+/// Q4_0: f16 scale `d`, 16 bytes of nibbles; low nibbles are elements 0–15, high 16–31; x = d·(q−8).
+pub fn dequant_q4_0(b: &[u8], out: &mut [f32]) {
+    let d = f16_at(b, 0);
+    for (j, &q) in b[2..18].iter().enumerate() {
+        out[j] = d * (f32::from(q & 0x0F) - 8.0);
+        out[j + 16] = d * (f32::from(q >> 4) - 8.0);
+    }
+}
+
+/// Q4_1: f16 scale `d`, f16 minimum `m`, 16 bytes of nibbles; x = d·q + m.
+pub fn dequant_q4_1(b: &[u8], out: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let m = f16_at(b, 2);
+    for (j, &q) in b[4..20].iter().enumerate() {
+        out[j] = d * f32::from(q & 0x0F) + m;
+        out[j + 16] = d * f32::from(q >> 4) + m;
+    }
+}
+
+/// The 6-bit scale and minimum of sub-block `j` of a Q4_K/Q5_K block.
+fn scale_min_k4(j: usize, q: &[u8]) -> (f32, f32) {
+    let (sc, m) = if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        (
+            (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
+    };
+    (f32::from(sc), f32::from(m))
+}
+
+/// Q4_K: super-block of 256 as 8 sub-blocks of 32, each with a 6-bit scale and minimum.
+pub fn dequant_q4_k(b: &[u8], out: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let dmin = f16_at(b, 2);
+    let scales = &b[4..16];
+    let qs = &b[16..144];
+    for chunk in 0..4 {
+        let (sc1, m1) = scale_min_k4(2 * chunk, scales);
+        let (sc2, m2) = scale_min_k4(2 * chunk + 1, scales);
+        let q = &qs[32 * chunk..32 * chunk + 32];
+        let o = &mut out[64 * chunk..64 * chunk + 64];
+        for l in 0..32 {
+            o[l] = d * sc1 * f32::from(q[l] & 0x0F) - dmin * m1;
+            o[l + 32] = d * sc2 * f32::from(q[l] >> 4) - dmin * m2;
+        }
+    }
+}
+
+/// Q6_K: 256 values of 6 bits (4 low in `ql`, 2 high in `qh`), 16 signed 8-bit scales, f16 `d`.
+pub fn dequant_q6_k(b: &[u8], out: &mut [f32]) {
+    let (ql_all, rest) = b.split_at(128);
+    let (qh_all, rest) = rest.split_at(64);
+    let (sc_all, d_bytes) = rest.split_at(16);
+    let d = f16_at(d_bytes, 0);
+    for half in 0..2 {
+        let ql = &ql_all[64 * half..];
+        let qh = &qh_all[32 * half..];
+        let sc = &sc_all[8 * half..];
+        let o = &mut out[128 * half..128 * half + 128];
+        for l in 0..32 {
+            let is = l / 16;
+            let q1 = i32::from((ql[l] & 0x0F) | ((qh[l] & 3) << 4)) - 32;
+            let q2 = i32::from((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32;
+            let q3 = i32::from((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+            let q4 = i32::from((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+            let s = |i: usize| d * f32::from(sc[i] as i8);
+            o[l] = s(is) * q1 as f32;
+            o[l + 32] = s(is + 2) * q2 as f32;
+            o[l + 64] = s(is + 4) * q3 as f32;
+            o[l + 96] = s(is + 6) * q4 as f32;
+        }
+    }
+}
+
+/// Quantizers used by tests to build tiny models (round to nearest; not tuned for quality).
+pub mod encode {
+    use half::f16;
+
+    /// f32 → Q8_0 blocks (`values.len()` a multiple of 32).
+    pub fn q8_0(values: &[f32]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for block in values.chunks_exact(32) {
+            let amax = block.iter().fold(0f32, |a, v| a.max(v.abs()));
+            let d = f16::from_f32(amax / 127.0);
+            let inv = if d.to_f32() == 0.0 {
+                0.0
+            } else {
+                1.0 / d.to_f32()
+            };
+            out.extend_from_slice(&d.to_le_bytes());
+            out.extend(
+                block
+                    .iter()
+                    .map(|v| (v * inv).round().clamp(-127.0, 127.0) as i8 as u8),
+            );
+        }
+        out
+    }
+
+    /// f32 → Q4_0 blocks.
+    pub fn q4_0(values: &[f32]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for block in values.chunks_exact(32) {
+            let max = block
+                .iter()
+                .fold(0f32, |a, &v| if v.abs() > a.abs() { v } else { a });
+            let d = f16::from_f32(max / -8.0);
+            let inv = if d.to_f32() == 0.0 {
+                0.0
+            } else {
+                1.0 / d.to_f32()
+            };
+            out.extend_from_slice(&d.to_le_bytes());
+            let q = |v: f32| ((v * inv + 8.5) as i32).clamp(0, 15) as u8;
+            out.extend((0..16).map(|j| q(block[j]) | (q(block[j + 16]) << 4)));
+        }
+        out
+    }
+
+    /// f32 → Q4_1 blocks.
+    pub fn q4_1(values: &[f32]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for block in values.chunks_exact(32) {
+            let min = block.iter().copied().fold(f32::INFINITY, f32::min);
+            let max = block.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let d = f16::from_f32((max - min) / 15.0);
+            let m = f16::from_f32(min);
+            let inv = if d.to_f32() == 0.0 {
+                0.0
+            } else {
+                1.0 / d.to_f32()
+            };
+            out.extend_from_slice(&d.to_le_bytes());
+            out.extend_from_slice(&m.to_le_bytes());
+            let q = |v: f32| (((v - m.to_f32()) * inv).round() as i32).clamp(0, 15) as u8;
+            out.extend((0..16).map(|j| q(block[j]) | (q(block[j + 16]) << 4)));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(x: f32) -> [u8; 2] {
+        f16::from_f32(x).to_le_bytes()
+    }
+
+    #[test]
+    fn q8_0_by_hand() {
+        let mut b = h(0.5).to_vec();
+        b.extend((0..32).map(|i| (i as i8 - 16) as u8));
+        let out = dequantize(TensorType::Q8_0, &b).expect("q8_0");
+        assert_eq!(out[0], -8.0);
+        assert_eq!(out[16], 0.0);
+        assert_eq!(out[31], 7.5);
+    }
+
+    #[test]
+    fn q4_0_by_hand() {
+        let mut b = h(2.0).to_vec();
+        b.extend([0x1Fu8; 16]); // low nibble 15, high nibble 1
+        let out = dequantize(TensorType::Q4_0, &b).expect("q4_0");
+        assert_eq!(out[0], 14.0); // 2·(15−8)
+        assert_eq!(out[16], -14.0); // 2·(1−8)
+    }
+
+    #[test]
+    fn q4_1_by_hand() {
+        let mut b = h(0.25).to_vec();
+        b.extend(h(-1.0));
+        b.extend([0x30u8; 16]); // low 0, high 3
+        let out = dequantize(TensorType::Q4_1, &b).expect("q4_1");
+        assert_eq!(out[5], -1.0);
+        assert_eq!(out[20], -0.25);
+    }
+
+    #[test]
+    fn q4_k_by_hand() {
+        let mut b = h(1.0).to_vec();
+        b.extend(h(0.5));
+        // Sub-blocks 0..3: scale = j+1, min = 2; sub-blocks 4..7: scale 5, min 1 (split encoding).
+        let mut scales = [0u8; 12];
+        for j in 0..4 {
+            scales[j] = (j as u8 + 1) & 63; // high two bits feed sub-block j+4's scale: 0
+            scales[j + 4] = 2;
+        }
+        for j in 0..4 {
+            scales[j + 8] = 5 | (1 << 4);
+        }
+        b.extend(scales);
+        b.extend([0x21u8; 128]); // low nibble 1, high 2
+        let out = dequantize(TensorType::Q4_K, &b).expect("q4_k");
+        // Sub-block 0 (scale 1, min 2): 1·1·1 − 0.5·2 = 0
+        assert_eq!(out[0], 0.0);
+        // Sub-block 1 (scale 2, min 2), high nibbles: 2·2 − 1 = 3
+        assert_eq!(out[32], 3.0);
+        // Sub-block 4 (scale 5, min 1), low nibble: 5·1 − 0.5 = 4.5
+        assert_eq!(out[128], 4.5);
+        // Sub-block 7 (scale 5, min 1), high nibble: 5·2 − 0.5 = 9.5
+        assert_eq!(out[255], 9.5);
+    }
+
+    #[test]
+    fn q6_k_by_hand() {
+        let mut b = vec![0u8; 210];
+        b[0] = 0x05; // ql[0]: low 5 → element 0; high 0 → element 64
+        b[128] = 0b0000_0001; // qh[0]: element 0 gets high bits 01 → 5 | 16 = 21
+        for (i, s) in b[192..208].iter_mut().enumerate() {
+            *s = (i as i8 - 4) as u8;
+        }
+        b[208..210].copy_from_slice(&h(0.5));
+        let out = dequantize(TensorType::Q6_K, &b).expect("q6_k");
+        assert_eq!(out[0], 0.5 * -4.0 * (21.0 - 32.0)); // scale index 0 is −4
+        assert_eq!(out[64], 0.5 * 0.0 * -32.0); // scale index 4 is 0
+        assert_eq!(out[96], 0.5 * 2.0 * -32.0); // scale index 6 is 2
+        assert_eq!(out[255], 0.5 * 11.0 * -32.0); // second half, l=31: scale index 8+1+6 = 15 → 11
+    }
+
+    #[test]
+    fn f16_bf16_f32_by_hand() {
+        assert_eq!(
+            dequantize(TensorType::F16, &h(-1.5)).expect("f16"),
+            vec![-1.5]
+        );
+        assert_eq!(
+            dequantize(TensorType::BF16, &bf16::from_f32(3.0).to_le_bytes()).expect("bf16"),
+            vec![3.0]
+        );
+        assert_eq!(
+            dequantize(TensorType::F32, &2.5f32.to_le_bytes()).expect("f32"),
+            vec![2.5]
+        );
+    }
+
+    #[test]
+    fn encoders_round_trip_within_a_step() {
+        let v: Vec<f32> = (0..64)
+            .map(|i| ((i * 37 % 64) as f32 - 32.0) / 10.0)
+            .collect();
+        for (ty, bytes, tol) in [
+            (TensorType::Q8_0, encode::q8_0(&v), 0.02),
+            (TensorType::Q4_0, encode::q4_0(&v), 0.45),
+            (TensorType::Q4_1, encode::q4_1(&v), 0.25),
+        ] {
+            let back = dequantize(ty, &bytes).expect("dequant");
+            for (a, b) in v.iter().zip(&back) {
+                assert!((a - b).abs() <= tol, "{ty:?}: {a} vs {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn unsupported_and_ragged() {
+        assert_eq!(
+            dequantize(TensorType::Q5_K, &[0; 176]),
+            Err(QuantError::Unsupported(TensorType::Q5_K))
+        );
+        assert!(matches!(
+            dequantize(TensorType::Q8_0, &[0; 35]),
+            Err(QuantError::Ragged { .. })
+        ));
+    }
+}

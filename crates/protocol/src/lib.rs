@@ -1,0 +1,16 @@
+//! Wire types shared by the browser package, the edge worker and the cloud server.
+//!
+//! Everything here is plain data with serde: the OpenAI chat-completions shapes, the
+//! `straddle` envelope a browser adds when it escalates, the `/v1/verify` messages for
+//! speculative decoding, the JSON error body, and SSE framing. No policy lives here.
+
+pub mod chat;
+pub mod envelope;
+pub mod error;
+pub mod sse;
+pub mod verify;
+
+pub use chat::*;
+pub use envelope::*;
+pub use error::*;
+pub use verify::*;

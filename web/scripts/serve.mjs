@@ -1,0 +1,59 @@
+// Static server for the demo page and the browser tests: serves the package directory,
+// and /models/ from the model cache (so the 98 MB file never enters the repo).
+// Usage: node scripts/serve.mjs --port 8080 --root <dir> [--models <dir>]
+import http from "node:http";
+import fs from "node:fs";
+import path from "node:path";
+
+const arg = (name, fallback) => {
+  const i = process.argv.indexOf(name);
+  return i >= 0 ? process.argv[i + 1] : fallback;
+};
+
+const TYPES = {
+  ".html": "text/html; charset=utf-8", ".js": "text/javascript", ".mjs": "text/javascript",
+  ".wasm": "application/wasm", ".json": "application/json", ".css": "text/css",
+  ".png": "image/png", ".svg": "image/svg+xml", ".gguf": "application/octet-stream",
+  ".ts": "text/plain",
+};
+
+/** Creates the server; resolves a request path inside `root` (or `models`) only. */
+export function createServer({ root, models }) {
+  return http.createServer((req, res) => {
+    const url = new URL(req.url, "http://localhost");
+    let rel = decodeURIComponent(url.pathname);
+    let base = root;
+    if (models && rel.startsWith("/models/")) {
+      base = models;
+      rel = rel.slice("/models".length);
+    }
+    let file = path.normalize(path.join(base, rel));
+    if (!file.startsWith(path.resolve(base))) {
+      res.writeHead(403).end("forbidden");
+      return;
+    }
+    if (fs.existsSync(file) && fs.statSync(file).isDirectory()) file = path.join(file, "index.html");
+    fs.stat(file, (err, st) => {
+      if (err || !st.isFile()) {
+        res.writeHead(404, { "content-type": "text/plain" }).end("not found");
+        return;
+      }
+      res.writeHead(200, {
+        "content-type": TYPES[path.extname(file)] ?? "application/octet-stream",
+        "content-length": st.size,
+        "cache-control": "no-cache",
+      });
+      if (req.method === "HEAD") return res.end();
+      fs.createReadStream(file).pipe(res);
+    });
+  });
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  const port = Number(arg("--port", "8080"));
+  const root = path.resolve(arg("--root", "."));
+  const models = arg("--models") ? path.resolve(arg("--models")) : undefined;
+  createServer({ root, models }).listen(port, "127.0.0.1", () => {
+    console.log(`serving ${root} on http://127.0.0.1:${port}/`);
+  });
+}

