@@ -9,6 +9,8 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use straddle_protocol::{ApiError, ErrorKind, ModelInfo, ModelList};
 
+mod chat;
+
 /// What the server knows about the model it serves.
 #[derive(Debug, Clone)]
 pub struct ModelCard {
@@ -21,6 +23,9 @@ pub struct ModelCard {
 #[derive(Debug)]
 pub struct AppState {
     pub model: ModelCard,
+    /// The engine, when the server was started with one (tests of the HTTP surface run without).
+    /// One generation at a time until the batching scheduler lands.
+    pub engine: Option<Arc<std::sync::Mutex<straddle_engine::Engine>>>,
 }
 
 /// Reads the model card from a GGUF header (the tensors are not loaded).
@@ -74,7 +79,9 @@ impl IntoResponse for ErrorResponse {
 }
 
 async fn health(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
-    Json(serde_json::json!({"status": "ok", "model": state.model.id, "generation": false}))
+    Json(
+        serde_json::json!({"status": "ok", "model": state.model.id, "generation": state.engine.is_some()}),
+    )
 }
 
 async fn models(State(state): State<Arc<AppState>>) -> Json<ModelList> {
@@ -84,27 +91,30 @@ async fn models(State(state): State<Arc<AppState>>) -> Json<ModelList> {
             id: state.model.id.clone(),
             object: "model".into(),
             owned_by: "straddle".into(),
-            tokenizer_hash: None,
+            tokenizer_hash: state
+                .engine
+                .as_ref()
+                .and_then(|e| e.lock().ok().map(|e| e.tokenizer.hash.clone())),
             context_length: state.model.context_length,
         }],
     })
 }
 
-async fn chat(body: axum::body::Bytes) -> ErrorResponse {
-    match serde_json::from_slice::<straddle_protocol::ChatRequest>(&body) {
-        Err(e) => ErrorResponse(ApiError::from_json_error(&e)),
-        Ok(req) => match req.validate() {
-            Err(e) => ErrorResponse(e),
-            // Honest until the engine generates: the route exists, the model does not run yet.
-            Ok(()) => ErrorResponse(
-                ApiError::new(
-                    ErrorKind::Unavailable,
-                    "generation is not available in this build yet",
-                )
-                .with_code("engine_not_ready"),
-            ),
-        },
+async fn chat(State(state): State<Arc<AppState>>, body: axum::body::Bytes) -> Response {
+    let req = match serde_json::from_slice::<straddle_protocol::ChatRequest>(&body) {
+        Err(e) => return ErrorResponse(ApiError::from_json_error(&e)).into_response(),
+        Ok(req) => req,
+    };
+    if let Err(e) = req.validate() {
+        return ErrorResponse(e).into_response();
     }
+    let Some(engine) = state.engine.clone() else {
+        return ErrorResponse(
+            ApiError::new(ErrorKind::Unavailable, "no model loaded").with_code("engine_not_ready"),
+        )
+        .into_response();
+    };
+    crate::chat::complete(engine, state.model.id.clone(), req).await
 }
 
 async fn not_found() -> ErrorResponse {
@@ -126,6 +136,7 @@ mod tests {
                 context_length: Some(8192),
                 architecture: "llama".into(),
             },
+            engine: None,
         }))
     }
 

@@ -46,11 +46,42 @@ async fn main() -> anyhow::Result<()> {
             )
         })?;
     tracing::info!(addr = %args.listen, "listening");
-    let app = straddle_cloud::router(Arc::new(straddle_cloud::AppState { model: card }));
+    let engine = straddle_engine::Engine::load(
+        straddle_engine::gguf::FileSource::open(&model)?,
+        straddle_engine::generate::DEFAULT_CONTEXT,
+    )
+    .with_context(|| format!("loading model {}", model.display()))?;
+    tracing::info!(
+        weights_mb = engine.model.weight_bytes() / 1_000_000,
+        load_ms = started.elapsed().as_millis() as u64,
+        "engine ready (CPU)"
+    );
+    let app = straddle_cloud::router(Arc::new(straddle_cloud::AppState {
+        model: card,
+        engine: Some(Arc::new(std::sync::Mutex::new(engine))),
+    }));
     axum::serve(listener, app)
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
+        .with_graceful_shutdown(shutdown_signal())
         .await?;
     Ok(())
+}
+
+/// Resolves on Ctrl-C or SIGTERM (what `cargo xtask demo` and process managers send).
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+    tracing::info!("shutting down");
 }

@@ -1,0 +1,159 @@
+//! The real `straddle-cloud` process on 127.0.0.1 with the real model.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use straddle_protocol::sse::Parser;
+
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn model() -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("STRADDLE_TEST_MODEL")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| {
+                std::path::PathBuf::from(h)
+                    .join(".cache/straddle/models/smollm2-135m-instruct-q4_1.gguf")
+            })
+        })?;
+    if path.is_file() {
+        Some(path)
+    } else {
+        eprintln!(
+            "skipping: model not found at {} (run `cargo xtask setup`)",
+            path.display()
+        );
+        None
+    }
+}
+
+fn start() -> Option<Server> {
+    let model = model()?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port");
+    let child = Command::new(env!("CARGO_BIN_EXE_straddle-cloud"))
+        .arg("--model")
+        .arg(model)
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn server");
+    let server = Server { child, port };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if http(port, "GET", "/health", "").is_some_and(|(s, _)| s == 200) {
+            return Some(server);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("server did not come up");
+}
+
+/// One HTTP/1.1 request with `Connection: close`; returns status and body.
+fn http(port: u16, method: &str, path: &str, body: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(120))).ok()?;
+    write!(s, "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).ok()?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).ok()?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, rest) = text.split_once("\r\n\r\n")?;
+    let status = head.split(' ').nth(1)?.parse().ok()?;
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(rest)
+    } else {
+        rest.to_string()
+    };
+    Some((status, body))
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((len, rest)) = s.split_once("\r\n") {
+        let n = usize::from_str_radix(len.trim(), 16).unwrap_or(0);
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = &rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+#[test]
+fn answers_streamed_and_whole_and_rejects_bad_input() {
+    let Some(server) = start() else { return };
+    let p = server.port;
+    let body = r#"{"model":"m","messages":[{"role":"user","content":"List three primary colors."}],"max_tokens":12}"#;
+    let (status, whole) = http(p, "POST", "/v1/chat/completions", body).expect("response");
+    assert_eq!(status, 200, "{whole}");
+    let v: serde_json::Value = serde_json::from_str(&whole).expect("json");
+    let text = v["choices"][0]["message"]["content"]
+        .as_str()
+        .expect("content")
+        .to_string();
+    assert!(!text.is_empty());
+    assert_eq!(v["usage"]["completion_tokens"], 12);
+    // The prompt with SmolLM2's template and default system prompt is 35 tokens (llama.cpp's count).
+    assert_eq!(v["usage"]["prompt_tokens"], 35);
+
+    let stream_body = body.replace(
+        "\"max_tokens\":12",
+        "\"max_tokens\":12,\"stream\":true,\"stream_options\":{\"include_usage\":true}",
+    );
+    let (status, sse) = http(p, "POST", "/v1/chat/completions", &stream_body).expect("stream");
+    assert_eq!(status, 200);
+    let events = Parser::new(1 << 16)
+        .push(sse.as_bytes())
+        .expect("valid SSE");
+    assert_eq!(events.last().map(|e| e.data.as_str()), Some("[DONE]"));
+    let mut streamed = String::new();
+    let mut usage = None;
+    for e in &events[..events.len() - 1] {
+        let chunk: straddle_protocol::ChatChunk = serde_json::from_str(&e.data).expect("chunk");
+        if let Some(u) = chunk.usage {
+            usage = Some(u);
+        }
+        for c in chunk.choices {
+            streamed.push_str(c.delta.content.as_deref().unwrap_or(""));
+        }
+    }
+    assert_eq!(streamed, text, "greedy stream equals the whole answer");
+    assert_eq!(usage.map(|u| u.completion_tokens), Some(12));
+
+    for (bad, field) in [
+        ("{not json", None),
+        (r#"{"messages":[]}"#, Some("messages")),
+        (r#"{"messages":[{"role":"wizard","content":"x"}]}"#, None),
+        (
+            r#"{"messages":[{"role":"user","content":"x"}],"temperature":9}"#,
+            Some("temperature"),
+        ),
+    ] {
+        let (status, body) = http(p, "POST", "/v1/chat/completions", bad).expect("response");
+        assert_eq!(status, 400, "{bad} → {body}");
+        let v: serde_json::Value = serde_json::from_str(&body).expect("json error");
+        if let Some(f) = field {
+            assert_eq!(v["error"]["param"], f);
+        }
+    }
+}

@@ -1,0 +1,326 @@
+//! The generation loop: prompt → prefill → decode one token at a time, with stops,
+//! streaming callbacks, cancellation between tokens, usage and timings.
+
+use web_time::Instant;
+
+use crate::gguf::{ByteSource, Gguf};
+use crate::kv::KvCache;
+use crate::model::{Model, ModelError};
+use crate::sample::{self, Rng, SamplingParams};
+use crate::template::{ChatMessage, ChatTemplate, TemplateError};
+use crate::tokenizer::{Tokenizer, TokenizerError};
+
+/// Default context the KV cache is sized for.
+pub const DEFAULT_CONTEXT: usize = 2048;
+
+/// Anything that can go wrong loading or running the engine.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error(transparent)]
+    Tokenizer(#[from] TokenizerError),
+    #[error(transparent)]
+    Template(#[from] TemplateError),
+    #[error(transparent)]
+    Gguf(#[from] crate::gguf::GgufError),
+    #[error("prompt is empty")]
+    EmptyPrompt,
+    #[error("prompt of {prompt} tokens leaves no room in a context of {context}")]
+    PromptTooLong { prompt: usize, context: usize },
+}
+
+/// What to generate from.
+#[derive(Debug, Clone, Copy)]
+pub enum Prompt<'a> {
+    /// Raw text, tokenized as is (special-token text included).
+    Text(&'a str),
+    /// A conversation, rendered with the model's chat template and a generation prompt.
+    Messages(&'a [ChatMessage]),
+    /// Token ids.
+    Tokens(&'a [u32]),
+}
+
+/// Settings of one generation.
+#[derive(Debug, Clone)]
+pub struct GenerateParams {
+    pub sampling: SamplingParams,
+    pub max_tokens: usize,
+    /// Text that ends generation; it is not included in the output.
+    pub stop: Vec<String>,
+    /// Extra token ids that end generation (the model's end-of-turn ids always do).
+    pub stop_tokens: Vec<u32>,
+    /// KV cache size in positions.
+    pub context: usize,
+}
+
+impl Default for GenerateParams {
+    fn default() -> Self {
+        Self {
+            sampling: SamplingParams::default(),
+            max_tokens: 256,
+            stop: Vec::new(),
+            stop_tokens: Vec::new(),
+            context: DEFAULT_CONTEXT,
+        }
+    }
+}
+
+/// One streamed token.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenEvent {
+    pub token: u32,
+    /// Text this token completes (may be empty while a multi-byte character or a possible
+    /// stop string is pending).
+    pub text: String,
+    pub logprob: f32,
+    pub entropy: f32,
+}
+
+/// Whether the caller wants more tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    Cancel,
+}
+
+/// Why generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finish {
+    /// An end-of-turn token or a stop string.
+    Stop,
+    /// `max_tokens` or the context limit.
+    Length,
+    /// The callback asked to stop.
+    Cancelled,
+}
+
+/// A finished generation.
+#[derive(Debug, Clone)]
+pub struct Completion {
+    pub text: String,
+    pub tokens: Vec<u32>,
+    pub logprobs: Vec<f32>,
+    pub entropies: Vec<f32>,
+    pub finish: Finish,
+    pub prompt_tokens: usize,
+    pub prefill_ms: f64,
+    pub decode_ms: f64,
+}
+
+impl Completion {
+    /// Decode speed in tokens per second (0 when nothing was decoded).
+    pub fn decode_tokens_per_s(&self) -> f64 {
+        let n = self.tokens.len().saturating_sub(1);
+        if self.decode_ms > 0.0 {
+            n as f64 / (self.decode_ms / 1000.0)
+        } else {
+            0.0
+        }
+    }
+}
+
+/// A loaded model with its tokenizer and chat template.
+pub struct Engine {
+    pub model: Model,
+    pub tokenizer: Tokenizer,
+    pub template: ChatTemplate,
+    /// `general.languages` of the GGUF (empty when unspecified).
+    pub languages: Vec<String>,
+    pub name: String,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("name", &self.name)
+            .field("model", &self.model)
+            .finish()
+    }
+}
+
+impl Engine {
+    /// Loads model, tokenizer and template from a GGUF source; RoPE covers `max_context`.
+    pub fn load<S: ByteSource>(source: S, max_context: usize) -> Result<Self, EngineError> {
+        let g = Gguf::read(source)?;
+        let tokenizer = Tokenizer::from_gguf(&g)?;
+        let piece = |id: Option<u32>| id.and_then(|i| tokenizer.piece(i)).unwrap_or_default();
+        let template = match g.get("tokenizer.chat_template").and_then(|v| v.as_str()) {
+            Some(src) => {
+                ChatTemplate::new(src, &piece(tokenizer.bos), &piece(Some(tokenizer.eos)))?
+            }
+            None => ChatTemplate::chatml(),
+        };
+        let languages = g
+            .get("general.languages")
+            .and_then(|v| v.as_array())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let name = g
+            .get("general.name")
+            .and_then(|v| v.as_str())
+            .unwrap_or("model")
+            .to_string();
+        let model = Model::load(&g, max_context)?;
+        Ok(Self {
+            model,
+            tokenizer,
+            template,
+            languages,
+            name,
+        })
+    }
+
+    /// The prompt's token ids.
+    pub fn prompt_tokens(&self, prompt: Prompt<'_>) -> Result<Vec<u32>, EngineError> {
+        let ids = match prompt {
+            Prompt::Text(t) => self.tokenizer.encode(t)?,
+            Prompt::Messages(m) => self.tokenizer.encode(&self.template.render(m, true)?)?,
+            Prompt::Tokens(t) => t.to_vec(),
+        };
+        if ids.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        Ok(ids)
+    }
+
+    /// Generates a completion, calling `on_token` after every token.
+    pub fn generate(
+        &self,
+        prompt: Prompt<'_>,
+        params: &GenerateParams,
+        mut on_token: impl FnMut(&TokenEvent) -> Flow,
+    ) -> Result<Completion, EngineError> {
+        let prompt_ids = self.prompt_tokens(prompt)?;
+        let mut cache = self.model.new_cache(params.context);
+        if prompt_ids.len() >= cache.capacity() {
+            return Err(EngineError::PromptTooLong {
+                prompt: prompt_ids.len(),
+                context: cache.capacity(),
+            });
+        }
+        let t0 = Instant::now();
+        let mut logits = self
+            .model
+            .forward(&prompt_ids, &mut cache, false)?
+            .pop()
+            .unwrap_or_default();
+        let prefill_ms = t0.elapsed().as_secs_f64() * 1000.0;
+        let t1 = Instant::now();
+        let mut rng = Rng::new(params.sampling.seed);
+        let mut context = prompt_ids.clone();
+        let mut out = Completion {
+            text: String::new(),
+            tokens: Vec::new(),
+            logprobs: Vec::new(),
+            entropies: Vec::new(),
+            finish: Finish::Length,
+            prompt_tokens: prompt_ids.len(),
+            prefill_ms,
+            decode_ms: 0.0,
+        };
+        let mut emitted = 0; // bytes of `text` already handed to the callback
+        loop {
+            if out.tokens.len() >= params.max_tokens {
+                break;
+            }
+            let s = sample::sample(&logits, &params.sampling, &context, &mut rng);
+            if self.tokenizer.stop_ids.contains(&s.token) || params.stop_tokens.contains(&s.token) {
+                out.finish = Finish::Stop;
+                break;
+            }
+            out.tokens.push(s.token);
+            out.logprobs.push(s.logprob);
+            out.entropies.push(s.entropy);
+            context.push(s.token);
+            let full = self.tokenizer.decode(&out.tokens)?;
+            let (stable, stopped) = stable_text(&full, &params.stop);
+            let delta = full.get(emitted..stable).unwrap_or("").to_string();
+            emitted = stable.max(emitted);
+            if stopped {
+                out.text = full[..stable].to_string();
+                if !delta.is_empty() {
+                    on_token(&TokenEvent {
+                        token: s.token,
+                        text: delta,
+                        logprob: s.logprob,
+                        entropy: s.entropy,
+                    });
+                }
+                out.finish = Finish::Stop;
+                break;
+            }
+            out.text = full;
+            if on_token(&TokenEvent {
+                token: s.token,
+                text: delta,
+                logprob: s.logprob,
+                entropy: s.entropy,
+            }) == Flow::Cancel
+            {
+                out.finish = Finish::Cancelled;
+                break;
+            }
+            if cache.len() >= cache.capacity() || out.tokens.len() >= params.max_tokens {
+                break;
+            }
+            logits = self
+                .model
+                .forward(&[s.token], &mut cache, false)?
+                .pop()
+                .unwrap_or_default();
+        }
+        out.decode_ms = t1.elapsed().as_secs_f64() * 1000.0;
+        Ok(out)
+    }
+
+    /// A fresh KV cache sized for `context` positions.
+    pub fn new_cache(&self, context: usize) -> KvCache {
+        self.model.new_cache(context)
+    }
+}
+
+/// How much of `text` is safe to show: up to a stop string (and whether one was found),
+/// holding back an incomplete UTF-8 character or a possible start of a stop string.
+fn stable_text(text: &str, stops: &[String]) -> (usize, bool) {
+    let mut first_stop = None;
+    for s in stops.iter().filter(|s| !s.is_empty()) {
+        if let Some(i) = text.find(s.as_str()) {
+            first_stop = Some(first_stop.map_or(i, |f: usize| f.min(i)));
+        }
+    }
+    if let Some(i) = first_stop {
+        return (i, true);
+    }
+    let mut end = text.len();
+    if text.ends_with('\u{FFFD}') {
+        end -= '\u{FFFD}'.len_utf8();
+    }
+    for s in stops {
+        for k in (1..s.len()).rev() {
+            if s.is_char_boundary(k) && text[..end].ends_with(&s[..k]) {
+                end = end.min(text[..end].len() - k);
+                break;
+            }
+        }
+    }
+    (end, false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_strings_cut_and_partial_stops_are_held_back() {
+        let stops = vec!["\n\nUser:".to_string()];
+        assert_eq!(stable_text("Hello\n\nUser: hi", &stops), (5, true));
+        assert_eq!(stable_text("Hello\n\nUs", &stops), (5, false));
+        assert_eq!(stable_text("Hello", &stops), (5, false));
+        assert_eq!(stable_text("caf\u{FFFD}", &[]), (3, false));
+    }
+}

@@ -1,0 +1,68 @@
+//! The key/value cache: one f32 slab per layer, sized once from the caller's context limit.
+
+/// Keys and values of every position seen so far, per layer.
+#[derive(Debug, Clone)]
+pub struct KvCache {
+    keys: Vec<Vec<f32>>,
+    values: Vec<Vec<f32>>,
+    kv_dim: usize,
+    capacity: usize,
+    len: usize,
+}
+
+impl KvCache {
+    /// A cache for `capacity` positions of `kv_dim` floats in each of `layers` layers.
+    pub fn new(layers: usize, capacity: usize, kv_dim: usize) -> Self {
+        Self {
+            keys: (0..layers).map(|_| vec![0.0; capacity * kv_dim]).collect(),
+            values: (0..layers).map(|_| vec![0.0; capacity * kv_dim]).collect(),
+            kv_dim,
+            capacity,
+            len: 0,
+        }
+    }
+
+    /// Positions filled.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no position is filled.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Positions the cache can hold.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Bytes allocated.
+    pub fn bytes(&self) -> usize {
+        2 * self.keys.len() * self.capacity * self.kv_dim * 4
+    }
+
+    /// Forgets positions from `len` on (after a rejected speculative draft, or a new prompt
+    /// that shares only a prefix with the old one).
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
+    pub(crate) fn write(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
+        let r = pos * self.kv_dim..(pos + 1) * self.kv_dim;
+        self.keys[layer][r.clone()].copy_from_slice(k);
+        self.values[layer][r].copy_from_slice(v);
+    }
+
+    pub(crate) fn key(&self, layer: usize, pos: usize) -> &[f32] {
+        &self.keys[layer][pos * self.kv_dim..(pos + 1) * self.kv_dim]
+    }
+
+    pub(crate) fn value(&self, layer: usize, pos: usize) -> &[f32] {
+        &self.values[layer][pos * self.kv_dim..(pos + 1) * self.kv_dim]
+    }
+
+    pub(crate) fn advance(&mut self, n: usize) {
+        self.len += n;
+    }
+}

@@ -1,0 +1,425 @@
+//! A Llama-family transformer: config from GGUF metadata, quantized weights, forward pass.
+//!
+//! Reads top to bottom like the paper's diagram: embedding → N × (RMSNorm → attention with
+//! RoPE and grouped-query heads → residual → RMSNorm → SwiGLU MLP → residual) → RMSNorm →
+//! output head (tied to the embedding when the file has no `output.weight`).
+
+use crate::gguf::{ByteSource, Gguf, GgufError, TensorInfo};
+use crate::kv::KvCache;
+use crate::qmatrix::{QActs, QMatrix};
+use crate::quant::{self, QuantError};
+
+/// Why a model could not be loaded or run.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    #[error(transparent)]
+    Quant(#[from] QuantError),
+    #[error("architecture `{0}` is not supported (supported: llama)")]
+    UnsupportedArch(String),
+    #[error("tensor `{name}` has shape {got:?}, expected {want:?}")]
+    Shape {
+        name: String,
+        got: Vec<u64>,
+        want: Vec<u64>,
+    },
+    #[error("invalid config: {0}")]
+    Config(String),
+    #[error("context full: {needed} positions needed, cache holds {capacity}")]
+    ContextFull { needed: usize, capacity: usize },
+    #[error("token id {0} is outside the vocabulary")]
+    BadToken(u32),
+}
+
+/// Hyper-parameters read from the GGUF metadata.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub n_layers: usize,
+    pub dim: usize,
+    pub ffn_dim: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub vocab: usize,
+    pub rope_theta: f32,
+    pub rms_eps: f32,
+    pub context_length: usize,
+}
+
+impl Config {
+    /// Reads the config of a `llama`-architecture GGUF.
+    pub fn from_gguf<S: ByteSource>(g: &Gguf<S>) -> Result<Self, ModelError> {
+        let arch = g.get_str("general.architecture")?;
+        if arch != "llama" {
+            return Err(ModelError::UnsupportedArch(arch.into()));
+        }
+        let key = |k: &str| format!("{arch}.{k}");
+        let u = |k: &str| -> Result<usize, ModelError> {
+            usize::try_from(g.get_u64(&key(k))?).map_err(|_| ModelError::Config(k.into()))
+        };
+        let n_heads = u("attention.head_count")?;
+        let dim = u("embedding_length")?;
+        let n_kv_heads = u("attention.head_count_kv").unwrap_or(n_heads);
+        let vocab = g
+            .tensor("token_embd.weight")
+            .and_then(|t| t.shape.get(1))
+            .copied()
+            .ok_or_else(|| GgufError::MissingTensor("token_embd.weight".into()))?;
+        let cfg = Config {
+            n_layers: u("block_count")?,
+            dim,
+            ffn_dim: u("feed_forward_length")?,
+            n_heads,
+            n_kv_heads,
+            head_dim: dim.checked_div(n_heads).unwrap_or(0),
+            vocab: vocab as usize,
+            rope_theta: g.get_f64(&key("rope.freq_base")).unwrap_or(10_000.0) as f32,
+            rms_eps: g
+                .get_f64(&key("attention.layer_norm_rms_epsilon"))
+                .unwrap_or(1e-5) as f32,
+            context_length: u("context_length").unwrap_or(2048),
+        };
+        let bad = |why: &str| Err(ModelError::Config(why.into()));
+        if cfg.n_layers == 0 || cfg.n_layers > 1024 {
+            return bad("block_count must be 1..=1024");
+        }
+        if n_heads == 0 || n_kv_heads == 0 || n_heads % n_kv_heads != 0 || dim % n_heads != 0 {
+            return bad("head counts must divide the embedding length and each other");
+        }
+        if !cfg.head_dim.is_multiple_of(2) || dim % 32 != 0 || !cfg.ffn_dim.is_multiple_of(32) {
+            return bad("dimensions must be multiples of 32 with an even head size");
+        }
+        Ok(cfg)
+    }
+
+    /// Width of the key/value projections.
+    pub fn kv_dim(&self) -> usize {
+        self.n_kv_heads * self.head_dim
+    }
+}
+
+struct Layer {
+    attn_norm: Vec<f32>,
+    wq: QMatrix,
+    wk: QMatrix,
+    wv: QMatrix,
+    wo: QMatrix,
+    ffn_norm: Vec<f32>,
+    w_gate: QMatrix,
+    w_up: QMatrix,
+    w_down: QMatrix,
+}
+
+/// The loaded model: weights stay in their quantized block format.
+pub struct Model {
+    pub config: Config,
+    embed: QMatrix,
+    layers: Vec<Layer>,
+    norm: Vec<f32>,
+    head: Option<QMatrix>,
+    rope_cos: Vec<f32>,
+    rope_sin: Vec<f32>,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model")
+            .field("config", &self.config)
+            .field("weight_bytes", &self.weight_bytes())
+            .finish()
+    }
+}
+
+fn check_shape(t: &TensorInfo, want: &[u64]) -> Result<(), ModelError> {
+    if t.shape != want {
+        return Err(ModelError::Shape {
+            name: t.name.clone(),
+            got: t.shape.clone(),
+            want: want.to_vec(),
+        });
+    }
+    Ok(())
+}
+
+fn matrix<S: ByteSource>(
+    g: &Gguf<S>,
+    name: &str,
+    rows: usize,
+    cols: usize,
+) -> Result<QMatrix, ModelError> {
+    let t = g
+        .tensor(name)
+        .ok_or_else(|| GgufError::MissingTensor(name.into()))?;
+    // GGUF lists the input (column) dimension first.
+    check_shape(t, &[cols as u64, rows as u64])?;
+    Ok(QMatrix::from_gguf(
+        t.ty,
+        &g.tensor_bytes(name)?,
+        rows,
+        cols,
+    )?)
+}
+
+fn vector<S: ByteSource>(g: &Gguf<S>, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
+    let t = g
+        .tensor(name)
+        .ok_or_else(|| GgufError::MissingTensor(name.into()))?;
+    check_shape(t, &[len as u64])?;
+    Ok(quant::dequantize(t.ty, &g.tensor_bytes(name)?)?)
+}
+
+impl Model {
+    /// Loads the weights of a Llama-family GGUF; RoPE tables cover `max_context` positions.
+    pub fn load<S: ByteSource>(g: &Gguf<S>, max_context: usize) -> Result<Self, ModelError> {
+        let c = Config::from_gguf(g)?;
+        let (d, kv, f) = (c.dim, c.kv_dim(), c.ffn_dim);
+        let mut layers = Vec::with_capacity(c.n_layers);
+        for i in 0..c.n_layers {
+            let n = |s: &str| format!("blk.{i}.{s}.weight");
+            layers.push(Layer {
+                attn_norm: vector(g, &n("attn_norm"), d)?,
+                wq: matrix(g, &n("attn_q"), d, d)?,
+                wk: matrix(g, &n("attn_k"), kv, d)?,
+                wv: matrix(g, &n("attn_v"), kv, d)?,
+                wo: matrix(g, &n("attn_output"), d, d)?,
+                ffn_norm: vector(g, &n("ffn_norm"), d)?,
+                w_gate: matrix(g, &n("ffn_gate"), f, d)?,
+                w_up: matrix(g, &n("ffn_up"), f, d)?,
+                w_down: matrix(g, &n("ffn_down"), d, f)?,
+            });
+        }
+        let embed = matrix(g, "token_embd.weight", c.vocab, d)?;
+        let head = match g.tensor("output.weight") {
+            Some(_) => Some(matrix(g, "output.weight", c.vocab, d)?),
+            None => None,
+        };
+        let norm = vector(g, "output_norm.weight", d)?;
+        // RoPE tables: angle(pos, i) = pos · θ^(−2i/head_dim), for adjacent pairs (GGUF's
+        // llama layout has Q/K rows permuted for this "normal" mode).
+        let half = c.head_dim / 2;
+        let mut rope_cos = Vec::with_capacity(max_context * half);
+        let mut rope_sin = Vec::with_capacity(max_context * half);
+        for pos in 0..max_context {
+            for i in 0..half {
+                let freq = c.rope_theta.powf(-2.0 * i as f32 / c.head_dim as f32);
+                let a = pos as f32 * freq;
+                rope_cos.push(a.cos());
+                rope_sin.push(a.sin());
+            }
+        }
+        Ok(Self {
+            config: c,
+            embed,
+            layers,
+            norm,
+            head,
+            rope_cos,
+            rope_sin,
+        })
+    }
+
+    /// Bytes of weights held (quantized).
+    pub fn weight_bytes(&self) -> usize {
+        let l: usize = self
+            .layers
+            .iter()
+            .map(|l| {
+                [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]
+                    .iter()
+                    .map(|m| m.bytes())
+                    .sum::<usize>()
+                    + 4 * (l.attn_norm.len() + l.ffn_norm.len())
+            })
+            .sum();
+        l + self.embed.bytes() + self.head.as_ref().map_or(0, QMatrix::bytes)
+    }
+
+    /// Largest context the RoPE tables cover.
+    pub fn max_context(&self) -> usize {
+        self.rope_cos.len() / (self.config.head_dim / 2).max(1)
+    }
+
+    /// A KV cache for `capacity` positions.
+    pub fn new_cache(&self, capacity: usize) -> KvCache {
+        KvCache::new(
+            self.config.n_layers,
+            capacity.min(self.max_context()),
+            self.config.kv_dim(),
+        )
+    }
+
+    /// Runs `tokens` at positions `cache.len()..`, appending to the cache. Returns the logits of
+    /// the last token, or of every token when `all_logits` (speculative verification needs them).
+    pub fn forward(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        all_logits: bool,
+    ) -> Result<Vec<Vec<f32>>, ModelError> {
+        let c = &self.config;
+        let (d, kv_dim, hd) = (c.dim, c.kv_dim(), c.head_dim);
+        let start = cache.len();
+        let n = tokens.len();
+        if start + n > cache.capacity() {
+            return Err(ModelError::ContextFull {
+                needed: start + n,
+                capacity: cache.capacity(),
+            });
+        }
+        // x: [n, d]
+        let mut x = vec![0f32; n * d];
+        for (t, &tok) in tokens.iter().enumerate() {
+            if tok as usize >= c.vocab {
+                return Err(ModelError::BadToken(tok));
+            }
+            self.embed.row(tok as usize, &mut x[t * d..(t + 1) * d]);
+        }
+        let mut xn = vec![0f32; n * d];
+        let mut acts: Vec<QActs> = vec![QActs::default(); n];
+        let (mut q, mut k, mut v) = (
+            vec![0f32; n * d],
+            vec![0f32; n * kv_dim],
+            vec![0f32; n * kv_dim],
+        );
+        let mut attn = vec![0f32; n * d];
+        let mut proj = vec![0f32; n * d];
+        let (mut gate, mut up) = (vec![0f32; n * c.ffn_dim], vec![0f32; n * c.ffn_dim]);
+        let mut ffn_acts: Vec<QActs> = vec![QActs::default(); n];
+        let group = c.n_heads / c.n_kv_heads;
+        let scale = 1.0 / (hd as f32).sqrt();
+        let mut scores = vec![0f32; start + n];
+
+        for (li, layer) in self.layers.iter().enumerate() {
+            // Attention block.
+            for t in 0..n {
+                rms_norm(
+                    &x[t * d..(t + 1) * d],
+                    &layer.attn_norm,
+                    c.rms_eps,
+                    &mut xn[t * d..(t + 1) * d],
+                );
+                acts[t].fill(&xn[t * d..(t + 1) * d]);
+            }
+            layer.wq.matmul(&acts, &mut q);
+            layer.wk.matmul(&acts, &mut k);
+            layer.wv.matmul(&acts, &mut v);
+            for t in 0..n {
+                let pos = start + t;
+                for h in 0..c.n_heads {
+                    self.rope(&mut q[t * d + h * hd..t * d + (h + 1) * hd], pos);
+                }
+                for h in 0..c.n_kv_heads {
+                    self.rope(&mut k[t * kv_dim + h * hd..t * kv_dim + (h + 1) * hd], pos);
+                }
+                cache.write(
+                    li,
+                    pos,
+                    &k[t * kv_dim..(t + 1) * kv_dim],
+                    &v[t * kv_dim..(t + 1) * kv_dim],
+                );
+            }
+            for t in 0..n {
+                let pos = start + t;
+                for h in 0..c.n_heads {
+                    let kvh = h / group;
+                    let qh = &q[t * d + h * hd..t * d + (h + 1) * hd];
+                    let sc = &mut scores[..=pos];
+                    for (p, s) in sc.iter_mut().enumerate() {
+                        let kp = &cache.key(li, p)[kvh * hd..(kvh + 1) * hd];
+                        *s = qh.iter().zip(kp).map(|(a, b)| a * b).sum::<f32>() * scale;
+                    }
+                    softmax(sc);
+                    let out = &mut attn[t * d + h * hd..t * d + (h + 1) * hd];
+                    out.fill(0.0);
+                    for (p, &w) in sc.iter().enumerate() {
+                        let vp = &cache.value(li, p)[kvh * hd..(kvh + 1) * hd];
+                        for (o, &vv) in out.iter_mut().zip(vp) {
+                            *o += w * vv;
+                        }
+                    }
+                }
+                acts[t].fill(&attn[t * d..(t + 1) * d]);
+            }
+            layer.wo.matmul(&acts, &mut proj);
+            x.iter_mut().zip(&proj).for_each(|(a, b)| *a += b);
+
+            // MLP block: down(silu(gate(x)) · up(x)).
+            for t in 0..n {
+                rms_norm(
+                    &x[t * d..(t + 1) * d],
+                    &layer.ffn_norm,
+                    c.rms_eps,
+                    &mut xn[t * d..(t + 1) * d],
+                );
+                acts[t].fill(&xn[t * d..(t + 1) * d]);
+            }
+            layer.w_gate.matmul(&acts, &mut gate);
+            layer.w_up.matmul(&acts, &mut up);
+            for t in 0..n {
+                let f = c.ffn_dim;
+                let h: Vec<f32> = gate[t * f..(t + 1) * f]
+                    .iter()
+                    .zip(&up[t * f..(t + 1) * f])
+                    .map(|(&g, &u)| silu(g) * u)
+                    .collect();
+                ffn_acts[t].fill(&h);
+            }
+            layer.w_down.matmul(&ffn_acts, &mut proj);
+            x.iter_mut().zip(&proj).for_each(|(a, b)| *a += b);
+        }
+        cache.advance(n);
+
+        let wanted: Vec<usize> = if all_logits {
+            (0..n).collect()
+        } else {
+            vec![n - 1]
+        };
+        let head = self.head.as_ref().unwrap_or(&self.embed);
+        let mut head_acts = Vec::with_capacity(wanted.len());
+        for &t in &wanted {
+            rms_norm(&x[t * d..(t + 1) * d], &self.norm, c.rms_eps, &mut xn[..d]);
+            head_acts.push(QActs::quantize(&xn[..d]));
+        }
+        let mut logits = vec![0f32; wanted.len() * c.vocab];
+        head.matmul(&head_acts, &mut logits);
+        Ok(logits.chunks_exact(c.vocab).map(<[f32]>::to_vec).collect())
+    }
+
+    /// Rotates adjacent pairs of one head's vector by the angles of `pos`.
+    fn rope(&self, x: &mut [f32], pos: usize) {
+        let half = x.len() / 2;
+        let cos = &self.rope_cos[pos * half..(pos + 1) * half];
+        let sin = &self.rope_sin[pos * half..(pos + 1) * half];
+        for i in 0..half {
+            let (a, b) = (x[2 * i], x[2 * i + 1]);
+            x[2 * i] = a * cos[i] - b * sin[i];
+            x[2 * i + 1] = a * sin[i] + b * cos[i];
+        }
+    }
+}
+
+fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let ms = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
+    let inv = 1.0 / (ms + eps).sqrt();
+    for ((o, &xi), &wi) in out.iter_mut().zip(x).zip(w) {
+        *o = xi * inv * wi;
+    }
+}
+
+fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+/// In-place softmax.
+pub fn softmax(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    for v in x.iter_mut() {
+        *v /= sum;
+    }
+}

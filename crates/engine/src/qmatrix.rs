@@ -1,0 +1,360 @@
+//! Weight matrices that stay quantized in memory, and the matrix × vector products over
+//! them. Activations are quantized to 8 bits per block of 32 (as llama.cpp does), so the
+//! inner loop is an integer dot product that the compiler vectorizes.
+
+use half::f16;
+
+use crate::quant::{self, QuantError, TensorType};
+
+const BLOCK: usize = 32;
+
+/// A row-major weight matrix `[rows, cols]`; each row is one output.
+#[derive(Debug, Clone)]
+pub enum QMatrix {
+    /// Q4_1 repacked: per-block f32 scale and minimum, then 16 bytes of nibbles per block.
+    Q4_1 {
+        rows: usize,
+        cols: usize,
+        d: Vec<f32>,
+        m: Vec<f32>,
+        qs: Vec<u8>,
+    },
+    /// Q4_0 repacked: per-block f32 scale, 16 bytes of nibbles per block (value − 8).
+    Q4_0 {
+        rows: usize,
+        cols: usize,
+        d: Vec<f32>,
+        qs: Vec<u8>,
+    },
+    /// Q8_0 repacked: per-block f32 scale, 32 signed bytes per block.
+    Q8_0 {
+        rows: usize,
+        cols: usize,
+        d: Vec<f32>,
+        qs: Vec<i8>,
+    },
+    /// Anything else, dequantized once at load.
+    F32 {
+        rows: usize,
+        cols: usize,
+        w: Vec<f32>,
+    },
+}
+
+/// Activations quantized to 8 bits per block of 32: scale, block sum (for Q4_1's minimum), values.
+#[derive(Debug, Clone, Default)]
+pub struct QActs {
+    pub d: Vec<f32>,
+    pub sum: Vec<f32>,
+    pub qs: Vec<i8>,
+    pub f: Vec<f32>,
+}
+
+impl QActs {
+    /// Quantizes `x` (length a multiple of 32); keeps the f32 copy for f32 weights.
+    pub fn quantize(x: &[f32]) -> Self {
+        let mut a = QActs::default();
+        a.fill(x);
+        a
+    }
+
+    /// Re-quantizes into the existing buffers.
+    pub fn fill(&mut self, x: &[f32]) {
+        let nb = x.len() / BLOCK;
+        self.d.clear();
+        self.sum.clear();
+        self.qs.clear();
+        self.qs.reserve(x.len());
+        self.f.clear();
+        self.f.extend_from_slice(x);
+        for block in x.chunks_exact(BLOCK).take(nb) {
+            let amax = block.iter().fold(0f32, |a, v| a.max(v.abs()));
+            let d = amax / 127.0;
+            let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
+            let mut s = 0i32;
+            for &v in block {
+                let q = (v * inv).round() as i8;
+                s += i32::from(q);
+                self.qs.push(q);
+            }
+            self.d.push(d);
+            self.sum.push(d * s as f32);
+        }
+    }
+}
+
+impl QMatrix {
+    /// Builds the matrix from GGUF bytes of type `ty` holding `rows` rows of `cols` values.
+    pub fn from_gguf(
+        ty: TensorType,
+        bytes: &[u8],
+        rows: usize,
+        cols: usize,
+    ) -> Result<Self, QuantError> {
+        let nb = rows * cols / BLOCK;
+        let f16_at = |b: &[u8], i: usize| f16::from_le_bytes([b[i], b[i + 1]]).to_f32();
+        Ok(match ty {
+            TensorType::Q4_1 if cols.is_multiple_of(BLOCK) => {
+                let (mut d, mut m, mut qs) = (
+                    Vec::with_capacity(nb),
+                    Vec::with_capacity(nb),
+                    Vec::with_capacity(nb * 16),
+                );
+                for b in bytes.chunks_exact(20) {
+                    d.push(f16_at(b, 0));
+                    m.push(f16_at(b, 2));
+                    qs.extend_from_slice(&b[4..20]);
+                }
+                QMatrix::Q4_1 {
+                    rows,
+                    cols,
+                    d,
+                    m,
+                    qs,
+                }
+            }
+            TensorType::Q4_0 if cols.is_multiple_of(BLOCK) => {
+                let (mut d, mut qs) = (Vec::with_capacity(nb), Vec::with_capacity(nb * 16));
+                for b in bytes.chunks_exact(18) {
+                    d.push(f16_at(b, 0));
+                    qs.extend_from_slice(&b[2..18]);
+                }
+                QMatrix::Q4_0 { rows, cols, d, qs }
+            }
+            TensorType::Q8_0 if cols.is_multiple_of(BLOCK) => {
+                let (mut d, mut qs) = (Vec::with_capacity(nb), Vec::with_capacity(nb * 32));
+                for b in bytes.chunks_exact(34) {
+                    d.push(f16_at(b, 0));
+                    qs.extend(b[2..34].iter().map(|&v| v as i8));
+                }
+                QMatrix::Q8_0 { rows, cols, d, qs }
+            }
+            other => QMatrix::F32 {
+                rows,
+                cols,
+                w: quant::dequantize(other, bytes)?,
+            },
+        })
+    }
+
+    /// `(rows, cols)`.
+    pub fn shape(&self) -> (usize, usize) {
+        match self {
+            QMatrix::Q4_1 { rows, cols, .. }
+            | QMatrix::Q4_0 { rows, cols, .. }
+            | QMatrix::Q8_0 { rows, cols, .. }
+            | QMatrix::F32 { rows, cols, .. } => (*rows, *cols),
+        }
+    }
+
+    /// Bytes held in memory.
+    pub fn bytes(&self) -> usize {
+        match self {
+            QMatrix::Q4_1 { d, m, qs, .. } => 4 * (d.len() + m.len()) + qs.len(),
+            QMatrix::Q4_0 { d, qs, .. } => 4 * d.len() + qs.len(),
+            QMatrix::Q8_0 { d, qs, .. } => 4 * d.len() + qs.len(),
+            QMatrix::F32 { w, .. } => 4 * w.len(),
+        }
+    }
+
+    /// Row `r` dequantized into `out` (used for embedding lookups).
+    pub fn row(&self, r: usize, out: &mut [f32]) {
+        let (_, cols) = self.shape();
+        let nb = cols / BLOCK;
+        match self {
+            QMatrix::Q4_1 { d, m, qs, .. } => {
+                for b in 0..nb {
+                    let i = r * nb + b;
+                    let q = &qs[i * 16..i * 16 + 16];
+                    for j in 0..16 {
+                        out[b * BLOCK + j] = d[i] * f32::from(q[j] & 15) + m[i];
+                        out[b * BLOCK + j + 16] = d[i] * f32::from(q[j] >> 4) + m[i];
+                    }
+                }
+            }
+            QMatrix::Q4_0 { d, qs, .. } => {
+                for b in 0..nb {
+                    let i = r * nb + b;
+                    let q = &qs[i * 16..i * 16 + 16];
+                    for j in 0..16 {
+                        out[b * BLOCK + j] = d[i] * (f32::from(q[j] & 15) - 8.0);
+                        out[b * BLOCK + j + 16] = d[i] * (f32::from(q[j] >> 4) - 8.0);
+                    }
+                }
+            }
+            QMatrix::Q8_0 { d, qs, .. } => {
+                for b in 0..nb {
+                    let i = r * nb + b;
+                    for j in 0..BLOCK {
+                        out[b * BLOCK + j] = d[i] * f32::from(qs[i * BLOCK + j]);
+                    }
+                }
+            }
+            QMatrix::F32 { w, .. } => out[..cols].copy_from_slice(&w[r * cols..(r + 1) * cols]),
+        }
+    }
+
+    /// Dot product of row `r` with the quantized activations `x`.
+    #[inline]
+    pub fn dot_row(&self, r: usize, x: &QActs) -> f32 {
+        let (_, cols) = self.shape();
+        let nb = cols / BLOCK;
+        match self {
+            QMatrix::Q4_1 { d, m, qs, .. } => {
+                let mut acc = 0f32;
+                for b in 0..nb {
+                    let i = r * nb + b;
+                    let s = dot_nibbles(
+                        &qs[i * 16..i * 16 + 16],
+                        &x.qs[b * BLOCK..b * BLOCK + BLOCK],
+                    );
+                    acc += d[i] * x.d[b] * s as f32 + m[i] * x.sum[b];
+                }
+                acc
+            }
+            QMatrix::Q4_0 { d, qs, .. } => {
+                let mut acc = 0f32;
+                for b in 0..nb {
+                    let i = r * nb + b;
+                    let s = dot_nibbles(
+                        &qs[i * 16..i * 16 + 16],
+                        &x.qs[b * BLOCK..b * BLOCK + BLOCK],
+                    );
+                    // Σ (q − 8)·x = Σ q·x − 8·Σ x
+                    let xs: i32 = x.qs[b * BLOCK..b * BLOCK + BLOCK]
+                        .iter()
+                        .map(|&v| i32::from(v))
+                        .sum();
+                    acc += d[i] * x.d[b] * (s - 8 * xs) as f32;
+                }
+                acc
+            }
+            QMatrix::Q8_0 { d, qs, .. } => {
+                let mut acc = 0f32;
+                for b in 0..nb {
+                    let i = r * nb + b;
+                    let s = dot_i8(
+                        &qs[i * BLOCK..i * BLOCK + BLOCK],
+                        &x.qs[b * BLOCK..b * BLOCK + BLOCK],
+                    );
+                    acc += d[i] * x.d[b] * s as f32;
+                }
+                acc
+            }
+            QMatrix::F32 { w, .. } => w[r * cols..(r + 1) * cols]
+                .iter()
+                .zip(&x.f)
+                .map(|(a, b)| a * b)
+                .sum(),
+        }
+    }
+
+    /// `out[t][r] = row r · x[t]` for each activation vector in `xs`, rows split across threads.
+    pub fn matmul(&self, xs: &[QActs], out: &mut [f32]) {
+        let (rows, _) = self.shape();
+        let n = xs.len();
+        debug_assert_eq!(out.len(), rows * n);
+        // Row-major result per token; computed row-chunk by row-chunk into a transposed buffer
+        // so threads write disjoint memory.
+        const CHUNK: usize = 64;
+        let mut tmp = vec![0f32; rows * n];
+        let work = |(ci, chunk): (usize, &mut [f32])| {
+            let r0 = ci * CHUNK * n;
+            for (k, slot) in chunk.iter_mut().enumerate() {
+                let idx = r0 + k;
+                let (r, t) = (idx / n, idx % n);
+                *slot = self.dot_row(r, &xs[t]);
+            }
+        };
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            use rayon::prelude::*;
+            tmp.par_chunks_mut(CHUNK * n).enumerate().for_each(work);
+        }
+        #[cfg(target_arch = "wasm32")]
+        tmp.chunks_mut(CHUNK * n).enumerate().for_each(work);
+        for r in 0..rows {
+            for t in 0..n {
+                out[t * rows + r] = tmp[r * n + t];
+            }
+        }
+    }
+}
+
+/// Σ nibble·x over one block: low nibbles pair with x[0..16], high with x[16..32].
+#[inline(always)]
+fn dot_nibbles(q: &[u8], x: &[i8]) -> i32 {
+    let mut lo = [0i8; 16];
+    let mut hi = [0i8; 16];
+    for j in 0..16 {
+        lo[j] = (q[j] & 15) as i8;
+        hi[j] = (q[j] >> 4) as i8;
+    }
+    dot_i8(&lo, &x[..16]) + dot_i8(&hi, &x[16..32])
+}
+
+#[inline(always)]
+fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
+    a.iter()
+        .zip(b)
+        .map(|(&x, &y)| i32::from(x) * i32::from(y))
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::encode;
+
+    fn reference(w: &[f32], x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+        (0..rows)
+            .map(|r| (0..cols).map(|c| w[r * cols + c] * x[c]).sum())
+            .collect()
+    }
+
+    #[test]
+    fn quantized_matmul_matches_dequantized_reference() {
+        let (rows, cols) = (70, 96);
+        let w: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i * 7919 % 211) as f32 - 105.0) / 100.0)
+            .collect();
+        let xs: Vec<Vec<f32>> = (0..3)
+            .map(|t| {
+                (0..cols)
+                    .map(|i| ((i * 31 + t * 17) % 23) as f32 / 10.0 - 1.1)
+                    .collect()
+            })
+            .collect();
+        for (ty, bytes) in [
+            (TensorType::Q4_1, encode::q4_1(&w)),
+            (TensorType::Q4_0, encode::q4_0(&w)),
+            (TensorType::Q8_0, encode::q8_0(&w)),
+        ] {
+            let m = QMatrix::from_gguf(ty, &bytes, rows, cols).expect("build");
+            let deq = quant::dequantize(ty, &bytes).expect("dequant");
+            let acts: Vec<QActs> = xs.iter().map(|x| QActs::quantize(x)).collect();
+            let mut out = vec![0f32; rows * xs.len()];
+            m.matmul(&acts, &mut out);
+            for (t, x) in xs.iter().enumerate() {
+                let want = reference(&deq, x, rows, cols);
+                for r in 0..rows {
+                    let got = out[t * rows + r];
+                    // 8-bit activations: error ≤ ~1 % of the row's magnitude.
+                    let scale: f32 = deq[r * cols..(r + 1) * cols]
+                        .iter()
+                        .zip(x)
+                        .map(|(a, b)| (a * b).abs())
+                        .sum();
+                    assert!(
+                        (got - want[r]).abs() <= 0.01 * scale + 1e-4,
+                        "{ty:?} t{t} r{r}: {got} vs {}",
+                        want[r]
+                    );
+                }
+            }
+            let mut row = vec![0f32; cols];
+            m.row(5, &mut row);
+            assert_eq!(row, deq[5 * cols..6 * cols]);
+        }
+    }
+}

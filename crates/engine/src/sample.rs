@@ -1,0 +1,275 @@
+//! Choosing the next token: greedy, temperature, top-k, top-p, repetition penalty, a seeded
+//! RNG; and the per-token log-probability and entropy the router uses as confidence.
+
+/// Sampling settings of one generation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingParams {
+    /// 0 means greedy.
+    pub temperature: f32,
+    /// 0 means no top-k cut.
+    pub top_k: usize,
+    /// 1.0 means no nucleus cut.
+    pub top_p: f32,
+    /// 1.0 means no penalty; >1 discourages tokens already in the context.
+    pub repetition_penalty: f32,
+    pub seed: u64,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        Self {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            repetition_penalty: 1.0,
+            seed: 0,
+        }
+    }
+}
+
+/// SplitMix64: small, seedable, identical on every platform.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from `seed`.
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    /// A uniform float in [0, 1).
+    pub fn next_f32(&mut self) -> f32 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z >> 40) as f32 / (1u64 << 24) as f32
+    }
+}
+
+/// The chosen token with what the router needs to judge it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sampled {
+    pub token: u32,
+    /// log p(token) under the model's raw distribution (temperature 1).
+    pub logprob: f32,
+    /// Entropy of that distribution, in nats.
+    pub entropy: f32,
+}
+
+/// Log-softmax of `logits`.
+pub fn log_softmax(logits: &[f32]) -> Vec<f32> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let lse = logits.iter().map(|l| (l - max).exp()).sum::<f32>().ln() + max;
+    logits.iter().map(|l| l - lse).collect()
+}
+
+/// The `k` most likely tokens with their log-probabilities, best first.
+pub fn top_logprobs(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
+    let lp = log_softmax(logits);
+    let mut idx: Vec<u32> = (0..lp.len() as u32).collect();
+    let k = k.min(idx.len());
+    if k == 0 {
+        return Vec::new();
+    }
+    idx.select_nth_unstable_by(k - 1, |&a, &b| lp[b as usize].total_cmp(&lp[a as usize]));
+    idx.truncate(k);
+    idx.sort_by(|&a, &b| lp[b as usize].total_cmp(&lp[a as usize]));
+    idx.into_iter().map(|i| (i, lp[i as usize])).collect()
+}
+
+/// The distribution sampling draws from, after penalty, temperature, top-k and top-p;
+/// `None` for greedy. Shared with speculative verification so both use the same target.
+pub fn target_probs(logits: &[f32], params: &SamplingParams, context: &[u32]) -> Option<Vec<f32>> {
+    if params.temperature <= 0.0 {
+        return None;
+    }
+    let mut l = logits.to_vec();
+    apply_penalty(&mut l, params.repetition_penalty, context);
+    let inv_t = 1.0 / params.temperature;
+    l.iter_mut().for_each(|v| *v *= inv_t);
+    let mut order: Vec<usize> = (0..l.len()).collect();
+    order.sort_unstable_by(|&a, &b| l[b].total_cmp(&l[a]));
+    let keep_k = if params.top_k == 0 {
+        l.len()
+    } else {
+        params.top_k.min(l.len())
+    };
+    let max = l[order[0]];
+    let mut probs = vec![0f32; l.len()];
+    let mut sum = 0f32;
+    for &i in &order[..keep_k] {
+        probs[i] = (l[i] - max).exp();
+        sum += probs[i];
+    }
+    // Nucleus: keep the smallest prefix whose mass reaches top_p.
+    let mut cum = 0f32;
+    let mut cut = keep_k;
+    for (n, &i) in order[..keep_k].iter().enumerate() {
+        cum += probs[i] / sum;
+        if cum >= params.top_p {
+            cut = n + 1;
+            break;
+        }
+    }
+    for &i in &order[cut..keep_k] {
+        probs[i] = 0.0;
+    }
+    let total: f32 = order[..cut].iter().map(|&i| probs[i]).sum();
+    probs.iter_mut().for_each(|p| *p /= total);
+    Some(probs)
+}
+
+fn apply_penalty(logits: &mut [f32], penalty: f32, context: &[u32]) {
+    if penalty == 1.0 {
+        return;
+    }
+    let mut seen = vec![false; logits.len()];
+    for &t in context {
+        if let Some(s) = seen.get_mut(t as usize)
+            && !*s
+        {
+            *s = true;
+            let l = &mut logits[t as usize];
+            *l = if *l > 0.0 { *l / penalty } else { *l * penalty };
+        }
+    }
+}
+
+/// Index of the largest value (the first on ties, like llama.cpp's greedy sampler).
+pub fn argmax(x: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in x.iter().enumerate() {
+        if v > x[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Draws an index from `probs` with one uniform number.
+pub fn draw(probs: &[f32], rng: &mut Rng) -> u32 {
+    let r = rng.next_f32();
+    let mut cum = 0f32;
+    let mut last = 0;
+    for (i, &p) in probs.iter().enumerate() {
+        if p > 0.0 {
+            cum += p;
+            last = i;
+            if r < cum {
+                return i as u32;
+            }
+        }
+    }
+    last as u32
+}
+
+/// Picks the next token from `logits`.
+pub fn sample(logits: &[f32], params: &SamplingParams, context: &[u32], rng: &mut Rng) -> Sampled {
+    let lp = log_softmax(logits);
+    let entropy = -lp
+        .iter()
+        .map(|&l| if l.is_finite() { l.exp() * l } else { 0.0 })
+        .sum::<f32>();
+    let token = match target_probs(logits, params, context) {
+        None => {
+            let mut l = logits.to_vec();
+            apply_penalty(&mut l, params.repetition_penalty, context);
+            argmax(&l)
+        }
+        Some(p) => draw(&p, rng),
+    };
+    Sampled {
+        token,
+        logprob: lp[token as usize],
+        entropy,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn greedy_takes_the_max_and_reports_its_logprob() {
+        let s = sample(
+            &[0.0, 2.0, 1.0],
+            &SamplingParams::default(),
+            &[],
+            &mut Rng::new(1),
+        );
+        assert_eq!(s.token, 1);
+        let want = 2.0 - (1f32 + 2f32.exp() + 1f32.exp()).ln();
+        assert!((s.logprob - want).abs() < 1e-6);
+        assert!(s.entropy > 0.0 && s.entropy < 3f32.ln());
+    }
+
+    #[test]
+    fn same_seed_same_tokens_and_top_k_one_is_greedy() {
+        let logits: Vec<f32> = (0..50).map(|i| (i as f32 * 0.37).sin()).collect();
+        let p = SamplingParams {
+            temperature: 0.9,
+            top_p: 0.9,
+            seed: 7,
+            ..Default::default()
+        };
+        let run = |seed| {
+            let mut rng = Rng::new(seed);
+            (0..20)
+                .map(|_| sample(&logits, &p, &[], &mut rng).token)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(run(7), run(7));
+        assert_ne!(run(7), run(8));
+        let k1 = SamplingParams {
+            temperature: 1.0,
+            top_k: 1,
+            ..Default::default()
+        };
+        assert_eq!(
+            sample(&logits, &k1, &[], &mut Rng::new(3)).token,
+            argmax(&logits)
+        );
+    }
+
+    #[test]
+    fn sampling_frequencies_follow_the_distribution() {
+        let logits = [1.0f32.ln(), 3.0f32.ln()]; // p = 0.25, 0.75
+        let p = SamplingParams {
+            temperature: 1.0,
+            ..Default::default()
+        };
+        let mut rng = Rng::new(42);
+        let ones = (0..20_000)
+            .filter(|_| sample(&logits, &p, &[], &mut rng).token == 1)
+            .count();
+        assert!((ones as f32 / 20_000.0 - 0.75).abs() < 0.015, "{ones}");
+    }
+
+    #[test]
+    fn top_p_cuts_the_tail_and_penalty_demotes_seen_tokens() {
+        let logits = [3.0, 2.0, -5.0];
+        let p = target_probs(
+            &logits,
+            &SamplingParams {
+                temperature: 1.0,
+                top_p: 0.5,
+                ..Default::default()
+            },
+            &[],
+        )
+        .expect("probs");
+        assert_eq!(p, vec![1.0, 0.0, 0.0]);
+        let s = sample(
+            &[2.0, 1.9],
+            &SamplingParams {
+                repetition_penalty: 1.5,
+                ..Default::default()
+            },
+            &[0],
+            &mut Rng::new(0),
+        );
+        assert_eq!(s.token, 1);
+    }
+}

@@ -1,0 +1,198 @@
+//! The tokenizer, built from the vocabulary, merges and token types a GGUF embeds.
+//!
+//! GGUF names its pre-tokenizer (`tokenizer.ggml.pre`); each name maps to the splitting
+//! rules llama.cpp applies for it, expressed with the `tokenizers` crate's components.
+
+use sha2::{Digest, Sha256};
+use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
+use tokenizers::models::bpe::BPE;
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::digits::Digits;
+use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::{AddedToken, PreTokenizerWrapper, Tokenizer as HfTokenizer};
+
+use crate::gguf::{ByteSource, Gguf, GgufError, Value};
+
+/// GGUF token type of control tokens (`<|im_start|>`): matched whole, never split.
+const TOKEN_TYPE_CONTROL: i64 = 3;
+/// GGUF token type of user-defined tokens: matched whole too.
+const TOKEN_TYPE_USER_DEFINED: i64 = 4;
+
+/// Why a tokenizer could not be built or used.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenizerError {
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    #[error("tokenizer model `{0}` is not supported (supported: gpt2 BPE)")]
+    UnsupportedModel(String),
+    #[error("pre-tokenizer `{0}` is not supported")]
+    UnsupportedPre(String),
+    #[error("malformed merge `{0}`")]
+    BadMerge(String),
+    #[error("tokenizer: {0}")]
+    Backend(String),
+}
+
+/// A tokenizer plus the ids the engine needs to know.
+pub struct Tokenizer {
+    inner: HfTokenizer,
+    pub bos: Option<u32>,
+    pub eos: u32,
+    /// Token ids that end generation (eos and any `<|im_end|>`-like end-of-turn ids).
+    pub stop_ids: Vec<u32>,
+    pub add_bos: bool,
+    /// SHA-256 over the vocabulary and merges: equal hashes mean interchangeable token ids.
+    pub hash: String,
+    vocab_size: usize,
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenizer")
+            .field("vocab", &self.vocab_size)
+            .field("eos", &self.eos)
+            .finish()
+    }
+}
+
+impl Tokenizer {
+    /// Builds the tokenizer a GGUF file describes.
+    pub fn from_gguf<S: ByteSource>(g: &Gguf<S>) -> Result<Self, TokenizerError> {
+        let model = g.get_str("tokenizer.ggml.model")?;
+        if model != "gpt2" {
+            return Err(TokenizerError::UnsupportedModel(model.into()));
+        }
+        let tokens = g.get_str_array("tokenizer.ggml.tokens")?;
+        let merges = g.get_str_array("tokenizer.ggml.merges")?;
+        let types: Vec<i64> = g
+            .get("tokenizer.ggml.token_type")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().map(|v| v.as_i64().unwrap_or(1)).collect())
+            .unwrap_or_default();
+        let pre = g
+            .get("tokenizer.ggml.pre")
+            .and_then(Value::as_str)
+            .unwrap_or("default");
+
+        let mut hasher = Sha256::new();
+        for t in &tokens {
+            hasher.update(t.as_bytes());
+            hasher.update([0]);
+        }
+        for m in &merges {
+            hasher.update(m.as_bytes());
+            hasher.update([1]);
+        }
+        let hash = hex::encode(hasher.finalize());
+
+        let vocab: ahash::AHashMap<String, u32> = tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.to_string(), i as u32))
+            .collect();
+        let merges = merges
+            .iter()
+            .map(|m| {
+                m.split_once(' ')
+                    .map(|(a, b)| (a.to_string(), b.to_string()))
+                    .ok_or_else(|| TokenizerError::BadMerge(m.to_string()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let bpe = BPE::builder()
+            .vocab_and_merges(vocab, merges)
+            .build()
+            .map_err(|e| TokenizerError::Backend(e.to_string()))?;
+        let mut inner = HfTokenizer::new(bpe);
+        inner.with_pre_tokenizer(Some(pre_tokenizer(pre)?));
+        inner.with_decoder(Some(ByteLevelDecoder::default()));
+        let specials: Vec<AddedToken> = tokens
+            .iter()
+            .zip(types.iter().chain(std::iter::repeat(&1)))
+            .filter(|(_, ty)| **ty == TOKEN_TYPE_CONTROL || **ty == TOKEN_TYPE_USER_DEFINED)
+            .map(|(t, _)| AddedToken::from(t.to_string(), true))
+            .collect();
+        inner.add_special_tokens(&specials);
+
+        let id = |key: &str| {
+            g.get(key)
+                .and_then(Value::as_u64)
+                .and_then(|v| u32::try_from(v).ok())
+        };
+        let eos = id("tokenizer.ggml.eos_token_id").ok_or_else(|| GgufError::Metadata {
+            key: "tokenizer.ggml.eos_token_id".into(),
+            why: "missing".into(),
+        })?;
+        let bos = id("tokenizer.ggml.bos_token_id");
+        let add_bos = g
+            .get("tokenizer.ggml.add_bos_token")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let mut stop_ids = vec![eos];
+        for name in ["<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<end_of_turn>"] {
+            if let Some(i) = tokens.iter().position(|t| *t == name)
+                && !stop_ids.contains(&(i as u32))
+            {
+                stop_ids.push(i as u32);
+            }
+        }
+        if let Some(i) = id("tokenizer.ggml.eot_token_id")
+            && !stop_ids.contains(&i)
+        {
+            stop_ids.push(i);
+        }
+        Ok(Self {
+            inner,
+            bos,
+            eos,
+            stop_ids,
+            add_bos,
+            hash,
+            vocab_size: tokens.len(),
+        })
+    }
+
+    /// Token ids of `text`; special-token text (`<|im_start|>`) becomes its single id.
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
+        let enc = self
+            .inner
+            .encode(text, false)
+            .map_err(|e| TokenizerError::Backend(e.to_string()))?;
+        let mut ids = Vec::with_capacity(enc.len() + 1);
+        if self.add_bos {
+            ids.extend(self.bos);
+        }
+        ids.extend_from_slice(enc.get_ids());
+        Ok(ids)
+    }
+
+    /// Text of `ids`, special tokens included (so a caller sees what the model wrote).
+    pub fn decode(&self, ids: &[u32]) -> Result<String, TokenizerError> {
+        self.inner
+            .decode(ids, false)
+            .map_err(|e| TokenizerError::Backend(e.to_string()))
+    }
+
+    /// The raw vocabulary piece of one id.
+    pub fn piece(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
+    /// Number of tokens in the vocabulary.
+    pub fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+}
+
+/// The splitting rules llama.cpp uses for a `tokenizer.ggml.pre` name.
+fn pre_tokenizer(name: &str) -> Result<PreTokenizerWrapper, TokenizerError> {
+    let byte_level = || PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, true, true));
+    Ok(match name {
+        // GPT-2's regex over bytes; SmolLM and StarCoder first split digits one by one.
+        "gpt2" | "default" => byte_level(),
+        "smollm" | "starcoder" | "refact" => PreTokenizerWrapper::Sequence(Sequence::new(vec![
+            PreTokenizerWrapper::Digits(Digits::new(true)),
+            byte_level(),
+        ])),
+        other => return Err(TokenizerError::UnsupportedPre(other.into())),
+    })
+}
