@@ -51,7 +51,7 @@ fn tiny(ty: TensorType, heads: u32, kv_heads: u32, untied: bool) -> Vec<u8> {
         .kv("llama.rope.freq_base", Value::F32(10_000.0))
         .kv("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5))
         .kv("llama.context_length", Value::U32(64));
-    let mut mat = |w: GgufWriter, name: &str, rows: usize, cols: usize, rng: &mut Lcg| {
+    let mat = |w: GgufWriter, name: &str, rows: usize, cols: usize, rng: &mut Lcg| {
         w.tensor(
             name,
             &[cols as u64, rows as u64],
