@@ -4,6 +4,7 @@ use straddle_protocol::{ApiError, ErrorKind};
 use worker::{Context, Env, Request, Response, Result, Router, event};
 
 mod error;
+mod upstream;
 
 use error::error_response;
 
@@ -12,6 +13,9 @@ async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
     Router::new()
         .get("/health", |_, _| {
             Response::from_json(&serde_json::json!({"status": "ok", "service": "straddle-worker"}))
+        })
+        .post_async("/v1/chat/completions", |req, ctx| async move {
+            upstream::chat(req, &ctx.env).await
         })
         .or_else_any_method("/*path", |_, _| {
             error_response(&ApiError::new(ErrorKind::NotFound, "no such route"))

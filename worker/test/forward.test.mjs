@@ -1,0 +1,64 @@
+// Forwarding under local workerd to the real cloud server (a process on 127.0.0.1 with the
+// real model). Skips with a message when the binary or the model is not given.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import net from "node:net";
+import { startWorker } from "./harness.mjs";
+
+const cloudBin = process.env.STRADDLE_CLOUD_BIN;
+const model = process.env.STRADDLE_TEST_MODEL;
+const skip = !cloudBin || !model ? "set STRADDLE_CLOUD_BIN and STRADDLE_TEST_MODEL (cargo xtask test does)" : false;
+
+const freePort = () => new Promise((resolve) => {
+  const s = net.createServer().listen(0, "127.0.0.1", () => { const { port } = s.address(); s.close(() => resolve(port)); });
+});
+
+let cloud, worker, deadWorker;
+before(async () => {
+  if (skip) return;
+  const port = await freePort();
+  cloud = spawn(cloudBin, ["--model", model, "--listen", `127.0.0.1:${port}`], { stdio: "ignore" });
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    try { if ((await fetch(`http://127.0.0.1:${port}/health`)).ok) break; } catch { /* not up yet */ }
+    if (Date.now() > deadline) throw new Error("cloud server did not start");
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  worker = await startWorker({ UPSTREAM_URL: `http://127.0.0.1:${port}` });
+  // An upstream port where nothing listens.
+  deadWorker = await startWorker({ UPSTREAM_URL: `http://127.0.0.1:${await freePort()}` });
+});
+after(async () => {
+  await worker?.mf.dispose();
+  await deadWorker?.mf.dispose();
+  cloud?.kill();
+});
+
+const chat = (url, body) => fetch(`${url}/v1/chat/completions`, {
+  method: "POST", headers: { "content-type": "application/json" }, body: typeof body === "string" ? body : JSON.stringify(body),
+});
+
+test("a chat request reaches the cloud server and streams back through workerd", { skip }, async () => {
+  const res = await chat(worker.url, { messages: [{ role: "user", content: "List three primary colors." }], max_tokens: 8, stream: true });
+  assert.equal(res.status, 200);
+  assert.match(res.headers.get("content-type"), /text\/event-stream/);
+  const text = await res.text();
+  assert.match(text, /data: \[DONE\]/);
+  const content = text.split("\n").filter((l) => l.startsWith("data: {"))
+    .map((l) => JSON.parse(l.slice(6))).flatMap((c) => c.choices).map((c) => c.delta.content ?? "").join("");
+  assert.ok(content.length > 0, "streamed some text");
+});
+
+test("malformed JSON is refused at the edge with the field named", { skip }, async () => {
+  const res = await chat(worker.url, '{"messages":[{"role":"user","content":"x"}],"max_token":5}');
+  assert.equal(res.status, 400);
+  const body = await res.json();
+  assert.equal(body.error.param, "max_token");
+});
+
+test("an unreachable upstream is a 502 in OpenAI's error shape", { skip }, async () => {
+  const res = await chat(deadWorker.url, { messages: [{ role: "user", content: "hi" }], max_tokens: 4 });
+  assert.equal(res.status, 502);
+  assert.equal((await res.json()).error.type, "upstream_error");
+});
