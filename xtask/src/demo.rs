@@ -292,8 +292,13 @@ fn check_stack(cloud: &str, worker: &str, web: &str) -> anyhow::Result<()> {
                     .as_str()
                     .unwrap_or("<none>")
             );
-            println!("route:  {}", v["straddle"]["route"]);
-            println!("reasons: {}", v["straddle"]["reasons"]);
+            if v["straddle"].is_null() {
+                println!("route:  cloud (worker → cloud server)");
+                println!("reasons: none — the in-browser router is not wired into this path yet");
+            } else {
+                println!("route:  {}", v["straddle"]["route"]);
+                println!("reasons: {}", v["straddle"]["reasons"]);
+            }
         }
         Ok((status, text)) => {
             let msg = serde_json::from_str::<serde_json::Value>(&text)

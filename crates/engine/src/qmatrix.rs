@@ -199,6 +199,36 @@ impl QMatrix {
     pub fn dot_row(&self, r: usize, x: &QActs) -> f32 {
         let (_, cols) = self.shape();
         let nb = cols / BLOCK;
+        #[cfg(target_arch = "x86_64")]
+        if avx2::available() {
+            match self {
+                QMatrix::Q4_1 { d, m, qs, .. } => {
+                    let (d, m, qs) = (
+                        &d[r * nb..(r + 1) * nb],
+                        &m[r * nb..(r + 1) * nb],
+                        &qs[r * nb * 16..(r + 1) * nb * 16],
+                    );
+                    // SAFETY: AVX2 and FMA were detected at run time; slices hold nb blocks each.
+                    return unsafe { avx2::dot_q4_1(d, m, qs, x) };
+                }
+                QMatrix::Q8_0 { d, qs, .. } => {
+                    let (d, qs) = (
+                        &d[r * nb..(r + 1) * nb],
+                        &qs[r * nb * BLOCK..(r + 1) * nb * BLOCK],
+                    );
+                    // SAFETY: as above.
+                    return unsafe { avx2::dot_q8_0(d, qs, x) };
+                }
+                _ => {}
+            }
+        }
+        self.dot_row_portable(r, x)
+    }
+
+    /// The portable dot product, the reference for the SIMD kernels.
+    pub fn dot_row_portable(&self, r: usize, x: &QActs) -> f32 {
+        let (_, cols) = self.shape();
+        let nb = cols / BLOCK;
         match self {
             QMatrix::Q4_1 { d, m, qs, .. } => {
                 let mut acc = 0f32;
@@ -281,6 +311,79 @@ impl QMatrix {
     }
 }
 
+/// AVX2 kernels for the formats of the default model (the portable loops above are the
+/// reference they are tested against).
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+    use std::sync::OnceLock;
+
+    use super::{BLOCK, QActs};
+
+    pub fn available() -> bool {
+        static AVAILABLE: OnceLock<bool> = OnceLock::new();
+        *AVAILABLE
+            .get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    fn hsum(v: __m256) -> f32 {
+        let lo = _mm256_castps256_ps128(v);
+        let hi = _mm256_extractf128_ps(v, 1);
+        let s = _mm_add_ps(lo, hi);
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+        _mm_cvtss_f32(s)
+    }
+
+    /// Σ over blocks of d·dx·Σ(q·qx) + m·sum_x, for one Q4_1 row.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot_q4_1(d: &[f32], m: &[f32], qs: &[u8], x: &QActs) -> f32 {
+        let mask = _mm256_set1_epi8(0x0F);
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = _mm256_setzero_ps();
+        let mut mins = 0f32;
+        for b in 0..d.len() {
+            // SAFETY: block b lies inside `qs` (16 bytes a block) and `x.qs` (32 a block).
+            let (raw, xv) = unsafe {
+                (
+                    _mm_loadu_si128(qs.as_ptr().add(b * 16) as *const __m128i),
+                    _mm256_loadu_si256(x.qs.as_ptr().add(b * BLOCK) as *const __m256i),
+                )
+            };
+            // Low nibbles are elements 0..16, high nibbles 16..32.
+            let w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), mask);
+            let sum16 = _mm256_maddubs_epi16(w, xv);
+            let sum32 = _mm256_madd_epi16(sum16, ones);
+            let scale = _mm256_set1_ps(d[b] * x.d[b]);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum32), scale, acc);
+            mins += m[b] * x.sum[b];
+        }
+        hsum(acc) + mins
+    }
+
+    /// Σ over blocks of d·dx·Σ(q·qx), for one Q8_0 row.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot_q8_0(d: &[f32], qs: &[i8], x: &QActs) -> f32 {
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = _mm256_setzero_ps();
+        for (b, &db) in d.iter().enumerate() {
+            // SAFETY: block b lies inside `qs` and `x.qs` (32 bytes a block each).
+            let (w, xv) = unsafe {
+                (
+                    _mm256_loadu_si256(qs.as_ptr().add(b * BLOCK) as *const __m256i),
+                    _mm256_loadu_si256(x.qs.as_ptr().add(b * BLOCK) as *const __m256i),
+                )
+            };
+            // maddubs needs an unsigned operand: |w| times x with w's sign moved onto x.
+            let sum16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xv, w));
+            let sum32 = _mm256_madd_epi16(sum16, ones);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum32), _mm256_set1_ps(db * x.d[b]), acc);
+        }
+        hsum(acc)
+    }
+}
+
 /// Σ nibble·x over one block: low nibbles pair with x[0..16], high with x[16..32].
 #[inline(always)]
 fn dot_nibbles(q: &[u8], x: &[i8]) -> i32 {
@@ -351,6 +454,13 @@ mod tests {
                         want[r]
                     );
                 }
+            }
+            for r in 0..rows {
+                let (fast, portable) = (m.dot_row(r, &acts[0]), m.dot_row_portable(r, &acts[0]));
+                assert!(
+                    (fast - portable).abs() <= 1e-4 * portable.abs().max(1.0),
+                    "{ty:?} row {r}: {fast} vs {portable}"
+                );
             }
             let mut row = vec![0f32; cols];
             m.row(5, &mut row);
