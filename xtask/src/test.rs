@@ -221,9 +221,20 @@ fn wasm(tools: &Tools) -> anyhow::Result<Counts> {
 
 fn worker(tools: &Tools) -> anyhow::Result<Counts> {
     crate::build::worker(tools)?;
+    // The forwarding tests need a real upstream: the cloud server, built by the native suite.
+    util::run(
+        util::cargo()
+            .args(["build", "--quiet", "-p", "straddle-cloud"])
+            .current_dir(root()),
+    )?;
     counted(
         Command::new("npm")
             .args(["test", "--silent"])
+            .env(
+                "STRADDLE_CLOUD_BIN",
+                util::target_dir().join("debug/straddle-cloud"),
+            )
+            .env("STRADDLE_TEST_MODEL", &tools.model)
             .current_dir(root().join("worker")),
     )
 }

@@ -1,4 +1,7 @@
-//! Personal data detection: typed spans found by linear scans and validated by checksums.
+//! Personal data detection: typed spans found by linear scans and confirmed by validators
+//! (Luhn for cards, mod-97 for IBANs, check digits for Chinese resident IDs), so a random
+//! 16-digit number is not a card. No regular expressions: every scanner is one pass over
+//! the bytes, so a hostile 1 MB prompt costs linear time.
 
 use serde::{Deserialize, Serialize};
 
@@ -7,7 +10,38 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "snake_case")]
 pub enum EntityKind {
     Email,
+    Phone,
     PaymentCard,
+    Iban,
+    UsSsn,
+    CnResidentId,
+    IpAddress,
+    Secret,
+}
+
+/// How much harm a leak of an entity class does; the policy compares it with its limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Sensitivity {
+    Low,
+    Medium,
+    High,
+    Critical,
+}
+
+impl EntityKind {
+    /// The sensitivity of this class.
+    pub fn sensitivity(self) -> Sensitivity {
+        match self {
+            EntityKind::IpAddress => Sensitivity::Low,
+            EntityKind::Email | EntityKind::Phone => Sensitivity::Medium,
+            EntityKind::PaymentCard
+            | EntityKind::Iban
+            | EntityKind::UsSsn
+            | EntityKind::CnResidentId => Sensitivity::High,
+            EntityKind::Secret => Sensitivity::Critical,
+        }
+    }
 }
 
 /// One detected entity: its class and byte range in the scanned text.
@@ -35,20 +69,77 @@ pub fn luhn_valid(digits: &[u8]) -> bool {
     !digits.is_empty() && sum.is_multiple_of(10)
 }
 
-/// Finds e-mail addresses and Luhn-valid card numbers in `text`, in one linear pass each.
+/// Whether `iban` (letters and digits, no spaces) passes ISO 13616's mod-97 check.
+pub fn iban_valid(iban: &[u8]) -> bool {
+    if !(15..=34).contains(&iban.len()) {
+        return false;
+    }
+    let mut rem = 0u32;
+    for &c in iban[4..].iter().chain(&iban[..4]) {
+        let v = match c {
+            b'0'..=b'9' => u32::from(c - b'0'),
+            b'A'..=b'Z' => u32::from(c - b'A') + 10,
+            _ => return false,
+        };
+        rem = if v >= 10 {
+            (rem * 100 + v) % 97
+        } else {
+            (rem * 10 + v) % 97
+        };
+    }
+    rem == 1
+}
+
+/// Whether an 18-character Chinese resident ID has a valid check character (GB 11643).
+pub fn cn_id_valid(id: &[u8]) -> bool {
+    const W: [u32; 17] = [7, 9, 10, 5, 8, 4, 2, 1, 6, 3, 7, 9, 10, 5, 8, 4, 2];
+    const CHECK: &[u8; 11] = b"10X98765432";
+    if id.len() != 18 || !id[..17].iter().all(u8::is_ascii_digit) {
+        return false;
+    }
+    let sum: u32 = id[..17]
+        .iter()
+        .zip(W)
+        .map(|(&c, w)| u32::from(c - b'0') * w)
+        .sum();
+    CHECK[(sum % 11) as usize] == id[17].to_ascii_uppercase()
+}
+
+fn is_word(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_'
+}
+
+/// Finds every entity in `text`, sorted by position, overlaps resolved in favour of the
+/// earlier, then longer, span.
 pub fn detect(text: &str) -> Vec<Span> {
+    let b = text.as_bytes();
     let mut spans = Vec::new();
+    emails(text, &mut spans);
+    digit_runs(b, &mut spans);
+    ibans(b, &mut spans);
+    ipv4(b, &mut spans);
+    secrets(text, &mut spans);
+    spans.sort_by(|x, y| x.start.cmp(&y.start).then(y.end.cmp(&x.end)));
+    let mut out: Vec<Span> = Vec::with_capacity(spans.len());
+    for s in spans {
+        if out.last().is_none_or(|l| s.start >= l.end) {
+            out.push(s);
+        }
+    }
+    out
+}
+
+fn emails(text: &str, spans: &mut Vec<Span>) {
     let bytes = text.as_bytes();
-    // E-mail: expand around each '@' over the characters an address may hold.
     for (at, _) in text.match_indices('@') {
         let local = bytes[..at]
             .iter()
             .rev()
-            .take_while(|&&b| b.is_ascii_alphanumeric() || b"._%+-".contains(&b))
+            .take_while(|&&c| c.is_ascii_alphanumeric() || b"._%+-".contains(&c))
             .count();
         let domain = bytes[at + 1..]
             .iter()
-            .take_while(|&&b| b.is_ascii_alphanumeric() || b".-".contains(&b))
+            .take_while(|&&c| c.is_ascii_alphanumeric() || b".-".contains(&c))
             .count();
         let dom = text[at + 1..at + 1 + domain].trim_end_matches('.');
         if local > 0 && dom.contains('.') && !dom.starts_with('.') {
@@ -60,55 +151,299 @@ pub fn detect(text: &str) -> Vec<Span> {
             });
         }
     }
-    // Cards: runs of 13–19 digits, allowing single spaces or dashes between groups.
+}
+
+/// Runs of digits with single separators: cards, phones, SSNs, Chinese IDs.
+fn digit_runs(b: &[u8], spans: &mut Vec<Span>) {
     let mut i = 0;
-    while i < bytes.len() {
-        if !bytes[i].is_ascii_digit() || (i > 0 && bytes[i - 1].is_ascii_digit()) {
+    while i < b.len() {
+        let plus = b[i] == b'+' && b.get(i + 1).is_some_and(u8::is_ascii_digit);
+        let paren = b[i] == b'(' && b.get(i + 1).is_some_and(u8::is_ascii_digit);
+        if !(b[i].is_ascii_digit() || plus || paren) || (i > 0 && is_word(b[i - 1])) {
             i += 1;
             continue;
         }
-        let (mut j, mut digits) = (i, Vec::new());
-        while j < bytes.len() {
-            if bytes[j].is_ascii_digit() {
-                digits.push(bytes[j] - b'0');
+        let start = i;
+        let mut j = i + usize::from(plus || paren);
+        let mut digits = Vec::new();
+        let mut seps = Vec::new();
+        while j < b.len() {
+            let c = b[j];
+            if c.is_ascii_digit() {
+                digits.push(c - b'0');
                 j += 1;
-            } else if (bytes[j] == b' ' || bytes[j] == b'-')
-                && j + 1 < bytes.len()
-                && bytes[j + 1].is_ascii_digit()
+            } else if matches!(c, b' ' | b'-' | b'.' | b')')
+                && b.get(j + 1)
+                    .is_some_and(|n| n.is_ascii_digit() || (c == b')' && *n == b' '))
+            {
+                seps.push(c);
+                j += 1;
+                if c == b')' && b.get(j) == Some(&b' ') {
+                    j += 1;
+                }
+            } else {
+                break;
+            }
+        }
+        // An ID ending in X (Chinese resident ID).
+        let x_tail = digits.len() == 17 && b.get(j).is_some_and(|c| c.eq_ignore_ascii_case(&b'X'));
+        let end = if x_tail { j + 1 } else { j };
+        if end < b.len() && is_word(b[end]) {
+            i = end.max(i + 1);
+            continue;
+        }
+        let n = digits.len();
+        let text_digits: Vec<u8> = digits.iter().map(|d| d + b'0').collect();
+        let kind = if seps.is_empty() && (n == 18 || x_tail) && {
+            let mut id = text_digits.clone();
+            if x_tail {
+                id.push(b'X');
+            }
+            cn_id_valid(&id)
+        } {
+            Some((EntityKind::CnResidentId, 0.95))
+        } else if (13..=19).contains(&n) && !plus && luhn_valid(&digits) {
+            Some((EntityKind::PaymentCard, 0.9))
+        } else if n == 9
+            && seps == [b'-', b'-']
+            && b.get(start + 3) == Some(&b'-')
+            && ssn_valid(&digits)
+        {
+            Some((EntityKind::UsSsn, 0.9))
+        } else if plus && (8..=15).contains(&n) {
+            Some((EntityKind::Phone, 0.9))
+        } else if n == 11 && seps.is_empty() && digits[0] == 1 && (3..=9).contains(&digits[1]) {
+            Some((EntityKind::Phone, 0.85)) // Chinese mobile
+        } else if n == 10 && !seps.is_empty() && (2..=9).contains(&digits[0]) {
+            Some((EntityKind::Phone, 0.7)) // North American (xxx) xxx-xxxx
+        } else {
+            None
+        };
+        if let Some((kind, confidence)) = kind {
+            spans.push(Span {
+                kind,
+                start,
+                end,
+                confidence,
+            });
+        }
+        i = end.max(i + 1);
+    }
+}
+
+fn ssn_valid(d: &[u8]) -> bool {
+    let area = u32::from(d[0]) * 100 + u32::from(d[1]) * 10 + u32::from(d[2]);
+    let group = u32::from(d[3]) * 10 + u32::from(d[4]);
+    let serial: u32 = d[5..].iter().fold(0, |a, &x| a * 10 + u32::from(x));
+    area != 0 && area != 666 && area < 900 && group != 0 && serial != 0
+}
+
+fn ibans(b: &[u8], spans: &mut Vec<Span>) {
+    let mut i = 0;
+    while i + 4 <= b.len() {
+        let starts = b[i].is_ascii_uppercase()
+            && b[i + 1].is_ascii_uppercase()
+            && b[i + 2].is_ascii_digit()
+            && b[i + 3].is_ascii_digit();
+        if !starts || (i > 0 && is_word(b[i - 1])) {
+            i += 1;
+            continue;
+        }
+        let mut j = i;
+        let mut compact = Vec::new();
+        while j < b.len() && compact.len() < 34 {
+            if b[j].is_ascii_digit() || b[j].is_ascii_uppercase() {
+                compact.push(b[j]);
+                j += 1;
+            } else if b[j] == b' '
+                && b.get(j + 1).is_some_and(|c| c.is_ascii_alphanumeric())
+                && compact.len() % 4 == 0
             {
                 j += 1;
             } else {
                 break;
             }
         }
-        if (13..=19).contains(&digits.len()) && luhn_valid(&digits) {
+        // Trim trailing groups until the checksum holds (a sentence may follow the IBAN).
+        let mut found = None;
+        let mut len = compact.len();
+        while len >= 15 {
+            if iban_valid(&compact[..len]) {
+                found = Some(len);
+                break;
+            }
+            len -= 1;
+        }
+        if let Some(len) = found {
+            let mut end = i;
+            let mut seen = 0;
+            while seen < len {
+                if b[end] != b' ' {
+                    seen += 1;
+                }
+                end += 1;
+            }
             spans.push(Span {
-                kind: EntityKind::PaymentCard,
+                kind: EntityKind::Iban,
+                start: i,
+                end,
+                confidence: 0.95,
+            });
+            i = end;
+        } else {
+            i += 1;
+        }
+    }
+}
+
+fn ipv4(b: &[u8], spans: &mut Vec<Span>) {
+    let mut i = 0;
+    while i < b.len() {
+        if !b[i].is_ascii_digit() || (i > 0 && (is_word(b[i - 1]) || b[i - 1] == b'.')) {
+            i += 1;
+            continue;
+        }
+        let mut j = i;
+        let mut octets = 0;
+        let ok = loop {
+            let s = j;
+            let mut v = 0u32;
+            while j < b.len() && b[j].is_ascii_digit() && j - s < 3 {
+                v = v * 10 + u32::from(b[j] - b'0');
+                j += 1;
+            }
+            if j == s || v > 255 || (j < b.len() && b[j].is_ascii_digit()) {
+                break false;
+            }
+            octets += 1;
+            if octets == 4 {
+                break j >= b.len()
+                    || !(is_word(b[j])
+                        || (b[j] == b'.' && b.get(j + 1).is_some_and(u8::is_ascii_digit)));
+            }
+            if b.get(j) != Some(&b'.') {
+                break false;
+            }
+            j += 1;
+        };
+        if ok {
+            spans.push(Span {
+                kind: EntityKind::IpAddress,
                 start: i,
                 end: j,
+                confidence: 0.8,
+            });
+            i = j;
+        } else {
+            i += 1;
+        }
+    }
+}
+
+fn secrets(text: &str, spans: &mut Vec<Span>) {
+    let b = text.as_bytes();
+    let token_end = |from: usize, ok: &dyn Fn(u8) -> bool| {
+        from + b[from..].iter().take_while(|&&c| ok(c)).count()
+    };
+    // Each scanner skips matches inside the token it last measured, so "eyJeyJeyJ…" costs
+    // one pass, not one pass per match.
+    let mut until = 0;
+    for (i, _) in text.match_indices("AKIA") {
+        if i < until {
+            continue;
+        }
+        until = token_end(i, &|c| c.is_ascii_uppercase() || c.is_ascii_digit());
+        if until - i == 20 && (i == 0 || !is_word(b[i - 1])) {
+            spans.push(Span {
+                kind: EntityKind::Secret,
+                start: i,
+                end: until,
+                confidence: 0.95,
+            });
+        }
+    }
+    until = 0;
+    for (i, _) in text.match_indices("sk-") {
+        if i < until {
+            continue;
+        }
+        until = token_end(i + 3, &|c| {
+            c.is_ascii_alphanumeric() || c == b'-' || c == b'_'
+        });
+        if until - i >= 23 && (i == 0 || !is_word(b[i - 1])) {
+            spans.push(Span {
+                kind: EntityKind::Secret,
+                start: i,
+                end: until,
                 confidence: 0.9,
             });
         }
-        i = j.max(i + 1);
     }
-    spans.sort_by_key(|s| s.start);
-    spans
+    until = 0;
+    for (i, _) in text.match_indices("eyJ") {
+        if i < until {
+            continue;
+        }
+        until = token_end(i, &|c| {
+            c.is_ascii_alphanumeric() || c == b'-' || c == b'_' || c == b'.'
+        });
+        let token = &text[i..until];
+        if token.split('.').count() == 3
+            && token.split('.').all(|p| p.len() >= 4)
+            && token.contains(".eyJ")
+        {
+            spans.push(Span {
+                kind: EntityKind::Secret,
+                start: i,
+                end: until,
+                confidence: 0.95,
+            });
+        }
+    }
+    until = 0;
+    for (i, _) in text.match_indices("-----BEGIN ") {
+        if i < until {
+            continue;
+        }
+        let head_end = text[i..].find('\n').map_or(text.len(), |k| i + k);
+        until = head_end;
+        if text[i..head_end].contains("PRIVATE KEY-----") {
+            let end = text[head_end..]
+                .find("-----END ")
+                .and_then(|k| {
+                    text[head_end + k..]
+                        .find("KEY-----")
+                        .map(|m| head_end + k + m + 8)
+                })
+                .unwrap_or(head_end);
+            until = end;
+            spans.push(Span {
+                kind: EntityKind::Secret,
+                start: i,
+                end,
+                confidence: 0.99,
+            });
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn found(text: &str) -> Vec<(EntityKind, &str)> {
+        detect(text)
+            .into_iter()
+            .map(|s| (s.kind, &text[s.start..s.end]))
+            .collect()
+    }
+
     #[test]
     fn finds_email_and_valid_card_but_not_invalid_card() {
         let text =
             "mail me at jane.doe@example.com, card 4111 1111 1111 1111, not 4111 1111 1111 1112";
-        let kinds: Vec<_> = detect(text)
-            .iter()
-            .map(|s| (s.kind, &text[s.start..s.end]))
-            .collect();
         assert_eq!(
-            kinds,
+            found(text),
             vec![
                 (EntityKind::Email, "jane.doe@example.com"),
                 (EntityKind::PaymentCard, "4111 1111 1111 1111")
@@ -124,5 +459,101 @@ mod tests {
         assert!(!luhn_valid(&[
             4, 5, 3, 9, 1, 4, 8, 8, 0, 3, 4, 3, 6, 4, 6, 8
         ]));
+    }
+
+    #[test]
+    fn iban_with_spaces_validated_by_mod_97() {
+        assert_eq!(
+            found("pay to GB82 WEST 1234 5698 7654 32 today"),
+            vec![(EntityKind::Iban, "GB82 WEST 1234 5698 7654 32")]
+        );
+        assert!(found("pay to GB82 WEST 1234 5698 7654 33 today").is_empty());
+        assert_eq!(
+            found("DE89370400440532013000"),
+            vec![(EntityKind::Iban, "DE89370400440532013000")]
+        );
+    }
+
+    #[test]
+    fn ssn_and_chinese_id_with_check_digit() {
+        assert_eq!(
+            found("SSN 123-45-6789."),
+            vec![(EntityKind::UsSsn, "123-45-6789")]
+        );
+        assert!(found("SSN 000-45-6789").is_empty());
+        assert_eq!(
+            found("身份证号11010519491231002X，"),
+            vec![(EntityKind::CnResidentId, "11010519491231002X")]
+        );
+        assert!(
+            found("身份证号110105194912310021，")
+                .iter()
+                .all(|(k, _)| *k != EntityKind::CnResidentId)
+        );
+    }
+
+    #[test]
+    fn phones_in_international_us_and_chinese_formats() {
+        assert_eq!(
+            found("call +44 20 7946 0958"),
+            vec![(EntityKind::Phone, "+44 20 7946 0958")]
+        );
+        assert_eq!(
+            found("call (415) 555-2671 now"),
+            vec![(EntityKind::Phone, "(415) 555-2671")]
+        );
+        assert_eq!(
+            found("手机13812345678"),
+            vec![(EntityKind::Phone, "13812345678")]
+        );
+        assert!(found("in 2024 we sold 1500 units").is_empty());
+    }
+
+    #[test]
+    fn ip_addresses_and_not_versions() {
+        assert_eq!(
+            found("server 192.168.1.20 is down"),
+            vec![(EntityKind::IpAddress, "192.168.1.20")]
+        );
+        assert!(found("version 1.2.3 and 300.1.1.1").is_empty());
+    }
+
+    #[test]
+    fn secrets() {
+        let jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJlLXZhbHVl";
+        let text = format!(
+            "key AKIAIOSFODNN7EXAMPLE and sk-abcdefghijklmnopqrstuvwx and {jwt}\n-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----"
+        );
+        let kinds: Vec<_> = detect(&text).into_iter().map(|s| s.kind).collect();
+        assert_eq!(kinds, vec![EntityKind::Secret; 4]);
+    }
+
+    #[test]
+    fn megabyte_of_adversarial_input_is_linear() {
+        // Each input repeats what would make a naive scanner re-read the rest of the text at
+        // every match; quadratic work on 1 MB would take minutes, linear takes milliseconds.
+        let mb = |unit: &str| unit.repeat((1 << 20) / unit.len());
+        let inputs = [
+            mb("1-2-3-4-5-6-7-8-9-0 @@@@a@b GB82WEST 1.1.1. eyJ.eyJ. sk- AKIA "),
+            mb("eyJ"),
+            mb("sk-"),
+            mb("AKIA"),
+            mb("-----BEGIN "),
+            mb("1-"),
+            mb("GB82"),
+            format!("{}@", "a".repeat(1 << 20)),
+            mb("a@"),
+            mb("1."),
+        ];
+        for text in &inputs {
+            let t = std::time::Instant::now();
+            let _ = detect(text);
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(2),
+                "{:?}…: {:?}",
+                &text[..12],
+                t.elapsed()
+            );
+        }
     }
 }

@@ -1,0 +1,434 @@
+//! The routing decision: ordered rules first (privacy is a hard constraint), then a cost
+//! score over latency, money and quality. Every decision carries a trace that names each
+//! signal's value and what decided.
+
+use serde::{Deserialize, Serialize};
+
+use crate::pii::{self, EntityKind, Sensitivity};
+use crate::signals;
+
+/// Where to answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Target {
+    Edge,
+    Cloud,
+}
+
+/// What the caller knows about the device and the network (measured by the web crate).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Context {
+    pub online: bool,
+    /// Whether the edge model is loaded and can run.
+    pub edge_available: bool,
+    /// Measured edge decode speed.
+    pub edge_tokens_per_s: f32,
+    /// Measured round trip to the worker.
+    pub rtt_ms: f32,
+    /// Languages the edge model handles (GGUF `general.languages`).
+    pub edge_languages: Vec<String>,
+}
+
+/// Scenario weights of the composite score (larger means that term matters more).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Weights {
+    /// Per second of expected latency.
+    pub latency: f64,
+    /// Per cent (USD) of expected spend.
+    pub cost: f64,
+    /// Per unit of expected quality (0–1).
+    pub quality: f64,
+}
+
+impl Weights {
+    /// A named scenario preset.
+    pub fn preset(name: &str) -> Option<Self> {
+        Some(match name {
+            "balanced" => Weights {
+                latency: 1.0,
+                cost: 1.0,
+                quality: 4.0,
+            },
+            "low-latency" => Weights {
+                latency: 4.0,
+                cost: 0.5,
+                quality: 2.0,
+            },
+            "high-accuracy" => Weights {
+                latency: 0.25,
+                cost: 0.25,
+                quality: 12.0,
+            },
+            "low-cost" => Weights {
+                latency: 0.5,
+                cost: 8.0,
+                quality: 2.0,
+            },
+            _ => return None,
+        })
+    }
+}
+
+/// A tenant's routing policy. Data, versioned: the version travels with every decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    pub version: String,
+    /// Personal data at or above this sensitivity never leaves the device.
+    pub keep_on_device_at: Sensitivity,
+    /// Expected outputs longer than this go to the cloud (the edge model rambles).
+    pub long_output_tokens: u32,
+    pub weights: Weights,
+    /// Cloud price per 1,000 prompt / completion tokens, USD.
+    pub cloud_price_in_per_1k: f64,
+    pub cloud_price_out_per_1k: f64,
+    pub cloud_tokens_per_s: f32,
+    /// Prior answer quality of each target (0–1), before task-specific evidence.
+    pub edge_quality: f64,
+    pub cloud_quality: f64,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            version: "balanced-1".into(),
+            keep_on_device_at: Sensitivity::High,
+            long_output_tokens: 512,
+            weights: Weights {
+                latency: 1.0,
+                cost: 1.0,
+                quality: 4.0,
+            },
+            cloud_price_in_per_1k: 0.00015,
+            cloud_price_out_per_1k: 0.0006,
+            cloud_tokens_per_s: 60.0,
+            edge_quality: 0.55,
+            cloud_quality: 0.85,
+        }
+    }
+}
+
+/// A policy document that could not be used.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid policy: {0}")]
+pub struct PolicyError(String);
+
+impl Policy {
+    /// Parses a policy from JSON, naming the field at fault.
+    pub fn from_json(json: &str) -> Result<Self, PolicyError> {
+        let p: Policy = serde_json::from_str(json).map_err(|e| PolicyError(e.to_string()))?;
+        let w = p.weights;
+        if [w.latency, w.cost, w.quality]
+            .iter()
+            .any(|v| !v.is_finite() || *v < 0.0)
+        {
+            return Err(PolicyError(
+                "weights must be finite and non-negative".into(),
+            ));
+        }
+        Ok(p)
+    }
+}
+
+/// One line of the trace: a signal and its value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SignalValue {
+    pub name: String,
+    pub value: serde_json::Value,
+}
+
+/// Why a decision came out as it did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecisionTrace {
+    pub signals: Vec<SignalValue>,
+    /// The rule that decided, or `None` when the score did.
+    pub rule: Option<String>,
+    /// Score of each target (lower is better), when scoring ran.
+    pub scores: Vec<(Target, f64)>,
+    pub policy_version: String,
+}
+
+/// A routing decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Decision {
+    pub target: Target,
+    pub reasons: Vec<String>,
+    /// Personal data found (classes only, never values).
+    pub pii: Vec<EntityKind>,
+    pub estimated_latency_ms: f64,
+    pub estimated_cost_usd: f64,
+    pub trace: DecisionTrace,
+}
+
+/// Decides where `prompt` runs.
+pub fn decide(prompt: &str, max_tokens: Option<u32>, ctx: &Context, policy: &Policy) -> Decision {
+    let spans = pii::detect(prompt);
+    let mut pii: Vec<EntityKind> = spans.iter().map(|s| s.kind).collect();
+    pii.sort();
+    pii.dedup();
+    let private: Vec<EntityKind> = pii
+        .iter()
+        .copied()
+        .filter(|k| k.sensitivity() >= policy.keep_on_device_at)
+        .collect();
+    let lang = signals::language(prompt);
+    let out = signals::expected_output(prompt, max_tokens);
+    let prompt_tokens = signals::prompt_tokens_estimate(prompt);
+    let lang_ok = ctx.edge_languages.is_empty() || ctx.edge_languages.iter().any(|l| l == lang);
+
+    let edge_latency = if ctx.edge_tokens_per_s > 0.0 {
+        f64::from(out.tokens) / f64::from(ctx.edge_tokens_per_s)
+    } else {
+        f64::INFINITY
+    };
+    let cloud_latency = f64::from(ctx.rtt_ms) / 1000.0
+        + f64::from(out.tokens) / f64::from(policy.cloud_tokens_per_s.max(1.0));
+    let cloud_cost = f64::from(prompt_tokens) / 1000.0 * policy.cloud_price_in_per_1k
+        + f64::from(out.tokens) / 1000.0 * policy.cloud_price_out_per_1k;
+    let edge_quality = if lang_ok {
+        policy.edge_quality
+    } else {
+        policy.edge_quality * 0.3
+    };
+
+    let signals = vec![
+        sig("pii", serde_json::to_value(&pii).unwrap_or_default()),
+        sig("language", lang.into()),
+        sig("expected_output_tokens", out.tokens.into()),
+        sig("expected_output_basis", out.basis.into()),
+        sig("prompt_tokens_estimate", prompt_tokens.into()),
+        sig("online", ctx.online.into()),
+        sig("edge_available", ctx.edge_available.into()),
+        sig("edge_tokens_per_s", f64::from(ctx.edge_tokens_per_s).into()),
+        sig("rtt_ms", f64::from(ctx.rtt_ms).into()),
+    ];
+    let decision = |target: Target,
+                    rule: Option<&str>,
+                    reasons: Vec<String>,
+                    scores: Vec<(Target, f64)>| Decision {
+        target,
+        reasons,
+        pii: pii.clone(),
+        estimated_latency_ms: 1000.0
+            * if target == Target::Edge {
+                edge_latency
+            } else {
+                cloud_latency
+            },
+        estimated_cost_usd: if target == Target::Edge {
+            0.0
+        } else {
+            cloud_cost
+        },
+        trace: DecisionTrace {
+            signals: signals.clone(),
+            rule: rule.map(str::to_string),
+            scores,
+            policy_version: policy.version.clone(),
+        },
+    };
+
+    // Rules, in order. Privacy first: it is a constraint, not a weight.
+    if !private.is_empty() {
+        let names: Vec<String> = private.iter().map(|k| format!("{k:?}")).collect();
+        let mut reasons = vec![format!(
+            "privacy: {} stays on this device",
+            names.join(", ")
+        )];
+        if !lang_ok {
+            reasons.push(format!(
+                "quality warning: the edge model does not support language `{lang}`"
+            ));
+        }
+        return decision(Target::Edge, Some("privacy"), reasons, vec![]);
+    }
+    if !ctx.online {
+        return decision(
+            Target::Edge,
+            Some("offline"),
+            vec!["offline: only the edge can answer".into()],
+            vec![],
+        );
+    }
+    if !ctx.edge_available {
+        return decision(
+            Target::Cloud,
+            Some("edge_unavailable"),
+            vec!["edge model not available on this device".into()],
+            vec![],
+        );
+    }
+    if !lang_ok {
+        return decision(
+            Target::Cloud,
+            Some("language"),
+            vec![format!(
+                "language `{lang}` is not supported by the edge model"
+            )],
+            vec![],
+        );
+    }
+    if out.tokens > policy.long_output_tokens {
+        return decision(
+            Target::Cloud,
+            Some("long_output"),
+            vec![format!(
+                "expected {} output tokens ({}) exceeds {}",
+                out.tokens, out.basis, policy.long_output_tokens
+            )],
+            vec![],
+        );
+    }
+    let w = policy.weights;
+    let edge_score = w.latency * edge_latency - w.quality * edge_quality;
+    let cloud_score =
+        w.latency * cloud_latency + w.cost * cloud_cost * 100.0 - w.quality * policy.cloud_quality;
+    let scores = vec![(Target::Edge, edge_score), (Target::Cloud, cloud_score)];
+    let target = if edge_score <= cloud_score {
+        Target::Edge
+    } else {
+        Target::Cloud
+    };
+    let reason = format!("score: edge {edge_score:.3} vs cloud {cloud_score:.3} (lower wins)");
+    decision(target, None, vec![reason], scores)
+}
+
+fn sig(name: &str, value: serde_json::Value) -> SignalValue {
+    SignalValue {
+        name: name.into(),
+        value,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx() -> Context {
+        Context {
+            online: true,
+            edge_available: true,
+            edge_tokens_per_s: 40.0,
+            rtt_ms: 60.0,
+            edge_languages: vec!["en".into()],
+        }
+    }
+
+    #[test]
+    fn card_number_never_leaves_even_for_a_long_chinese_essay() {
+        let d = decide(
+            "请写一篇详细的文章，我的卡号是 4111 1111 1111 1111",
+            None,
+            &ctx(),
+            &Policy::default(),
+        );
+        assert_eq!(d.target, Target::Edge);
+        assert_eq!(d.trace.rule.as_deref(), Some("privacy"));
+        assert!(d.reasons.iter().any(|r| r.contains("quality warning")));
+        assert!(
+            !d.reasons.concat().contains("4111"),
+            "values never appear in reasons"
+        );
+    }
+
+    #[test]
+    fn email_is_below_the_default_threshold_but_a_strict_policy_keeps_it() {
+        let strict = Policy {
+            keep_on_device_at: Sensitivity::Medium,
+            ..Policy::default()
+        };
+        let prompt = "Write an essay for bob@example.com";
+        assert_eq!(
+            decide(prompt, None, &ctx(), &Policy::default()).target,
+            Target::Cloud
+        );
+        assert_eq!(decide(prompt, None, &ctx(), &strict).target, Target::Edge);
+    }
+
+    #[test]
+    fn rules_in_order_offline_edge_unavailable_language_long_output() {
+        let offline = Context {
+            online: false,
+            ..ctx()
+        };
+        assert_eq!(
+            decide("Write an essay", None, &offline, &Policy::default())
+                .trace
+                .rule
+                .as_deref(),
+            Some("offline")
+        );
+        let no_edge = Context {
+            edge_available: false,
+            ..ctx()
+        };
+        assert_eq!(
+            decide("hi", None, &no_edge, &Policy::default())
+                .trace
+                .rule
+                .as_deref(),
+            Some("edge_unavailable")
+        );
+        assert_eq!(
+            decide("你好，今天天气怎么样？", None, &ctx(), &Policy::default())
+                .trace
+                .rule
+                .as_deref(),
+            Some("language")
+        );
+        assert_eq!(
+            decide(
+                "Write an essay about the sea",
+                None,
+                &ctx(),
+                &Policy::default()
+            )
+            .trace
+            .rule
+            .as_deref(),
+            Some("long_output")
+        );
+    }
+
+    #[test]
+    fn presets_move_the_score() {
+        let prompt = "What is the capital of France?";
+        let fast = Policy {
+            weights: Weights::preset("low-latency").expect("preset"),
+            ..Policy::default()
+        };
+        let accurate = Policy {
+            weights: Weights::preset("high-accuracy").expect("preset"),
+            ..Policy::default()
+        };
+        let slow_net = Context {
+            rtt_ms: 2000.0,
+            ..ctx()
+        };
+        assert_eq!(
+            decide(prompt, Some(20), &slow_net, &fast).target,
+            Target::Edge
+        );
+        assert_eq!(
+            decide(prompt, Some(20), &ctx(), &accurate).target,
+            Target::Cloud
+        );
+        let d = decide(prompt, Some(20), &ctx(), &accurate);
+        assert_eq!(d.trace.scores.len(), 2);
+        assert!(
+            d.trace
+                .signals
+                .iter()
+                .any(|s| s.name == "language" && s.value == "en")
+        );
+    }
+
+    #[test]
+    fn malformed_policy_json_names_the_problem() {
+        assert!(Policy::from_json("{").is_err());
+        let err = Policy::from_json(r#"{"version":"x","keep_on_device_at":"high","long_output_tokens":1,"weights":{"latency":-1,"cost":0,"quality":0},"cloud_price_in_per_1k":0,"cloud_price_out_per_1k":0,"cloud_tokens_per_s":1,"edge_quality":0,"cloud_quality":0}"#).unwrap_err();
+        assert!(err.to_string().contains("non-negative"));
+        let round = serde_json::to_string(&Policy::default()).expect("ser");
+        assert_eq!(Policy::from_json(&round).expect("parse"), Policy::default());
+    }
+}

@@ -1,0 +1,116 @@
+//! Signals read from the request text: language and expected output length.
+
+use serde::{Deserialize, Serialize};
+
+/// The dominant script of a prompt, as an ISO 639-1 guess the policy compares with the
+/// edge model's `general.languages`.
+pub fn language(text: &str) -> &'static str {
+    let (mut cjk, mut letters) = (0usize, 0usize);
+    for c in text.chars() {
+        if matches!(c as u32, 0x4E00..=0x9FFF | 0x3400..=0x4DBF | 0xF900..=0xFAFF) {
+            cjk += 1;
+        } else if c.is_alphabetic() {
+            letters += 1;
+        }
+    }
+    // A Chinese character carries about as much as a short English word.
+    if cjk > 0 && cjk * 3 >= letters {
+        "zh"
+    } else {
+        "en"
+    }
+}
+
+/// How long an answer the prompt asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct OutputEstimate {
+    pub tokens: u32,
+    /// What the estimate rests on: `max_tokens`, a cue word, or the default.
+    pub basis: &'static str,
+}
+
+const LONG_CUES: &[&str] = &[
+    "essay",
+    "in detail",
+    "detailed",
+    "step by step",
+    "comprehensive",
+    "write a story",
+    "write a report",
+    "article",
+    "详细",
+    "文章",
+    "论文",
+    "报告",
+];
+const SHORT_CUES: &[&str] = &[
+    "one word",
+    "yes or no",
+    "briefly",
+    "in one sentence",
+    "short answer",
+    "简短",
+    "一句话",
+];
+
+/// Expected completion tokens: an explicit `max_tokens` caps it; cue words move it.
+pub fn expected_output(text: &str, max_tokens: Option<u32>) -> OutputEstimate {
+    let lower = text.to_lowercase();
+    let (tokens, basis) = if LONG_CUES.iter().any(|c| lower.contains(c)) {
+        (1024, "long-form cue")
+    } else if SHORT_CUES.iter().any(|c| lower.contains(c)) {
+        (24, "short-answer cue")
+    } else {
+        (160, "default")
+    };
+    match max_tokens {
+        Some(m) if m < tokens => OutputEstimate {
+            tokens: m,
+            basis: "max_tokens",
+        },
+        _ => OutputEstimate { tokens, basis },
+    }
+}
+
+/// Rough prompt token count without a tokenizer: ~4 bytes a token for Latin text, one a
+/// character for CJK (a conservative bound used for cost and latency only).
+pub fn prompt_tokens_estimate(text: &str) -> u32 {
+    let cjk = text.chars().filter(|&c| (c as u32) >= 0x2E80).count();
+    let rest = text.len().saturating_sub(cjk * 3);
+    (cjk + rest.div_ceil(4)) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn language_by_script() {
+        assert_eq!(language("What is the capital of France?"), "en");
+        assert_eq!(language("北京是中国的首都吗？"), "zh");
+        assert_eq!(language("Translate 你好 into English please, thanks"), "en");
+    }
+
+    #[test]
+    fn output_estimate_follows_cues_and_max_tokens() {
+        assert_eq!(
+            expected_output("Write an essay about rivers", None).tokens,
+            1024
+        );
+        assert_eq!(
+            expected_output("Write an essay about rivers", Some(100)),
+            OutputEstimate {
+                tokens: 100,
+                basis: "max_tokens"
+            }
+        );
+        assert_eq!(
+            expected_output("Answer yes or no: is water wet?", None).tokens,
+            24
+        );
+        assert_eq!(
+            expected_output("请详细介绍长城", None).basis,
+            "long-form cue"
+        );
+    }
+}
