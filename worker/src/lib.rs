@@ -4,6 +4,7 @@ use straddle_protocol::{ApiError, ErrorKind};
 use worker::{Context, Env, Request, Response, Result, Router, event};
 
 mod error;
+mod privacy;
 mod upstream;
 
 use error::error_response;

@@ -2,7 +2,8 @@
 //! and the upstream's response (SSE included) streamed back without buffering.
 //!
 //! Tenant auth, budgets, failover across several upstreams and cost records are not here
-//! yet (see the edge-worker issue); this is the single-upstream path the demo uses.
+//! yet (see the edge-worker issue); this is the single-upstream path the demo uses, with the
+//! privacy re-check in front of it.
 
 use straddle_protocol::{ApiError, ChatRequest, ErrorKind};
 use worker::{Env, Fetch, Headers, Method, Request, RequestInit, Response, Result};
@@ -27,6 +28,9 @@ pub async fn chat(mut req: Request, env: &Env) -> Result<Response> {
     };
     if let Err(e) = parsed.validate() {
         return error_response(&e);
+    }
+    if let Some(refusal) = crate::privacy::recheck(&parsed) {
+        return error_response(&refusal);
     }
     let Ok(base) = env.var("UPSTREAM_URL").map(|v| v.to_string()) else {
         return error_response(&ApiError::new(

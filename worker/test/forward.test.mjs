@@ -62,3 +62,13 @@ test("an unreachable upstream is a 502 in OpenAI's error shape", { skip }, async
   assert.equal(res.status, 502);
   assert.equal((await res.json()).error.type, "upstream_error");
 });
+
+test("a card number is refused with 451 and never reaches the upstream", { skip }, async () => {
+  // The dead upstream proves nothing was forwarded: forwarding would have produced a 502.
+  const res = await chat(deadWorker.url, { messages: [{ role: "user", content: "charge 4111 1111 1111 1111 please" }] });
+  assert.equal(res.status, 451);
+  const body = await res.json();
+  assert.equal(body.error.type, "privacy_refused");
+  assert.match(body.error.message, /payment_card/);
+  assert.doesNotMatch(JSON.stringify(body), /4111/);
+});

@@ -27,6 +27,36 @@ fn pii_kind_names(text: &str) -> Vec<String> {
     kinds
 }
 
+/// Decides where a prompt should run: `context_json` is a router `Context`, `policy_json`
+/// a `Policy` (the default when absent). Returns the `Decision` as JSON, trace included.
+#[wasm_bindgen]
+pub fn route(
+    prompt: &str,
+    max_tokens: Option<u32>,
+    context_json: &str,
+    policy_json: Option<String>,
+) -> Result<String, JsError> {
+    route_json(prompt, max_tokens, context_json, policy_json.as_deref())
+        .map_err(|e| JsError::new(&e))
+}
+
+fn route_json(
+    prompt: &str,
+    max_tokens: Option<u32>,
+    context_json: &str,
+    policy_json: Option<&str>,
+) -> Result<String, String> {
+    use straddle_router::policy::{self, Context, Policy};
+    let ctx: Context =
+        serde_json::from_str(context_json).map_err(|e| format!("invalid context: {e}"))?;
+    let policy = match policy_json {
+        Some(p) => Policy::from_json(p).map_err(|e| e.to_string())?,
+        None => Policy::default(),
+    };
+    serde_json::to_string(&policy::decide(prompt, max_tokens, &ctx, &policy))
+        .map_err(|e| e.to_string())
+}
+
 /// What this browser offers for on-device inference.
 #[wasm_bindgen(getter_with_clone)]
 pub struct DeviceInfo {
@@ -85,6 +115,21 @@ pub async fn probe_device() -> DeviceInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn route_returns_a_decision_with_its_trace_and_rejects_bad_context() {
+        let ctx = r#"{"online":false,"edge_available":true,"edge_tokens_per_s":30,"rtt_ms":50,"edge_languages":["en"]}"#;
+        let d: serde_json::Value =
+            serde_json::from_str(&route_json("hello", None, ctx, None).expect("decision"))
+                .expect("json");
+        assert_eq!(d["target"], "edge");
+        assert_eq!(d["trace"]["rule"], "offline");
+        assert!(
+            route_json("hello", None, "{}", None)
+                .unwrap_err()
+                .contains("invalid context")
+        );
+    }
 
     #[test]
     fn pii_kinds_names_classes_not_values() {

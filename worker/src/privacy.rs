@@ -1,0 +1,62 @@
+//! The worker's privacy re-check: the browser's router already kept private data on the
+//! device, but a page can be modified, so the same detector runs again here and anything
+//! the policy keeps on device is refused before a byte goes upstream.
+
+use straddle_protocol::{ApiError, ChatRequest, ErrorKind};
+use straddle_router::pii::{self, EntityKind, Sensitivity};
+
+/// Until per-tenant policies land, the default policy's threshold applies to everyone.
+const KEEP_ON_DEVICE_AT: Sensitivity = Sensitivity::High;
+
+/// A 451 naming the entity classes (never their values), or `None` when the request may go.
+pub fn recheck(req: &ChatRequest) -> Option<ApiError> {
+    let mut kinds: Vec<EntityKind> = req
+        .messages
+        .iter()
+        .flat_map(|m| pii::detect(&m.content))
+        .map(|s| s.kind)
+        .filter(|k| k.sensitivity() >= KEEP_ON_DEVICE_AT)
+        .collect();
+    kinds.sort();
+    kinds.dedup();
+    if kinds.is_empty() {
+        return None;
+    }
+    let names: Vec<String> = kinds
+        .iter()
+        .filter_map(|k| serde_json::to_value(k).ok())
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect();
+    Some(
+        ApiError::new(
+            ErrorKind::PrivacyRefused,
+            format!(
+                "request contains data that must stay on the device: {}",
+                names.join(", ")
+            ),
+        )
+        .with_code("privacy_refused"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use straddle_protocol::{Message, Role};
+
+    fn req(text: &str) -> ChatRequest {
+        ChatRequest {
+            messages: vec![Message::new(Role::User, text)],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn card_is_refused_by_class_without_echoing_the_value() {
+        let err = recheck(&req("my card is 4111 1111 1111 1111")).expect("refused");
+        assert_eq!(err.status(), 451);
+        assert!(err.message.contains("payment_card"));
+        assert!(!err.message.contains("4111"));
+        assert!(recheck(&req("what is 2+2?")).is_none());
+    }
+}
