@@ -10,6 +10,7 @@ use axum::{Json, Router};
 use straddle_protocol::{ApiError, ErrorKind, ModelInfo, ModelList};
 
 mod chat;
+mod verify;
 
 /// What the server knows about the model it serves.
 #[derive(Debug, Clone)]
@@ -58,6 +59,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/health", get(health))
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(chat))
+        .route("/v1/verify", post(verify_route))
         .fallback(not_found)
         .with_state(state)
 }
@@ -115,6 +117,20 @@ async fn chat(State(state): State<Arc<AppState>>, body: axum::body::Bytes) -> Re
         .into_response();
     };
     crate::chat::complete(engine, state.model.id.clone(), req).await
+}
+
+async fn verify_route(State(state): State<Arc<AppState>>, body: axum::body::Bytes) -> Response {
+    let req = match serde_json::from_slice::<straddle_protocol::VerifyRequest>(&body) {
+        Err(e) => return ErrorResponse(ApiError::from_json_error(&e)).into_response(),
+        Ok(req) => req,
+    };
+    let Some(engine) = state.engine.clone() else {
+        return ErrorResponse(
+            ApiError::new(ErrorKind::Unavailable, "no model loaded").with_code("engine_not_ready"),
+        )
+        .into_response();
+    };
+    crate::verify::verify(engine, req).await
 }
 
 async fn not_found() -> ErrorResponse {

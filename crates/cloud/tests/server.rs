@@ -157,3 +157,39 @@ fn answers_streamed_and_whole_and_rejects_bad_input() {
         }
     }
 }
+
+#[test]
+fn verify_accepts_the_greedy_continuation_and_corrects_a_wrong_token() {
+    let Some(server) = start() else { return };
+    let p = server.port;
+    // The greedy continuation from the non-streamed route, as token ids via the verify route:
+    // first learn the greedy tokens one verify call at a time, then check a batch at once.
+    let prefix: Vec<u32> = vec![504, 1782, 4683, 359]; // any valid ids will do
+    let mut greedy = Vec::new();
+    for _ in 0..4 {
+        let mut pre = prefix.clone();
+        pre.extend(&greedy);
+        let body = serde_json::json!({"prefix_tokens": pre, "draft_tokens": [0]}).to_string();
+        let (status, text) = http(p, "POST", "/v1/verify", &body).expect("verify");
+        assert_eq!(status, 200, "{text}");
+        let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+        greedy.push(v["next_token"].as_u64().expect("next") as u32);
+    }
+    let body = serde_json::json!({"prefix_tokens": prefix, "draft_tokens": greedy}).to_string();
+    let (_, text) = http(p, "POST", "/v1/verify", &body).expect("verify");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(v["accepted"], 4, "{text}");
+    let mut wrong = greedy.clone();
+    wrong[2] = if wrong[2] == 7 { 8 } else { 7 };
+    let body = serde_json::json!({"prefix_tokens": prefix, "draft_tokens": wrong}).to_string();
+    let (_, text) = http(p, "POST", "/v1/verify", &body).expect("verify");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(v["accepted"], 2);
+    assert_eq!(v["next_token"], greedy[2]);
+
+    let body = serde_json::json!({"prefix_tokens": prefix, "draft_tokens": [1], "tokenizer_hash": "other"}).to_string();
+    let (status, text) = http(p, "POST", "/v1/verify", &body).expect("verify");
+    assert_eq!(status, 409, "{text}");
+    let body = serde_json::json!({"prefix_tokens": prefix, "draft_tokens": [999999]}).to_string();
+    assert_eq!(http(p, "POST", "/v1/verify", &body).expect("verify").0, 400);
+}

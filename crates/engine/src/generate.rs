@@ -26,6 +26,8 @@ pub enum EngineError {
     Gguf(#[from] crate::gguf::GgufError),
     #[error("prompt is empty")]
     EmptyPrompt,
+    #[error("{0}")]
+    Unsupported(String),
     #[error("prompt of {prompt} tokens leaves no room in a context of {context}")]
     PromptTooLong { prompt: usize, context: usize },
 }

@@ -3,7 +3,7 @@
 //! One file per idea, in the order a reader meets them: `gguf` (the container), `quant`
 //! (block formats), `qmatrix` (weights kept quantized, and their products), `tokenizer`,
 //! `template` (chat templates), `model` (config, layers, forward), `kv` (the cache),
-//! `sample` (choosing tokens), `generate` (the loop).
+//! `sample` (choosing tokens), `generate` (the loop), `speculative` (draft and verify).
 
 pub mod generate;
 pub mod gguf;
@@ -12,6 +12,7 @@ pub mod model;
 pub mod qmatrix;
 pub mod quant;
 pub mod sample;
+pub mod speculative;
 pub mod template;
 pub mod tokenizer;
 

@@ -63,3 +63,97 @@ fn cancellation_stops_between_tokens() {
     assert_eq!(c.finish, Finish::Cancelled);
     assert_eq!(c.tokens.len(), 3);
 }
+
+#[test]
+fn greedy_verify_of_a_corrupted_draft_reproduces_plain_greedy_decoding() {
+    let Some(e) = engine() else { return };
+    let prompt = e
+        .prompt_tokens(Prompt::Text("The three primary colors are"))
+        .expect("tokens");
+    let params = GenerateParams {
+        max_tokens: 24,
+        ..Default::default()
+    };
+    let plain = e
+        .generate(Prompt::Tokens(&prompt), &params, |_| Flow::Continue)
+        .expect("plain")
+        .tokens;
+
+    // Speculative loop: drafts are the true greedy tokens with every third one corrupted,
+    // so the verifier must reject there and supply the greedy token itself.
+    let mut cache = e.new_cache(256);
+    let mut logits = e
+        .model
+        .forward(&prompt, &mut cache, false)
+        .expect("prefill")
+        .pop()
+        .expect("logits");
+    let mut out: Vec<u32> = Vec::new();
+    let mut passes = 0;
+    while out.len() < plain.len() {
+        let k = 4.min(plain.len() - out.len());
+        let draft: Vec<u32> = (0..k)
+            .map(|i| {
+                if (out.len() + i) % 3 == 2 {
+                    7
+                } else {
+                    plain[out.len() + i]
+                }
+            })
+            .collect();
+        let v = e
+            .verify(&mut cache, &logits, &draft, &Default::default())
+            .expect("verify");
+        passes += 1;
+        out.extend_from_slice(&draft[..v.accepted]);
+        if out.len() < plain.len() {
+            out.push(v.next_token);
+            logits = e
+                .model
+                .forward(&[v.next_token], &mut cache, false)
+                .expect("step")
+                .pop()
+                .expect("logits");
+        }
+    }
+    assert_eq!(out, plain);
+    assert!(
+        passes < plain.len(),
+        "verification batched tokens: {passes} passes for {} tokens",
+        plain.len()
+    );
+}
+
+#[test]
+fn a_greedy_draft_from_the_same_model_is_accepted_whole() {
+    let Some(e) = engine() else { return };
+    let prompt = e
+        .prompt_tokens(Prompt::Text("def add(a, b):"))
+        .expect("tokens");
+    let mut draft_cache = e.new_cache(64);
+    let logits = e
+        .model
+        .forward(&prompt, &mut draft_cache, false)
+        .expect("prefill")
+        .pop()
+        .expect("logits");
+    let mut rng = straddle_engine::sample::Rng::new(0);
+    let d = e
+        .draft(&mut draft_cache, &logits, 5, &Default::default(), &mut rng)
+        .expect("draft");
+    assert_eq!(draft_cache.len(), prompt.len() + 5);
+    assert!(d.probs.iter().all(|&p| p > 0.0 && p <= 1.0));
+    let mut verify_cache = e.new_cache(64);
+    let v = e
+        .verify(&mut verify_cache, &logits, &[], &Default::default())
+        .expect("empty draft");
+    assert_eq!(v.accepted, 0);
+    e.model
+        .forward(&prompt, &mut verify_cache, false)
+        .expect("prefill");
+    let v = e
+        .verify(&mut verify_cache, &logits, &d.tokens, &Default::default())
+        .expect("verify");
+    assert_eq!(v.accepted, 5);
+    assert_eq!(verify_cache.len(), prompt.len() + 5);
+}
