@@ -31,17 +31,19 @@ pub async fn verify(engine: Arc<Mutex<Engine>>, req: VerifyRequest) -> Response 
         let e = engine
             .lock()
             .map_err(|_| ApiError::new(ErrorKind::Internal, "engine poisoned"))?;
-        if let Some(theirs) = &req.tokenizer_hash {
-            if *theirs != e.tokenizer.hash {
-                return Err(ApiError::new(
-                    ErrorKind::Conflict,
-                    format!(
-                        "tokenizer mismatch: request {theirs}, server {}",
-                        e.tokenizer.hash
-                    ),
-                )
-                .with_code("tokenizer_mismatch"));
-            }
+        if let Some(theirs) = req
+            .tokenizer_hash
+            .as_ref()
+            .filter(|h| **h != e.tokenizer.hash)
+        {
+            return Err(ApiError::new(
+                ErrorKind::Conflict,
+                format!(
+                    "tokenizer mismatch: request {theirs}, server {}",
+                    e.tokenizer.hash
+                ),
+            )
+            .with_code("tokenizer_mismatch"));
         }
         let vocab = e.tokenizer.vocab_size() as u32;
         let prefix = match &req.prefix_tokens {
