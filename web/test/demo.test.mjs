@@ -49,3 +49,28 @@ test("without the WebGPU flag the page says so instead of failing", async () => 
     await browser.close();
   }
 });
+
+test("the page answers on the device with the real model and shows the route", { skip: !process.env.STRADDLE_TEST_MODEL && "set STRADDLE_TEST_MODEL (cargo xtask test does)" }, async () => {
+  const models = path.dirname(process.env.STRADDLE_TEST_MODEL);
+  const withModels = createServer({ root, models });
+  await new Promise((r) => withModels.listen(0, "127.0.0.1", r));
+  const browser = await chromium.launch({ executablePath: "/usr/bin/chromium", headless: true, args: [...ARGS, "--enable-unsafe-webgpu"] });
+  try {
+    const page = await browser.newPage();
+    await page.goto(`http://127.0.0.1:${withModels.address().port}/demo/`);
+    await page.waitForFunction(() => document.body.dataset.ready === "1", null, { timeout: 60_000 });
+    // A card number: the router must keep this on the device, and the page answers there.
+    await page.fill("#prompt", "My card 4111 1111 1111 1111 was stolen. What should I do?");
+    await page.click("#ask");
+    await page.waitForFunction(() => document.body.dataset.answered === "1", null, { timeout: 300_000 });
+    assert.equal(await page.textContent("#route"), "edge");
+    assert.match(await page.textContent("#reasons"), /privacy: PaymentCard stays on this device/);
+    const answer = await page.textContent("#answer");
+    assert.ok(answer.trim().length > 0, "an answer was generated");
+    assert.match(await page.textContent("#stats"), /^edge · \d+ tokens/);
+    await page.screenshot({ path: path.join(root, "test", "demo-edge-answer.png") });
+  } finally {
+    await browser.close();
+    withModels.close();
+  }
+});

@@ -197,10 +197,9 @@ impl QMatrix {
     /// Dot product of row `r` with the quantized activations `x`.
     #[inline]
     pub fn dot_row(&self, r: usize, x: &QActs) -> f32 {
-        let (_, cols) = self.shape();
-        let nb = cols / BLOCK;
         #[cfg(target_arch = "x86_64")]
         if avx2::available() {
+            let nb = self.shape().1 / BLOCK;
             match self {
                 QMatrix::Q4_1 { d, m, qs, .. } => {
                     let (d, m, qs) = (

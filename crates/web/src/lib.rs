@@ -57,6 +57,101 @@ fn route_json(
         .map_err(|e| e.to_string())
 }
 
+/// The on-device model. Runs on the CPU in wasm for now (WebGPU through burn is the engine
+/// issue's open part); generation is synchronous, so pages should call it from a Web Worker.
+#[wasm_bindgen]
+pub struct EdgeEngine {
+    engine: straddle_engine::Engine,
+}
+
+#[wasm_bindgen]
+impl EdgeEngine {
+    /// Loads a GGUF model from its bytes.
+    #[wasm_bindgen(constructor)]
+    pub fn new(bytes: Vec<u8>) -> Result<EdgeEngine, JsError> {
+        let engine = straddle_engine::Engine::load(bytes, EDGE_CONTEXT)
+            .map_err(|e| JsError::new(&e.to_string()))?;
+        Ok(EdgeEngine { engine })
+    }
+
+    /// Languages the model declares (GGUF `general.languages`), for the router's context.
+    pub fn languages(&self) -> Vec<String> {
+        self.engine.languages.clone()
+    }
+
+    /// Generates a reply to `messages_json` (OpenAI-style `[{role, content}]`), calling
+    /// `on_token(text, logprob, entropy)` per token; a `false` return cancels. Returns the
+    /// completion as JSON: `{text, tokens, finish, prompt_tokens, prefill_ms, decode_ms}`.
+    pub fn generate(
+        &self,
+        messages_json: &str,
+        max_tokens: u32,
+        on_token: &js_sys::Function,
+    ) -> Result<String, JsError> {
+        generate_json(
+            &self.engine,
+            messages_json,
+            max_tokens,
+            |text, logprob, entropy| {
+                let keep = on_token.call3(
+                    &JsValue::NULL,
+                    &JsValue::from_str(text),
+                    &JsValue::from_f64(logprob.into()),
+                    &JsValue::from_f64(entropy.into()),
+                );
+                !matches!(keep, Ok(v) if v == JsValue::FALSE)
+            },
+        )
+        .map_err(|e| JsError::new(&e))
+    }
+}
+
+/// Context the browser engine is sized for: an f32 KV cache of 1,024 positions is 47 MB.
+const EDGE_CONTEXT: usize = 1024;
+
+fn generate_json(
+    engine: &straddle_engine::Engine,
+    messages_json: &str,
+    max_tokens: u32,
+    mut on_token: impl FnMut(&str, f32, f32) -> bool,
+) -> Result<String, String> {
+    use straddle_engine::{ChatMessage, Finish, Flow, GenerateParams, Prompt};
+    let messages: Vec<straddle_protocol::Message> =
+        serde_json::from_str(messages_json).map_err(|e| format!("invalid messages: {e}"))?;
+    if messages.is_empty() {
+        return Err("invalid messages: at least one message is required".into());
+    }
+    let msgs: Vec<ChatMessage> = messages
+        .iter()
+        .map(|m| ChatMessage::new(m.role.as_str(), m.content.clone()))
+        .collect();
+    let params = GenerateParams {
+        max_tokens: max_tokens as usize,
+        context: EDGE_CONTEXT,
+        ..Default::default()
+    };
+    let c = engine
+        .generate(Prompt::Messages(&msgs), &params, |ev| {
+            if on_token(&ev.text, ev.logprob, ev.entropy) {
+                Flow::Continue
+            } else {
+                Flow::Cancel
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    let finish = match c.finish {
+        Finish::Stop => "stop",
+        Finish::Length => "length",
+        Finish::Cancelled => "cancelled",
+    };
+    Ok(serde_json::json!({
+        "text": c.text, "tokens": c.tokens, "finish": finish, "prompt_tokens": c.prompt_tokens,
+        "prefill_ms": c.prefill_ms, "decode_ms": c.decode_ms,
+        "mean_logprob": if c.logprobs.is_empty() { 0.0 } else { c.logprobs.iter().sum::<f32>() / c.logprobs.len() as f32 },
+    })
+    .to_string())
+}
+
 /// What this browser offers for on-device inference.
 #[wasm_bindgen(getter_with_clone)]
 pub struct DeviceInfo {
