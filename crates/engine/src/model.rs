@@ -257,16 +257,66 @@ impl Model {
         cache: &mut KvCache,
         all_logits: bool,
     ) -> Result<Vec<Vec<f32>>, ModelError> {
-        let c = &self.config;
-        let (d, kv_dim, hd) = (c.dim, c.kv_dim(), c.head_dim);
         let start = cache.len();
         let n = tokens.len();
+        if n == 0 {
+            return Ok(Vec::new());
+        }
         if start + n > cache.capacity() {
             return Err(ModelError::ContextFull {
                 needed: start + n,
                 capacity: cache.capacity(),
             });
         }
+        let rows: Vec<(usize, usize)> = (0..n).map(|t| (0, start + t)).collect();
+        let wanted: Vec<usize> = if all_logits {
+            (0..n).collect()
+        } else {
+            vec![n - 1]
+        };
+        let logits = self.forward_rows(tokens, &rows, &mut [cache], &wanted)?;
+        Ok(logits)
+    }
+
+    /// One decode step for several sequences at once: token `i` goes to `caches[i]` at its next
+    /// position. The weights are read once for the whole batch, which is what makes batching
+    /// pay. Returns each sequence's logits.
+    pub fn forward_batch(
+        &self,
+        tokens: &[u32],
+        caches: &mut [&mut KvCache],
+    ) -> Result<Vec<Vec<f32>>, ModelError> {
+        debug_assert_eq!(tokens.len(), caches.len());
+        for c in caches.iter() {
+            if c.len() + 1 > c.capacity() {
+                return Err(ModelError::ContextFull {
+                    needed: c.len() + 1,
+                    capacity: c.capacity(),
+                });
+            }
+        }
+        let rows: Vec<(usize, usize)> = caches
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (i, c.len()))
+            .collect();
+        let wanted: Vec<usize> = (0..tokens.len()).collect();
+        self.forward_rows(tokens, &rows, caches, &wanted)
+    }
+
+    /// The transformer over rows of (sequence, position): row `t` is `tokens[t]` at position
+    /// `rows[t].1` of `caches[rows[t].0]`. Advances each cache by its rows; returns the
+    /// logits of the rows in `wanted`.
+    fn forward_rows(
+        &self,
+        tokens: &[u32],
+        rows: &[(usize, usize)],
+        caches: &mut [&mut KvCache],
+        wanted: &[usize],
+    ) -> Result<Vec<Vec<f32>>, ModelError> {
+        let c = &self.config;
+        let (d, kv_dim, hd) = (c.dim, c.kv_dim(), c.head_dim);
+        let n = tokens.len();
         // x: [n, d]
         let mut x = vec![0f32; n * d];
         for (t, &tok) in tokens.iter().enumerate() {
@@ -288,7 +338,7 @@ impl Model {
         let mut ffn_acts: Vec<QActs> = vec![QActs::default(); n];
         let group = c.n_heads / c.n_kv_heads;
         let scale = 1.0 / (hd as f32).sqrt();
-        let mut scores = vec![0f32; start + n];
+        let mut scores = vec![0f32; rows.iter().map(|r| r.1 + 1).max().unwrap_or(0)];
 
         for (li, layer) in self.layers.iter().enumerate() {
             // Attention block.
@@ -304,23 +354,22 @@ impl Model {
             layer.wq.matmul(&acts, &mut q);
             layer.wk.matmul(&acts, &mut k);
             layer.wv.matmul(&acts, &mut v);
-            for t in 0..n {
-                let pos = start + t;
+            for (t, &(ci, pos)) in rows.iter().enumerate() {
                 for h in 0..c.n_heads {
                     self.rope(&mut q[t * d + h * hd..t * d + (h + 1) * hd], pos);
                 }
                 for h in 0..c.n_kv_heads {
                     self.rope(&mut k[t * kv_dim + h * hd..t * kv_dim + (h + 1) * hd], pos);
                 }
-                cache.write(
+                caches[ci].write(
                     li,
                     pos,
                     &k[t * kv_dim..(t + 1) * kv_dim],
                     &v[t * kv_dim..(t + 1) * kv_dim],
                 );
             }
-            for t in 0..n {
-                let pos = start + t;
+            for (t, &(ci, pos)) in rows.iter().enumerate() {
+                let cache = &caches[ci];
                 for h in 0..c.n_heads {
                     let kvh = h / group;
                     let qh = &q[t * d + h * hd..t * d + (h + 1) * hd];
@@ -368,16 +417,12 @@ impl Model {
             layer.w_down.matmul(&ffn_acts, &mut proj);
             x.iter_mut().zip(&proj).for_each(|(a, b)| *a += b);
         }
-        cache.advance(n);
-
-        let wanted: Vec<usize> = if all_logits {
-            (0..n).collect()
-        } else {
-            vec![n - 1]
-        };
+        for &(ci, _) in rows {
+            caches[ci].advance(1);
+        }
         let head = self.head.as_ref().unwrap_or(&self.embed);
         let mut head_acts = Vec::with_capacity(wanted.len());
-        for &t in &wanted {
+        for &t in wanted {
             rms_norm(&x[t * d..(t + 1) * d], &self.norm, c.rms_eps, &mut xn[..d]);
             head_acts.push(QActs::quantize(&xn[..d]));
         }

@@ -194,3 +194,33 @@ fn wrong_tensor_shape_is_named() {
         "{err}"
     );
 }
+
+#[test]
+fn batched_decode_across_sequences_equals_decoding_each_alone() {
+    let g = Gguf::read(tiny(TensorType::Q4_1, 4, 2, false)).expect("gguf");
+    let m = Model::load(&g, 64).expect("load");
+    let prompts: [&[u32]; 3] = [&[1, 2, 3], &[9], &[4, 4, 4, 4, 4]];
+    let mut alone = Vec::new();
+    let mut caches = Vec::new();
+    for p in prompts {
+        let mut c = m.new_cache(32);
+        m.forward(p, &mut c, false).expect("prefill");
+        let mut solo = c.clone();
+        alone.push(
+            m.forward(&[7], &mut solo, false)
+                .expect("solo")
+                .pop()
+                .expect("logits"),
+        );
+        caches.push(c);
+    }
+    let mut refs: Vec<&mut straddle_engine::kv::KvCache> = caches.iter_mut().collect();
+    let batched = m.forward_batch(&[7, 7, 7], &mut refs).expect("batch");
+    for (i, (a, b)) in alone.iter().zip(&batched).enumerate() {
+        assert!(max_diff(a, b) < 1e-4, "sequence {i}: {}", max_diff(a, b));
+    }
+    assert_eq!(
+        caches.iter().map(|c| c.len()).collect::<Vec<_>>(),
+        vec![4, 2, 6]
+    );
+}
