@@ -122,6 +122,62 @@ impl Completion {
     }
 }
 
+/// One generation in progress: its cache, its next-token logits and what it produced.
+pub struct Sequence {
+    cache: KvCache,
+    logits: Vec<f32>,
+    rng: Rng,
+    params: GenerateParams,
+    context: Vec<u32>,
+    out: Completion,
+    /// Bytes of `out.text` already streamed.
+    emitted: usize,
+    finished: bool,
+    decode_started: Instant,
+}
+
+impl std::fmt::Debug for Sequence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sequence")
+            .field("tokens", &self.out.tokens.len())
+            .field("finished", &self.finished)
+            .finish()
+    }
+}
+
+impl Sequence {
+    /// Whether generation has ended.
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    /// Stops the sequence (the client went away, or asked to stop).
+    pub fn cancel(&mut self) {
+        if !self.finished {
+            self.finish(Finish::Cancelled);
+        }
+    }
+
+    /// Prompt tokens and tokens generated so far.
+    pub fn usage(&self) -> (usize, usize) {
+        (self.out.prompt_tokens, self.out.tokens.len())
+    }
+
+    fn finish(&mut self, why: Finish) {
+        self.finished = true;
+        self.out.finish = why;
+        self.out.decode_ms = self.decode_started.elapsed().as_secs_f64() * 1000.0;
+    }
+
+    /// The finished completion.
+    pub fn into_completion(mut self) -> Completion {
+        if !self.finished {
+            self.finish(Finish::Length);
+        }
+        self.out
+    }
+}
+
 /// A loaded model with its tokenizer and chat template.
 pub struct Engine {
     pub model: Model,
@@ -197,6 +253,22 @@ impl Engine {
         params: &GenerateParams,
         mut on_token: impl FnMut(&TokenEvent) -> Flow,
     ) -> Result<Completion, EngineError> {
+        let mut seq = self.start(prompt, params)?;
+        while let Some(ev) = self.next_token(&mut seq)? {
+            if (!ev.text.is_empty() || !seq.is_finished()) && on_token(&ev) == Flow::Cancel {
+                seq.cancel();
+            }
+            self.advance(&mut [&mut seq])?;
+        }
+        Ok(seq.into_completion())
+    }
+
+    /// Starts a sequence: tokenizes and prefills the prompt.
+    pub fn start(
+        &self,
+        prompt: Prompt<'_>,
+        params: &GenerateParams,
+    ) -> Result<Sequence, EngineError> {
         let prompt_ids = self.prompt_tokens(prompt)?;
         let mut cache = self.model.new_cache(params.context);
         if prompt_ids.len() >= cache.capacity() {
@@ -206,78 +278,97 @@ impl Engine {
             });
         }
         let t0 = Instant::now();
-        let mut logits = self
+        let logits = self
             .model
             .forward(&prompt_ids, &mut cache, false)?
             .pop()
             .unwrap_or_default();
         let prefill_ms = t0.elapsed().as_secs_f64() * 1000.0;
-        let t1 = Instant::now();
-        let mut rng = Rng::new(params.sampling.seed);
-        let mut context = prompt_ids.clone();
-        let mut out = Completion {
-            text: String::new(),
-            tokens: Vec::new(),
-            logprobs: Vec::new(),
-            entropies: Vec::new(),
-            finish: Finish::Length,
-            prompt_tokens: prompt_ids.len(),
-            prefill_ms,
-            decode_ms: 0.0,
-        };
-        let mut emitted = 0; // bytes of `text` already handed to the callback
-        loop {
-            if out.tokens.len() >= params.max_tokens {
-                break;
-            }
-            let s = sample::sample(&logits, &params.sampling, &context, &mut rng);
-            if self.tokenizer.stop_ids.contains(&s.token) || params.stop_tokens.contains(&s.token) {
-                out.finish = Finish::Stop;
-                break;
-            }
-            out.tokens.push(s.token);
-            out.logprobs.push(s.logprob);
-            out.entropies.push(s.entropy);
-            context.push(s.token);
-            let full = self.tokenizer.decode(&out.tokens)?;
-            let (stable, stopped) = stable_text(&full, &params.stop);
-            let delta = full.get(emitted..stable).unwrap_or("").to_string();
-            emitted = stable.max(emitted);
-            if stopped {
-                out.text = full[..stable].to_string();
-                if !delta.is_empty() {
-                    on_token(&TokenEvent {
-                        token: s.token,
-                        text: delta,
-                        logprob: s.logprob,
-                        entropy: s.entropy,
-                    });
-                }
-                out.finish = Finish::Stop;
-                break;
-            }
-            out.text = full;
-            if on_token(&TokenEvent {
-                token: s.token,
-                text: delta,
-                logprob: s.logprob,
-                entropy: s.entropy,
-            }) == Flow::Cancel
-            {
-                out.finish = Finish::Cancelled;
-                break;
-            }
-            if cache.len() >= cache.capacity() || out.tokens.len() >= params.max_tokens {
-                break;
-            }
-            logits = self
-                .model
-                .forward(&[s.token], &mut cache, false)?
-                .pop()
-                .unwrap_or_default();
+        Ok(Sequence {
+            cache,
+            logits,
+            rng: Rng::new(params.sampling.seed),
+            params: params.clone(),
+            context: prompt_ids.clone(),
+            out: Completion {
+                text: String::new(),
+                tokens: Vec::new(),
+                logprobs: Vec::new(),
+                entropies: Vec::new(),
+                finish: Finish::Length,
+                prompt_tokens: prompt_ids.len(),
+                prefill_ms,
+                decode_ms: 0.0,
+            },
+            emitted: 0,
+            finished: false,
+            decode_started: Instant::now(),
+        })
+    }
+
+    /// Samples the sequence's next token from its current logits. Returns the event to stream
+    /// (its text may be empty while a character or a possible stop string is pending), or
+    /// `None` once the sequence has finished. Does not run the model: see [`Engine::advance`].
+    pub fn next_token(&self, seq: &mut Sequence) -> Result<Option<TokenEvent>, EngineError> {
+        if seq.finished {
+            return Ok(None);
         }
-        out.decode_ms = t1.elapsed().as_secs_f64() * 1000.0;
-        Ok(out)
+        let p = &seq.params;
+        if seq.out.tokens.len() >= p.max_tokens {
+            seq.finish(Finish::Length);
+            return Ok(None);
+        }
+        let s = sample::sample(&seq.logits, &p.sampling, &seq.context, &mut seq.rng);
+        if self.tokenizer.stop_ids.contains(&s.token) || p.stop_tokens.contains(&s.token) {
+            seq.finish(Finish::Stop);
+            return Ok(None);
+        }
+        seq.out.tokens.push(s.token);
+        seq.out.logprobs.push(s.logprob);
+        seq.out.entropies.push(s.entropy);
+        seq.context.push(s.token);
+        let full = self.tokenizer.decode(&seq.out.tokens)?;
+        let (stable, stopped) = stable_text(&full, &p.stop);
+        let text = full.get(seq.emitted..stable).unwrap_or("").to_string();
+        seq.emitted = stable.max(seq.emitted);
+        if stopped {
+            seq.out.text = full[..stable].to_string();
+            seq.finish(Finish::Stop);
+        } else {
+            seq.out.text = full;
+            if seq.cache.len() >= seq.cache.capacity() || seq.out.tokens.len() >= p.max_tokens {
+                seq.finish(Finish::Length);
+            }
+        }
+        Ok(Some(TokenEvent {
+            token: s.token,
+            text,
+            logprob: s.logprob,
+            entropy: s.entropy,
+        }))
+    }
+
+    /// Runs one decode step for every unfinished sequence in one batched forward pass,
+    /// feeding each its last sampled token.
+    pub fn advance(&self, seqs: &mut [&mut Sequence]) -> Result<(), EngineError> {
+        let mut live: Vec<&mut Sequence> = seqs
+            .iter_mut()
+            .filter(|s| !s.finished)
+            .map(|s| &mut **s)
+            .collect();
+        if live.is_empty() {
+            return Ok(());
+        }
+        let tokens: Vec<u32> = live
+            .iter()
+            .map(|s| s.context.last().copied().unwrap_or(0))
+            .collect();
+        let mut caches: Vec<&mut KvCache> = live.iter_mut().map(|s| &mut s.cache).collect();
+        let logits = self.model.forward_batch(&tokens, &mut caches)?;
+        for (s, l) in live.into_iter().zip(logits) {
+            s.logits = l;
+        }
+        Ok(())
     }
 
     /// A fresh KV cache sized for `context` positions.
