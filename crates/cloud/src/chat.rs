@@ -1,16 +1,15 @@
 //! `/v1/chat/completions` over the engine: OpenAI's response and SSE chunk formats.
 
-use std::sync::{Arc, Mutex};
-
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
-use straddle_engine::{ChatMessage, Engine, Finish, Flow, GenerateParams, Prompt, SamplingParams};
+use straddle_engine::{ChatMessage, Finish, GenerateParams, SamplingParams};
 use straddle_protocol::{
     ApiError, ChatChunk, ChatRequest, ChatResponse, Choice, ChunkChoice, Delta, ErrorKind,
     FinishReason, Message, Role, Usage,
 };
 
 use crate::ErrorResponse;
+use crate::scheduler::{Job, Scheduler, SeqEvent};
 
 fn now_secs() -> u64 {
     std::time::SystemTime::now()
@@ -43,124 +42,162 @@ fn params(req: &ChatRequest, context: usize) -> GenerateParams {
     }
 }
 
-/// Answers one request, streamed or whole.
-pub async fn complete(engine: Arc<Mutex<Engine>>, model: String, req: ChatRequest) -> Response {
+/// Answers one request, streamed or whole, through the batching scheduler.
+pub async fn complete(scheduler: &Scheduler, model: String, req: ChatRequest) -> Response {
     let messages: Vec<ChatMessage> = req
         .messages
         .iter()
         .map(|m| ChatMessage::new(m.role.as_str(), m.content.clone()))
         .collect();
-    let id = format!(
-        "chatcmpl-{:x}",
-        now_secs() ^ (std::ptr::addr_of!(req) as u64)
-    );
     let created = now_secs();
+    let id = format!(
+        "chatcmpl-{created:x}{:x}",
+        scheduler
+            .metrics
+            .requests
+            .load(std::sync::atomic::Ordering::Relaxed)
+    );
     let include_usage = req.stream_options.as_ref().is_some_and(|o| o.include_usage);
-    let gen_params = params(&req, straddle_engine::generate::DEFAULT_CONTEXT);
-    if !req.stream {
-        let result = tokio::task::spawn_blocking(move || {
-            let e = engine
-                .lock()
-                .map_err(|_| ApiError::new(ErrorKind::Internal, "engine poisoned"))?;
-            e.generate(Prompt::Messages(&messages), &gen_params, |_| Flow::Continue)
-                .map_err(engine_error)
-        })
-        .await;
-        return match result {
-            Ok(Ok(c)) => axum::Json(ChatResponse {
-                id,
-                object: "chat.completion".into(),
-                created,
-                model,
-                choices: vec![Choice {
-                    index: 0,
-                    message: Message::new(Role::Assistant, c.text.clone()),
-                    finish_reason: Some(finish_reason(c.finish)),
-                    logprobs: None,
-                }],
-                usage: Usage::new(c.prompt_tokens as u32, c.tokens.len() as u32),
-                straddle: None,
-            })
-            .into_response(),
-            Ok(Err(e)) => ErrorResponse(e).into_response(),
-            Err(_) => ErrorResponse(ApiError::new(ErrorKind::Internal, "generation task failed"))
-                .into_response(),
-        };
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    if let Err(e) = scheduler.submit(Job {
+        messages,
+        params: params(&req, straddle_engine::generate::DEFAULT_CONTEXT),
+        events: tx,
+    }) {
+        let mut resp = ErrorResponse(e).into_response();
+        resp.headers_mut()
+            .insert("retry-after", axum::http::HeaderValue::from_static("1"));
+        return resp;
     }
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Event, std::convert::Infallible>>(64);
-    tokio::task::spawn_blocking(move || {
-        let chunk = |delta: Delta, finish: Option<FinishReason>, usage: Option<Usage>| {
-            let c = ChatChunk {
-                id: id.clone(),
-                object: "chat.completion.chunk".into(),
-                created,
-                model: model.clone(),
-                choices: if usage.is_some() && finish.is_none() {
-                    vec![]
-                } else {
-                    vec![ChunkChoice {
-                        index: 0,
-                        delta,
-                        finish_reason: finish,
-                        logprobs: None,
-                    }]
-                },
-                usage,
-                straddle: None,
-            };
-            Event::default().data(serde_json::to_string(&c).unwrap_or_default())
-        };
-        let _ = tx.blocking_send(Ok(chunk(
-            Delta {
-                role: Some(Role::Assistant),
-                content: Some(String::new()),
-            },
-            None,
-            None,
-        )));
-        let Ok(e) = engine.lock() else { return };
-        let result = e.generate(Prompt::Messages(&messages), &gen_params, |ev| {
-            if ev.text.is_empty() {
-                return Flow::Continue;
-            }
-            // A closed channel means the client went away: stop spending compute on it.
-            match tx.blocking_send(Ok(chunk(
-                Delta {
-                    role: None,
-                    content: Some(ev.text.clone()),
-                },
-                None,
-                None,
-            ))) {
-                Ok(()) => Flow::Continue,
-                Err(_) => Flow::Cancel,
-            }
-        });
-        match result {
-            Ok(c) => {
-                let _ = tx.blocking_send(Ok(chunk(
-                    Delta::default(),
-                    Some(finish_reason(c.finish)),
-                    None,
-                )));
-                if include_usage {
-                    let _ = tx.blocking_send(Ok(chunk(
-                        Delta::default(),
-                        None,
-                        Some(Usage::new(c.prompt_tokens as u32, c.tokens.len() as u32)),
-                    )));
+    if !req.stream {
+        while let Some(ev) = rx.recv().await {
+            match ev {
+                SeqEvent::Token(_) => {}
+                SeqEvent::Error(e) => return ErrorResponse(e).into_response(),
+                SeqEvent::Done {
+                    text,
+                    finish,
+                    prompt_tokens,
+                    completion_tokens,
+                } => {
+                    return axum::Json(ChatResponse {
+                        id,
+                        object: "chat.completion".into(),
+                        created,
+                        model,
+                        choices: vec![Choice {
+                            index: 0,
+                            message: Message::new(Role::Assistant, text),
+                            finish_reason: Some(finish_reason(finish)),
+                            logprobs: None,
+                        }],
+                        usage: Usage::new(prompt_tokens, completion_tokens),
+                        straddle: None,
+                    })
+                    .into_response();
                 }
             }
-            Err(err) => {
-                let _ = tx.blocking_send(Ok(Event::default().data(engine_error(err).to_body())));
+        }
+        return ErrorResponse(ApiError::new(
+            ErrorKind::Internal,
+            "generation ended without a result",
+        ))
+        .into_response();
+    }
+    let chunk = move |delta: Delta, finish: Option<FinishReason>, usage: Option<Usage>| {
+        let c = ChatChunk {
+            id: id.clone(),
+            object: "chat.completion.chunk".into(),
+            created,
+            model: model.clone(),
+            choices: if usage.is_some() {
+                vec![]
+            } else {
+                vec![ChunkChoice {
+                    index: 0,
+                    delta,
+                    finish_reason: finish,
+                    logprobs: None,
+                }]
+            },
+            usage,
+            straddle: None,
+        };
+        Event::default().data(serde_json::to_string(&c).unwrap_or_default())
+    };
+    let stream = async_stream(move |out| async move {
+        let _ = out
+            .send(chunk(
+                Delta {
+                    role: Some(Role::Assistant),
+                    content: Some(String::new()),
+                },
+                None,
+                None,
+            ))
+            .await;
+        while let Some(ev) = rx.recv().await {
+            let done = match ev {
+                SeqEvent::Token(text) => out
+                    .send(chunk(
+                        Delta {
+                            role: None,
+                            content: Some(text),
+                        },
+                        None,
+                        None,
+                    ))
+                    .await
+                    .is_err(),
+                SeqEvent::Error(e) => {
+                    let _ = out.send(Event::default().data(e.to_body())).await;
+                    true
+                }
+                SeqEvent::Done {
+                    finish,
+                    prompt_tokens,
+                    completion_tokens,
+                    ..
+                } => {
+                    let _ = out
+                        .send(chunk(Delta::default(), Some(finish_reason(finish)), None))
+                        .await;
+                    if include_usage {
+                        let _ = out
+                            .send(chunk(
+                                Delta::default(),
+                                None,
+                                Some(Usage::new(prompt_tokens, completion_tokens)),
+                            ))
+                            .await;
+                    }
+                    true
+                }
+            };
+            if done {
+                break;
             }
         }
-        let _ = tx.blocking_send(Ok(Event::default().data("[DONE]")));
+        let _ = out.send(Event::default().data("[DONE]")).await;
     });
-    Sse::new(tokio_stream::wrappers::ReceiverStream::new(rx)).into_response()
+    Sse::new(stream).into_response()
 }
 
-fn engine_error(e: straddle_engine::EngineError) -> ApiError {
+/// A stream fed by an async task; dropping the stream (client gone) drops the receiver, which
+/// closes the scheduler's channel and cancels the sequence.
+fn async_stream<F, Fut>(
+    producer: F,
+) -> impl futures_util::Stream<Item = Result<Event, std::convert::Infallible>>
+where
+    F: FnOnce(tokio::sync::mpsc::Sender<Event>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(producer(tx));
+    futures_util::StreamExt::map(tokio_stream::wrappers::ReceiverStream::new(rx), Ok)
+}
+
+pub(crate) fn engine_error(e: straddle_engine::EngineError) -> ApiError {
     use straddle_engine::EngineError as E;
     match e {
         E::PromptTooLong { .. } | E::EmptyPrompt | E::Template(_) => {

@@ -10,6 +10,7 @@ use axum::{Json, Router};
 use straddle_protocol::{ApiError, ErrorKind, ModelInfo, ModelList};
 
 mod chat;
+pub mod scheduler;
 mod verify;
 
 /// What the server knows about the model it serves.
@@ -25,8 +26,9 @@ pub struct ModelCard {
 pub struct AppState {
     pub model: ModelCard,
     /// The engine, when the server was started with one (tests of the HTTP surface run without).
-    /// One generation at a time until the batching scheduler lands.
-    pub engine: Option<Arc<std::sync::Mutex<straddle_engine::Engine>>>,
+    pub engine: Option<Arc<straddle_engine::Engine>>,
+    /// The batching decode loop over `engine`.
+    pub scheduler: Option<scheduler::Scheduler>,
 }
 
 /// Reads the model card from a GGUF header (the tensors are not loaded).
@@ -60,6 +62,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(chat))
         .route("/v1/verify", post(verify_route))
+        .route("/metrics", get(metrics))
         .fallback(not_found)
         .with_state(state)
 }
@@ -93,10 +96,7 @@ async fn models(State(state): State<Arc<AppState>>) -> Json<ModelList> {
             id: state.model.id.clone(),
             object: "model".into(),
             owned_by: "straddle".into(),
-            tokenizer_hash: state
-                .engine
-                .as_ref()
-                .and_then(|e| e.lock().ok().map(|e| e.tokenizer.hash.clone())),
+            tokenizer_hash: state.engine.as_ref().map(|e| e.tokenizer.hash.clone()),
             context_length: state.model.context_length,
         }],
     })
@@ -110,13 +110,13 @@ async fn chat(State(state): State<Arc<AppState>>, body: axum::body::Bytes) -> Re
     if let Err(e) = req.validate() {
         return ErrorResponse(e).into_response();
     }
-    let Some(engine) = state.engine.clone() else {
+    let Some(scheduler) = state.scheduler.as_ref() else {
         return ErrorResponse(
             ApiError::new(ErrorKind::Unavailable, "no model loaded").with_code("engine_not_ready"),
         )
         .into_response();
     };
-    crate::chat::complete(engine, state.model.id.clone(), req).await
+    crate::chat::complete(scheduler, state.model.id.clone(), req).await
 }
 
 async fn verify_route(State(state): State<Arc<AppState>>, body: axum::body::Bytes) -> Response {
@@ -131,6 +131,15 @@ async fn verify_route(State(state): State<Arc<AppState>>, body: axum::body::Byte
         .into_response();
     };
     crate::verify::verify(engine, req).await
+}
+
+async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let body = state
+        .scheduler
+        .as_ref()
+        .map(|s| s.metrics.render())
+        .unwrap_or_default();
+    ([("content-type", "text/plain; version=0.0.4")], body).into_response()
 }
 
 async fn not_found() -> ErrorResponse {
@@ -153,6 +162,7 @@ mod tests {
                 architecture: "llama".into(),
             },
             engine: None,
+            scheduler: None,
         }))
     }
 

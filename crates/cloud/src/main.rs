@@ -16,6 +16,12 @@ struct Args {
     /// Address to listen on.
     #[arg(long, env = "STRADDLE_CLOUD_LISTEN", default_value = "127.0.0.1:8090")]
     listen: SocketAddr,
+    /// Requests that may wait for a decode slot before new ones get 503.
+    #[arg(long, env = "STRADDLE_CLOUD_QUEUE", default_value_t = 64)]
+    queue: usize,
+    /// Sequences decoded together in one batched step.
+    #[arg(long, env = "STRADDLE_CLOUD_MAX_BATCH", default_value_t = 32)]
+    max_batch: usize,
 }
 
 fn default_model() -> PathBuf {
@@ -56,9 +62,13 @@ async fn main() -> anyhow::Result<()> {
         load_ms = started.elapsed().as_millis() as u64,
         "engine ready (CPU)"
     );
+    let engine = Arc::new(engine);
+    let scheduler =
+        straddle_cloud::scheduler::Scheduler::spawn(engine.clone(), args.queue, args.max_batch);
     let app = straddle_cloud::router(Arc::new(straddle_cloud::AppState {
         model: card,
-        engine: Some(Arc::new(std::sync::Mutex::new(engine))),
+        engine: Some(engine),
+        scheduler: Some(scheduler),
     }));
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())

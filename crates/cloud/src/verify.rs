@@ -3,7 +3,7 @@
 //! Each call prefills the prefix afresh; keeping a sequence's KV cache between calls of one
 //! generation (sessions) is future work of the speculative-decoding issue.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::response::{IntoResponse, Response};
 use straddle_engine::{ChatMessage, Engine, Prompt};
@@ -12,7 +12,7 @@ use straddle_protocol::{ApiError, ErrorKind, Usage, VerifyRequest, VerifyRespons
 use crate::ErrorResponse;
 
 /// Checks a draft against the served model.
-pub async fn verify(engine: Arc<Mutex<Engine>>, req: VerifyRequest) -> Response {
+pub async fn verify(engine: Arc<Engine>, req: VerifyRequest) -> Response {
     if req.temperature.is_some_and(|t| t > 0.0) {
         return ErrorResponse(ApiError::invalid(
             "temperature",
@@ -28,9 +28,7 @@ pub async fn verify(engine: Arc<Mutex<Engine>>, req: VerifyRequest) -> Response 
         .into_response();
     }
     let result = tokio::task::spawn_blocking(move || -> Result<VerifyResponse, ApiError> {
-        let e = engine
-            .lock()
-            .map_err(|_| ApiError::new(ErrorKind::Internal, "engine poisoned"))?;
+        let e = &*engine;
         if let Some(theirs) = req
             .tokenizer_hash
             .as_ref()

@@ -193,3 +193,53 @@ fn verify_accepts_the_greedy_continuation_and_corrects_a_wrong_token() {
     let body = serde_json::json!({"prefix_tokens": prefix, "draft_tokens": [999999]}).to_string();
     assert_eq!(http(p, "POST", "/v1/verify", &body).expect("verify").0, 400);
 }
+
+fn metric(port: u16, name: &str) -> f64 {
+    let (_, text) = http(port, "GET", "/metrics", "").expect("metrics");
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or_else(|| panic!("metric {name} missing:\n{text}"))
+}
+
+#[test]
+fn sixteen_concurrent_streams_complete_in_shared_batches_and_a_dropped_client_frees_its_slot() {
+    let Some(server) = start() else { return };
+    let p = server.port;
+    let handles: Vec<_> = (0..16)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let body = format!(r#"{{"messages":[{{"role":"user","content":"Count to {i}."}}],"max_tokens":8,"stream":true}}"#);
+                http(p, "POST", "/v1/chat/completions", &body)
+            })
+        })
+        .collect();
+    for h in handles {
+        let (status, sse) = h.join().expect("thread").expect("response");
+        assert_eq!(status, 200);
+        assert!(sse.trim_end().ends_with("data: [DONE]"), "{sse}");
+    }
+    assert!(
+        metric(p, "straddle_batch_size_max") > 1.0,
+        "sequences were decoded together"
+    );
+    assert_eq!(metric(p, "straddle_active_sequences"), 0.0);
+
+    // A client that goes away mid-stream: its sequence must stop long before max_tokens.
+    let before = metric(p, "straddle_generated_tokens_total");
+    {
+        let mut s = TcpStream::connect(("127.0.0.1", p)).expect("connect");
+        let body = r#"{"messages":[{"role":"user","content":"Tell me a long story."}],"max_tokens":400,"stream":true}"#;
+        write!(s, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).expect("send");
+        let mut first = [0u8; 256];
+        let _ = s.read(&mut first).expect("first bytes");
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while metric(p, "straddle_active_sequences") > 0.0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(metric(p, "straddle_active_sequences"), 0.0, "slot freed");
+    assert!(
+        metric(p, "straddle_generated_tokens_total") - before < 400.0,
+        "generation was cancelled"
+    );
+}

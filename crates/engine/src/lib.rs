@@ -17,7 +17,7 @@ pub mod template;
 pub mod tokenizer;
 
 pub use generate::{
-    Completion, Engine, EngineError, Finish, Flow, GenerateParams, Prompt, TokenEvent,
+    Completion, Engine, EngineError, Finish, Flow, GenerateParams, Prompt, Sequence, TokenEvent,
 };
 pub use sample::SamplingParams;
 pub use template::ChatMessage;

@@ -1,0 +1,246 @@
+//! Continuous batching: one thread owns the decode loop; sequences join between steps
+//! (after their prefill) and leave when finished or when their client goes away. Each step
+//! samples every live sequence, then runs one batched forward pass for all of them.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, TryRecvError, TrySendError};
+use std::time::Instant;
+
+use straddle_engine::{ChatMessage, Engine, Finish, GenerateParams, Prompt, Sequence};
+use straddle_protocol::{ApiError, ErrorKind};
+use tokio::sync::mpsc::UnboundedSender;
+
+/// What a request's stream receives.
+#[derive(Debug)]
+pub enum SeqEvent {
+    Token(String),
+    Done {
+        text: String,
+        finish: Finish,
+        prompt_tokens: u32,
+        completion_tokens: u32,
+    },
+    Error(ApiError),
+}
+
+/// A request waiting for a slot.
+pub struct Job {
+    pub messages: Vec<ChatMessage>,
+    pub params: GenerateParams,
+    pub events: UnboundedSender<SeqEvent>,
+}
+
+/// Counters exported at `/metrics`.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    pub requests: AtomicU64,
+    pub rejected: AtomicU64,
+    pub tokens: AtomicU64,
+    pub queue_depth: AtomicU64,
+    pub active: AtomicU64,
+    pub batch_size_max: AtomicU64,
+    pub steps: AtomicU64,
+    pub batched_tokens: AtomicU64,
+    pub ttft_ms_sum: AtomicU64,
+    pub decode_ns: AtomicU64,
+}
+
+impl Metrics {
+    /// Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let decode_s = g(&self.decode_ns) as f64 / 1e9;
+        let tps = if decode_s > 0.0 {
+            g(&self.batched_tokens) as f64 / decode_s
+        } else {
+            0.0
+        };
+        let mean_batch = if g(&self.steps) > 0 {
+            g(&self.batched_tokens) as f64 / g(&self.steps) as f64
+        } else {
+            0.0
+        };
+        format!(
+            "# TYPE straddle_requests_total counter\nstraddle_requests_total {}\n\
+             # TYPE straddle_rejected_total counter\nstraddle_rejected_total {}\n\
+             # TYPE straddle_generated_tokens_total counter\nstraddle_generated_tokens_total {}\n\
+             # TYPE straddle_queue_depth gauge\nstraddle_queue_depth {}\n\
+             # TYPE straddle_active_sequences gauge\nstraddle_active_sequences {}\n\
+             # TYPE straddle_batch_size_max gauge\nstraddle_batch_size_max {}\n\
+             # TYPE straddle_batch_size_mean gauge\nstraddle_batch_size_mean {mean_batch:.3}\n\
+             # TYPE straddle_time_to_first_token_ms_sum counter\nstraddle_time_to_first_token_ms_sum {}\n\
+             # TYPE straddle_decode_tokens_per_second gauge\nstraddle_decode_tokens_per_second {tps:.2}\n",
+            g(&self.requests),
+            g(&self.rejected),
+            g(&self.tokens),
+            g(&self.queue_depth),
+            g(&self.active),
+            g(&self.batch_size_max),
+            g(&self.ttft_ms_sum),
+        )
+    }
+}
+
+/// Handle to the decode thread.
+#[derive(Debug, Clone)]
+pub struct Scheduler {
+    tx: mpsc::SyncSender<(Job, Instant)>,
+    pub metrics: Arc<Metrics>,
+}
+
+impl Scheduler {
+    /// Starts the decode thread with a queue of `queue` waiting requests and at most
+    /// `max_batch` sequences decoding together.
+    pub fn spawn(engine: Arc<Engine>, queue: usize, max_batch: usize) -> Self {
+        let (tx, rx) = mpsc::sync_channel::<(Job, Instant)>(queue);
+        let metrics = Arc::new(Metrics::default());
+        let m = metrics.clone();
+        std::thread::Builder::new()
+            .name("straddle-decode".into())
+            .spawn(move || decode_loop(&engine, &rx, &m, max_batch.max(1)))
+            .map(drop)
+            .unwrap_or_else(|e| tracing::error!(error = %e, "could not start the decode thread"));
+        Self { tx, metrics }
+    }
+
+    /// Queues a request; a full queue is a 503 the client may retry.
+    pub fn submit(&self, job: Job) -> Result<(), ApiError> {
+        self.metrics.requests.fetch_add(1, Ordering::Relaxed);
+        match self.tx.try_send((job, Instant::now())) {
+            Ok(()) => {
+                self.metrics.queue_depth.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(TrySendError::Full(_)) => {
+                self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+                Err(ApiError::new(
+                    ErrorKind::Unavailable,
+                    "server busy: queue full, retry shortly",
+                )
+                .with_code("queue_full"))
+            }
+            Err(TrySendError::Disconnected(_)) => {
+                Err(ApiError::new(ErrorKind::Unavailable, "decode loop stopped"))
+            }
+        }
+    }
+}
+
+struct Live {
+    seq: Sequence,
+    events: UnboundedSender<SeqEvent>,
+    queued_at: Instant,
+    first_token: bool,
+}
+
+fn decode_loop(
+    engine: &Engine,
+    rx: &mpsc::Receiver<(Job, Instant)>,
+    m: &Metrics,
+    max_batch: usize,
+) {
+    let mut live: Vec<Live> = Vec::new();
+    loop {
+        // Admit: block when idle, otherwise take what is waiting, up to the batch limit.
+        if live.is_empty() {
+            match rx.recv() {
+                Ok(job) => admit(engine, job, &mut live, m),
+                Err(_) => return,
+            }
+        }
+        while live.len() < max_batch {
+            match rx.try_recv() {
+                Ok(job) => admit(engine, job, &mut live, m),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) if live.is_empty() => return,
+                Err(TryRecvError::Disconnected) => break,
+            }
+        }
+        let step_started = Instant::now();
+        for l in live.iter_mut() {
+            if l.events.is_closed() {
+                l.seq.cancel();
+                continue;
+            }
+            match engine.next_token(&mut l.seq) {
+                Ok(Some(ev)) => {
+                    m.tokens.fetch_add(1, Ordering::Relaxed);
+                    if l.first_token {
+                        l.first_token = false;
+                        m.ttft_ms_sum
+                            .fetch_add(l.queued_at.elapsed().as_millis() as u64, Ordering::Relaxed);
+                    }
+                    if !ev.text.is_empty() && l.events.send(SeqEvent::Token(ev.text)).is_err() {
+                        l.seq.cancel();
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    let _ = l.events.send(SeqEvent::Error(ApiError::new(
+                        ErrorKind::Internal,
+                        e.to_string(),
+                    )));
+                    l.seq.cancel();
+                }
+            }
+        }
+        let batch = live.iter().filter(|l| !l.seq.is_finished()).count() as u64;
+        let mut refs: Vec<&mut Sequence> = live.iter_mut().map(|l| &mut l.seq).collect();
+        if let Err(e) = engine.advance(&mut refs) {
+            for l in live.iter_mut() {
+                let _ = l.events.send(SeqEvent::Error(ApiError::new(
+                    ErrorKind::Internal,
+                    e.to_string(),
+                )));
+                l.seq.cancel();
+            }
+        }
+        if batch > 0 {
+            m.steps.fetch_add(1, Ordering::Relaxed);
+            m.batched_tokens.fetch_add(batch, Ordering::Relaxed);
+            m.batch_size_max.fetch_max(batch, Ordering::Relaxed);
+            m.decode_ns
+                .fetch_add(step_started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        }
+        // Retire finished sequences; their slots go to the next waiting requests.
+        let mut i = 0;
+        while i < live.len() {
+            if live[i].seq.is_finished() {
+                let l = live.swap_remove(i);
+                let (prompt_tokens, completion_tokens) = l.seq.usage();
+                let c = l.seq.into_completion();
+                let _ = l.events.send(SeqEvent::Done {
+                    text: c.text,
+                    finish: c.finish,
+                    prompt_tokens: prompt_tokens as u32,
+                    completion_tokens: completion_tokens as u32,
+                });
+            } else {
+                i += 1;
+            }
+        }
+        m.active.store(live.len() as u64, Ordering::Relaxed);
+    }
+}
+
+fn admit(engine: &Engine, (job, queued_at): (Job, Instant), live: &mut Vec<Live>, m: &Metrics) {
+    m.queue_depth.fetch_sub(1, Ordering::Relaxed);
+    if job.events.is_closed() {
+        return;
+    }
+    match engine.start(Prompt::Messages(&job.messages), &job.params) {
+        Ok(seq) => live.push(Live {
+            seq,
+            events: job.events,
+            queued_at,
+            first_token: true,
+        }),
+        Err(e) => {
+            let _ = job
+                .events
+                .send(SeqEvent::Error(crate::chat::engine_error(e)));
+        }
+    }
+    m.active.store(live.len() as u64, Ordering::Relaxed);
+}
