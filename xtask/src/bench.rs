@@ -14,8 +14,10 @@ const DECODE_TOKENS: usize = 128;
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let which = args.first().map(String::as_str).unwrap_or("engine");
     match which {
-        "all" | "engine" => engine(),
-        other => bail!("unknown benchmark `{other}` (known: engine)"),
+        "engine" => engine(),
+        "cloud" => cloud(),
+        "all" => engine().and_then(|()| cloud()),
+        other => bail!("unknown benchmark `{other}` (known: engine, cloud, all)"),
     }
 }
 
@@ -148,4 +150,141 @@ fn write_section(title: &str, body: &str) -> anyhow::Result<()> {
     };
     std::fs::write(&path, new)?;
     Ok(())
+}
+
+/// Throughput of `clients` concurrent non-streamed requests of `max_tokens` each against an
+/// OpenAI-compatible server; returns (completion tokens per second, p50 and p99 latency ms).
+fn load(base: &str, clients: usize, max_tokens: u32) -> anyhow::Result<(f64, f64, f64)> {
+    let started = std::time::Instant::now();
+    let handles: Vec<_> = (0..clients)
+        .map(|i| {
+            let url = format!("{base}/v1/chat/completions");
+            std::thread::spawn(move || -> anyhow::Result<(u64, f64)> {
+                let body = format!(
+                    r#"{{"model":"m","messages":[{{"role":"user","content":"Write a short note number {i} about rivers."}}],"max_tokens":{max_tokens},"temperature":0}}"#
+                );
+                let t = std::time::Instant::now();
+                let agent = ureq::Agent::config_builder().timeout_global(Some(std::time::Duration::from_secs(600))).build().new_agent();
+                let mut resp = agent.post(&url).header("content-type", "application/json").send(&body)?;
+                let v: serde_json::Value = serde_json::from_str(&resp.body_mut().read_to_string()?)?;
+                let n = v["usage"]["completion_tokens"].as_u64().context("no usage in the answer")?;
+                Ok((n, t.elapsed().as_secs_f64() * 1e3))
+            })
+        })
+        .collect();
+    let mut tokens = 0;
+    let mut lat = Vec::new();
+    for h in handles {
+        let (n, ms) = h
+            .join()
+            .map_err(|_| anyhow::anyhow!("client thread panicked"))??;
+        tokens += n;
+        lat.push(ms);
+    }
+    let wall = started.elapsed().as_secs_f64();
+    lat.sort_by(f64::total_cmp);
+    let pct = |p: f64| lat[((lat.len() as f64 - 1.0) * p).round() as usize];
+    Ok((tokens as f64 / wall, pct(0.5), pct(0.99)))
+}
+
+fn wait_health(url: &str, child: &mut std::process::Child) -> anyhow::Result<()> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let agent = ureq::Agent::config_builder()
+        .timeout_global(Some(std::time::Duration::from_secs(2)))
+        .build()
+        .new_agent();
+    while std::time::Instant::now() < deadline {
+        if let Some(status) = child.try_wait()? {
+            bail!("server exited while starting ({status})");
+        }
+        if agent.get(url).call().is_ok() {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    bail!("server at {url} did not come up")
+}
+
+/// `cargo xtask bench cloud`: our server beside llama-cpp-python's server, same GGUF.
+fn cloud() -> anyhow::Result<()> {
+    let tools = setup::run()?;
+    util::run(
+        util::cargo()
+            .args([
+                "build",
+                "--quiet",
+                "--profile",
+                "fast",
+                "-p",
+                "straddle-cloud",
+            ])
+            .current_dir(root()),
+    )?;
+    let python = llama_python()?;
+    util::run(Command::new(&python).args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "llama-cpp-python[server]==0.3.36",
+    ]))
+    .context("installing the llama.cpp server extras")?;
+    let (ours_port, peer_port) = (18090u16, 18091u16);
+    let mut table = String::from(
+        "| server | concurrent | completion tok/s | p50 latency ms | p99 latency ms |\n|---|---|---|---|---|\n",
+    );
+    let levels = [1usize, 4, 16];
+    for (name, port) in [
+        ("straddle-cloud", ours_port),
+        ("llama.cpp server", peer_port),
+    ] {
+        let mut child = if port == ours_port {
+            Command::new(util::target_dir().join("fast/straddle-cloud"))
+                .arg("--model")
+                .arg(&tools.model)
+                .arg("--listen")
+                .arg(format!("127.0.0.1:{port}"))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()?
+        } else {
+            Command::new(&python)
+                .args(["-m", "llama_cpp.server", "--model"])
+                .arg(&tools.model)
+                .args([
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    &port.to_string(),
+                    "--n_threads",
+                    "2",
+                    "--n_ctx",
+                    "2048",
+                ])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()?
+        };
+        let base = format!("http://127.0.0.1:{port}");
+        let result = (|| -> anyhow::Result<()> {
+            wait_health(&format!("{base}/v1/models"), &mut child)?;
+            load(&base, 1, 8)?; // warm-up
+            for &n in &levels {
+                let (tps, p50, p99) = load(&base, n, 32)?;
+                table.push_str(&format!(
+                    "| {name} | {n} | {tps:.1} | {p50:.0} | {p99:.0} |\n"
+                ));
+            }
+            Ok(())
+        })();
+        let _ = child.kill();
+        let _ = child.wait();
+        result?;
+    }
+    table.push_str("\nEach client sends one chat request for 32 tokens (greedy); tok/s is all clients' completion tokens over the wall time.\n");
+    println!("{table}");
+    write_section(
+        "Cloud server",
+        &format!("Command: `cargo xtask bench cloud`\n\n{table}"),
+    )
 }
