@@ -137,7 +137,7 @@ fn write_section(title: &str, body: &str) -> anyhow::Result<()> {
             .unwrap_or_default()
             .trim()
     );
-    let section = format!("{head}\n{machine}{body}\n");
+    let section = format!("{head}\n{machine}{body}\n\n");
     let new = match old.find(&head) {
         Some(start) => {
             let end = old[start + head.len()..]
@@ -146,7 +146,7 @@ fn write_section(title: &str, body: &str) -> anyhow::Result<()> {
                 .unwrap_or(old.len());
             format!("{}{section}{}", &old[..start], &old[end..])
         }
-        None => format!("{}\n{section}", old.trim_end()),
+        None => format!("{}\n\n{section}", old.trim_end()),
     };
     std::fs::write(&path, new)?;
     Ok(())
