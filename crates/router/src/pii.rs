@@ -340,67 +340,56 @@ fn ipv4(b: &[u8], spans: &mut Vec<Span>) {
     }
 }
 
-fn secrets(text: &str, spans: &mut Vec<Span>) {
+/// Tokens that start with `prefix` and run while `in_token` holds, kept when `is_secret`
+/// accepts the whole token. Matches inside the token last measured are skipped, so
+/// "eyJeyJeyJ…" costs one pass, not one pass per match.
+fn prefixed_tokens(
+    text: &str,
+    prefix: &str,
+    in_token: impl Fn(u8) -> bool,
+    is_secret: impl Fn(&str) -> bool,
+    confidence: f32,
+    spans: &mut Vec<Span>,
+) {
     let b = text.as_bytes();
-    let token_end = |from: usize, ok: &dyn Fn(u8) -> bool| {
-        from + b[from..].iter().take_while(|&&c| ok(c)).count()
-    };
-    // Each scanner skips matches inside the token it last measured, so "eyJeyJeyJ…" costs
-    // one pass, not one pass per match.
     let mut until = 0;
-    for (i, _) in text.match_indices("AKIA") {
+    for (i, _) in text.match_indices(prefix) {
         if i < until {
             continue;
         }
-        until = token_end(i, &|c| c.is_ascii_uppercase() || c.is_ascii_digit());
-        if until - i == 20 && (i == 0 || !is_word(b[i - 1])) {
+        let body = i + prefix.len();
+        until = body + b[body..].iter().take_while(|&&c| in_token(c)).count();
+        if (i == 0 || !is_word(b[i - 1])) && is_secret(&text[i..until]) {
             spans.push(Span {
                 kind: EntityKind::Secret,
                 start: i,
                 end: until,
-                confidence: 0.95,
+                confidence,
             });
         }
     }
-    until = 0;
-    for (i, _) in text.match_indices("sk-") {
-        if i < until {
-            continue;
-        }
-        until = token_end(i + 3, &|c| {
-            c.is_ascii_alphanumeric() || c == b'-' || c == b'_'
-        });
-        if until - i >= 23 && (i == 0 || !is_word(b[i - 1])) {
-            spans.push(Span {
-                kind: EntityKind::Secret,
-                start: i,
-                end: until,
-                confidence: 0.9,
-            });
-        }
-    }
-    until = 0;
-    for (i, _) in text.match_indices("eyJ") {
-        if i < until {
-            continue;
-        }
-        until = token_end(i, &|c| {
-            c.is_ascii_alphanumeric() || c == b'-' || c == b'_' || c == b'.'
-        });
-        let token = &text[i..until];
-        if token.split('.').count() == 3
-            && token.split('.').all(|p| p.len() >= 4)
-            && token.contains(".eyJ")
-        {
-            spans.push(Span {
-                kind: EntityKind::Secret,
-                start: i,
-                end: until,
-                confidence: 0.95,
-            });
-        }
-    }
-    until = 0;
+}
+
+fn secrets(text: &str, spans: &mut Vec<Span>) {
+    let key_char = |c: u8| c.is_ascii_alphanumeric() || c == b'-' || c == b'_';
+    prefixed_tokens(
+        text,
+        "AKIA",
+        |c| c.is_ascii_uppercase() || c.is_ascii_digit(),
+        |t| t.len() == 20,
+        0.95,
+        spans,
+    );
+    prefixed_tokens(text, "sk-", key_char, |t| t.len() >= 23, 0.9, spans);
+    prefixed_tokens(
+        text,
+        "eyJ",
+        |c| key_char(c) || c == b'.',
+        |t| t.split('.').count() == 3 && t.split('.').all(|p| p.len() >= 4) && t.contains(".eyJ"),
+        0.95,
+        spans,
+    );
+    let mut until = 0;
     for (i, _) in text.match_indices("-----BEGIN ") {
         if i < until {
             continue;
