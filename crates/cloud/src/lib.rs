@@ -110,6 +110,17 @@ async fn chat(State(state): State<Arc<AppState>>, body: axum::body::Bytes) -> Re
     if let Err(e) = req.validate() {
         return ErrorResponse(e).into_response();
     }
+    let context = straddle_engine::generate::DEFAULT_CONTEXT;
+    if req.token_limit().is_some_and(|n| n as usize >= context) {
+        return ErrorResponse(
+            ApiError::invalid(
+                "max_tokens",
+                format!("must be below the context of {context} tokens"),
+            )
+            .with_code("context_length_exceeded"),
+        )
+        .into_response();
+    }
     let Some(scheduler) = state.scheduler.as_ref() else {
         return ErrorResponse(
             ApiError::new(ErrorKind::Unavailable, "no model loaded").with_code("engine_not_ready"),

@@ -148,6 +148,10 @@ fn answers_streamed_and_whole_and_rejects_bad_input() {
             r#"{"messages":[{"role":"user","content":"x"}],"temperature":9}"#,
             Some("temperature"),
         ),
+        (
+            r#"{"messages":[{"role":"user","content":"x"}],"max_tokens":100000}"#,
+            Some("max_tokens"),
+        ),
     ] {
         let (status, body) = http(p, "POST", "/v1/chat/completions", bad).expect("response");
         assert_eq!(status, 400, "{bad} → {body}");
