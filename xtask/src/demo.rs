@@ -280,8 +280,8 @@ fn check_stack(cloud: &str, worker: &str, web: &str) -> anyhow::Result<()> {
             Err(e) => println!("  {name:<8} down ({e})"),
         }
     }
-    let body = r#"{"model":"default","messages":[{"role":"user","content":"What is the capital of France?"}],"max_tokens":32}"#;
-    println!("\nprompt: What is the capital of France?");
+    let body = r#"{"model":"default","messages":[{"role":"user","content":"List three primary colors."}],"max_tokens":32}"#;
+    println!("\nprompt: List three primary colors.");
     match post_json(&format!("{worker}/v1/chat/completions"), body) {
         Ok((200, text)) => {
             let v: serde_json::Value =
