@@ -22,11 +22,7 @@ pub fn recheck(req: &ChatRequest) -> Option<ApiError> {
     if kinds.is_empty() {
         return None;
     }
-    let names: Vec<String> = kinds
-        .iter()
-        .filter_map(|k| serde_json::to_value(k).ok())
-        .filter_map(|v| v.as_str().map(str::to_string))
-        .collect();
+    let names: Vec<&str> = kinds.iter().map(|k| k.as_str()).collect();
     Some(
         ApiError::new(
             ErrorKind::PrivacyRefused,

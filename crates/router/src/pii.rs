@@ -30,6 +30,20 @@ pub enum Sensitivity {
 }
 
 impl EntityKind {
+    /// The class's wire name (as serde writes it), for messages that must never carry values.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EntityKind::Email => "email",
+            EntityKind::Phone => "phone",
+            EntityKind::PaymentCard => "payment_card",
+            EntityKind::Iban => "iban",
+            EntityKind::UsSsn => "us_ssn",
+            EntityKind::CnResidentId => "cn_resident_id",
+            EntityKind::IpAddress => "ip_address",
+            EntityKind::Secret => "secret",
+        }
+    }
+
     /// The sensitivity of this class.
     pub fn sensitivity(self) -> Sensitivity {
         match self {
@@ -438,6 +452,22 @@ mod tests {
                 (EntityKind::PaymentCard, "4111 1111 1111 1111")
             ]
         );
+    }
+
+    #[test]
+    fn names_match_the_wire_format() {
+        for k in [
+            EntityKind::Email,
+            EntityKind::Phone,
+            EntityKind::PaymentCard,
+            EntityKind::Iban,
+            EntityKind::UsSsn,
+            EntityKind::CnResidentId,
+            EntityKind::IpAddress,
+            EntityKind::Secret,
+        ] {
+            assert_eq!(serde_json::to_value(k).expect("ser"), k.as_str());
+        }
     }
 
     #[test]

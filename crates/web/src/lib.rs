@@ -18,12 +18,14 @@ pub fn pii_kinds(text: &str) -> Vec<String> {
 }
 
 fn pii_kind_names(text: &str) -> Vec<String> {
-    let mut kinds: Vec<String> = straddle_router::pii::detect(text)
-        .into_iter()
-        .filter_map(|s| serde_json::to_value(s.kind).ok())
-        .filter_map(|v| v.as_str().map(str::to_string))
-        .collect();
-    kinds.dedup();
+    // In order of first appearance, each class once (spans of one class need not be adjacent).
+    let mut kinds: Vec<String> = Vec::new();
+    for span in straddle_router::pii::detect(text) {
+        let name = span.kind.as_str();
+        if !kinds.iter().any(|k| k == name) {
+            kinds.push(name.to_string());
+        }
+    }
     kinds
 }
 
@@ -230,5 +232,9 @@ mod tests {
     fn pii_kinds_names_classes_not_values() {
         assert_eq!(pii_kind_names("write to a@b.io"), vec!["email".to_string()]);
         assert!(pii_kind_names("nothing here").is_empty());
+        assert_eq!(
+            pii_kind_names("a@b.io, 4111 1111 1111 1111, c@d.io"),
+            vec!["email".to_string(), "payment_card".to_string()]
+        );
     }
 }
