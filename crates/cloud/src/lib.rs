@@ -31,28 +31,19 @@ pub struct AppState {
     pub scheduler: Option<scheduler::Scheduler>,
 }
 
-/// Reads the model card from a GGUF header (the tensors are not loaded).
-pub fn model_card(path: &std::path::Path) -> Result<ModelCard, straddle_engine::gguf::GgufError> {
-    let g = straddle_engine::gguf::Gguf::read(straddle_engine::gguf::FileSource::open(path)?)?;
-    let arch = g.get_str("general.architecture")?.to_string();
-    let id = g
-        .get("general.name")
-        .and_then(|v| v.as_str())
-        .map(str::to_string)
-        .unwrap_or_else(|| {
-            path.file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default()
-        });
-    let context_length = g
-        .get(&format!("{arch}.context_length"))
-        .and_then(|v| v.as_u64())
-        .and_then(|v| u32::try_from(v).ok());
-    Ok(ModelCard {
-        id,
-        context_length,
-        architecture: arch,
-    })
+impl ModelCard {
+    /// The card of a loaded engine (`fallback_id` when the GGUF has no `general.name`).
+    pub fn of(engine: &straddle_engine::Engine, fallback_id: &str) -> Self {
+        Self {
+            id: engine
+                .name
+                .clone()
+                .unwrap_or_else(|| fallback_id.to_string()),
+            context_length: u32::try_from(engine.model.config.context_length).ok(),
+            // The engine loads only `llama`-architecture files.
+            architecture: "llama".into(),
+        }
+    }
 }
 
 /// The server's routes.

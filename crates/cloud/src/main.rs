@@ -24,25 +24,16 @@ struct Args {
     max_batch: usize,
 }
 
-fn default_model() -> PathBuf {
-    let cache = std::env::var_os("STRADDLE_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/straddle")))
-        .unwrap_or_else(|| PathBuf::from(".cache/straddle"));
-    cache.join("models/smollm2-135m-instruct-q4_1.gguf")
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .init();
     let args = Args::parse();
-    let model = args.model.unwrap_or_else(default_model);
+    let model = args
+        .model
+        .unwrap_or_else(straddle_engine::default_model_path);
     let started = std::time::Instant::now();
-    let card = straddle_cloud::model_card(&model)
-        .with_context(|| format!("reading model {}", model.display()))?;
-    tracing::info!(model = %card.id, arch = %card.architecture, load_ms = started.elapsed().as_millis() as u64, "model header loaded");
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| {
@@ -52,16 +43,25 @@ async fn main() -> anyhow::Result<()> {
             )
         })?;
     tracing::info!(addr = %args.listen, "listening");
-    let engine = straddle_engine::Engine::load(
-        straddle_engine::gguf::FileSource::open(&model)?,
-        straddle_engine::generate::DEFAULT_CONTEXT,
-    )
-    .with_context(|| format!("loading model {}", model.display()))?;
+    let source = straddle_engine::gguf::FileSource::open(&model).with_context(|| {
+        format!(
+            "opening model {} (run `cargo xtask setup`, or pass --model)",
+            model.display()
+        )
+    })?;
+    let engine = straddle_engine::Engine::load(source, straddle_engine::generate::DEFAULT_CONTEXT)
+        .with_context(|| format!("loading model {}", model.display()))?;
     tracing::info!(
+        model = engine.name.as_deref().unwrap_or("unnamed"),
         weights_mb = engine.model.weight_bytes() / 1_000_000,
         load_ms = started.elapsed().as_millis() as u64,
         "engine ready (CPU)"
     );
+    let fallback_id = model
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let card = straddle_cloud::ModelCard::of(&engine, &fallback_id);
     let engine = Arc::new(engine);
     let scheduler =
         straddle_cloud::scheduler::Scheduler::spawn(engine.clone(), args.queue, args.max_batch);

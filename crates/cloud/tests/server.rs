@@ -20,14 +20,10 @@ impl Drop for Server {
 }
 
 fn model() -> Option<std::path::PathBuf> {
-    let path = std::env::var_os("STRADDLE_TEST_MODEL")
-        .map(std::path::PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|h| {
-                std::path::PathBuf::from(h)
-                    .join(".cache/straddle/models/smollm2-135m-instruct-q4_1.gguf")
-            })
-        })?;
+    let path = std::env::var_os("STRADDLE_TEST_MODEL").map_or_else(
+        straddle_engine::default_model_path,
+        std::path::PathBuf::from,
+    );
     if path.is_file() {
         Some(path)
     } else {

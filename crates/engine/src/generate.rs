@@ -185,7 +185,8 @@ pub struct Engine {
     pub template: ChatTemplate,
     /// `general.languages` of the GGUF (empty when unspecified).
     pub languages: Vec<String>,
-    pub name: String,
+    /// `general.name` of the GGUF, when it has one.
+    pub name: Option<String>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -221,8 +222,7 @@ impl Engine {
         let name = g
             .get("general.name")
             .and_then(|v| v.as_str())
-            .unwrap_or("model")
-            .to_string();
+            .map(str::to_string);
         let model = Model::load(&g, max_context)?;
         Ok(Self {
             model,
