@@ -53,20 +53,7 @@ fn engine() -> anyhow::Result<()> {
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(2);
-    util::run(
-        util::cargo()
-            .args([
-                "build",
-                "--quiet",
-                "--profile",
-                "fast",
-                "-p",
-                "straddle-engine",
-                "--example",
-                "bench",
-            ])
-            .current_dir(root()),
-    )?;
+    util::build_fast(&["-p", "straddle-engine", "--example", "bench"])?;
     let ours_bin = util::target_dir().join("fast/examples/bench");
     let python = llama_python()?;
     let (np, nd) = (PROMPT_TOKENS.to_string(), DECODE_TOKENS.to_string());
@@ -164,8 +151,13 @@ fn load(base: &str, clients: usize, max_tokens: u32) -> anyhow::Result<(f64, f64
                     r#"{{"model":"m","messages":[{{"role":"user","content":"Write a short note number {i} about rivers."}}],"max_tokens":{max_tokens},"temperature":0}}"#
                 );
                 let t = std::time::Instant::now();
-                let agent = ureq::Agent::config_builder().timeout_global(Some(std::time::Duration::from_secs(600))).build().new_agent();
-                let mut resp = agent.post(&url).header("content-type", "application/json").send(&body)?;
+                let mut resp = util::http(std::time::Duration::from_secs(600))
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .send(&body)?;
+                if resp.status() != 200 {
+                    bail!("{url} answered {}: {}", resp.status(), resp.body_mut().read_to_string().unwrap_or_default());
+                }
                 let v: serde_json::Value = serde_json::from_str(&resp.body_mut().read_to_string()?)?;
                 let n = v["usage"]["completion_tokens"].as_u64().context("no usage in the answer")?;
                 Ok((n, t.elapsed().as_secs_f64() * 1e3))
@@ -189,15 +181,12 @@ fn load(base: &str, clients: usize, max_tokens: u32) -> anyhow::Result<(f64, f64
 
 fn wait_health(url: &str, child: &mut std::process::Child) -> anyhow::Result<()> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    let agent = ureq::Agent::config_builder()
-        .timeout_global(Some(std::time::Duration::from_secs(2)))
-        .build()
-        .new_agent();
+    let agent = util::http(std::time::Duration::from_secs(2));
     while std::time::Instant::now() < deadline {
         if let Some(status) = child.try_wait()? {
             bail!("server exited while starting ({status})");
         }
-        if agent.get(url).call().is_ok() {
+        if matches!(agent.get(url).call(), Ok(r) if r.status() == 200) {
             return Ok(());
         }
         std::thread::sleep(std::time::Duration::from_millis(250));
@@ -208,18 +197,7 @@ fn wait_health(url: &str, child: &mut std::process::Child) -> anyhow::Result<()>
 /// `cargo xtask bench cloud`: our server beside llama-cpp-python's server, same GGUF.
 fn cloud() -> anyhow::Result<()> {
     let tools = setup::run()?;
-    util::run(
-        util::cargo()
-            .args([
-                "build",
-                "--quiet",
-                "--profile",
-                "fast",
-                "-p",
-                "straddle-cloud",
-            ])
-            .current_dir(root()),
-    )?;
+    util::build_fast(&["-p", "straddle-cloud"])?;
     let python = llama_python()?;
     util::run(Command::new(&python).args([
         "-m",

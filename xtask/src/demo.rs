@@ -89,22 +89,14 @@ fn ensure_free(port: u16, flag: &str) -> anyhow::Result<()> {
 }
 
 fn get(url: &str) -> Result<(u16, String), String> {
-    let agent = ureq::Agent::config_builder()
-        .timeout_global(Some(Duration::from_secs(5)))
-        .http_status_as_error(false)
-        .build()
-        .new_agent();
+    let agent = util::http(Duration::from_secs(5));
     let mut resp = agent.get(url).call().map_err(|e| e.to_string())?;
     let status = resp.status().as_u16();
     Ok((status, resp.body_mut().read_to_string().unwrap_or_default()))
 }
 
 fn post_json(url: &str, body: &str) -> Result<(u16, String), String> {
-    let agent = ureq::Agent::config_builder()
-        .timeout_global(Some(Duration::from_secs(120)))
-        .http_status_as_error(false)
-        .build()
-        .new_agent();
+    let agent = util::http(Duration::from_secs(120));
     let mut resp = agent
         .post(url)
         .header("content-type", "application/json")
@@ -149,18 +141,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
 
     let tools = setup::run()?;
     eprintln!("demo: building (first time: several minutes)");
-    util::run(
-        util::cargo()
-            .args([
-                "build",
-                "--quiet",
-                "--profile",
-                "fast",
-                "-p",
-                "straddle-cloud",
-            ])
-            .current_dir(root()),
-    )?;
+    util::build_fast(&["-p", "straddle-cloud"])?;
     crate::build::web_with_profile(&tools, "dev")?;
     crate::build::worker(&tools)?;
 

@@ -115,3 +115,21 @@ pub fn locked_version(name: &str) -> anyhow::Result<String> {
     let end = lock[start..].find('"').context("malformed Cargo.lock")?;
     Ok(lock[start..start + end].to_string())
 }
+
+/// An HTTP client whose requests give up after `timeout`; error statuses come back as
+/// responses, for the caller to judge.
+pub fn http(timeout: std::time::Duration) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .http_status_as_error(false)
+        .build()
+        .new_agent()
+}
+
+/// `cargo build` with the `fast` profile (release without LTO), as the demo and benchmarks run.
+pub fn build_fast(args: &[&str]) -> anyhow::Result<()> {
+    run(cargo()
+        .args(["build", "--quiet", "--profile", "fast"])
+        .args(args)
+        .current_dir(root()))
+}
