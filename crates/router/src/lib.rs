@@ -3,8 +3,10 @@
 //! Pure: no I/O, no clock, no randomness it was not handed. Shared by the browser (which
 //! decides), the worker (which re-checks privacy) and the CLI (which evaluates).
 //! `pii` finds personal data, `signals` reads language and expected length, `policy`
-//! applies the ordered rules and the cost score and explains itself.
+//! applies the ordered rules and the cost score and explains itself, `redact` replaces
+//! personal data with placeholders for upload and puts it back into the answer.
 
 pub mod pii;
 pub mod policy;
+pub mod redact;
 pub mod signals;
