@@ -1,31 +1,53 @@
 //! Engine throughput on one GGUF: prefill of an N-token prompt, then M decoded tokens.
-//! `cargo run --profile fast -p straddle-engine --example bench -- <model.gguf> [prompt_tokens] [decode_tokens]`
-//! Prints one JSON line, read by `cargo xtask bench engine`.
+//! `cargo run --profile fast -p straddle-engine --example bench -- <model.gguf> [prompt_tokens]
+//! [decode_tokens] [cpu|flex|wgpu]`
+//! Prints one JSON line, read by `cargo xtask bench engine`. `cpu` is our own kernels; `flex`
+//! and `wgpu` run the burn model (`DeviceModel`) on that burn device.
 
 use std::time::Instant;
 
-use straddle_engine::Engine;
-use straddle_engine::gguf::FileSource;
+use straddle_engine::gguf::{FileSource, Gguf};
+use straddle_engine::{Device, DeviceModel, Engine};
+
+/// The context every row is measured at (the 2,048-token budget).
+const CONTEXT: usize = 2048;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let path = args
         .get(1)
-        .ok_or("usage: bench <model.gguf> [prompt_tokens] [decode_tokens]")?;
+        .ok_or("usage: bench <model.gguf> [prompt_tokens] [decode_tokens] [cpu|flex|wgpu]")?;
     let n_prompt: usize = args.get(2).map(|s| s.parse()).transpose()?.unwrap_or(128);
     let n_decode: usize = args.get(3).map(|s| s.parse()).transpose()?.unwrap_or(128);
-    let t = Instant::now();
-    let e = Engine::load(FileSource::open(path)?, 2048)?;
-    let load_ms = t.elapsed().as_secs_f64() * 1e3;
+    let backend = args.get(4).map_or("cpu", String::as_str);
     // The same token pattern the llama.cpp peer uses: ids 1000.. cycling, no special tokens.
     let prompt: Vec<u32> = (0..n_prompt as u32)
         .map(|i| 1000 + (i * 37) % 20000)
         .collect();
-    let mut cache = e.new_cache(2048);
+    match backend {
+        "cpu" => bench_cpu(path, &prompt, n_decode),
+        "flex" => bench_device(path, &prompt, n_decode, "burn-flex", Device::flex()),
+        "wgpu" => {
+            let device = Device::wgpu_options().init()?;
+            bench_device(path, &prompt, n_decode, "burn-wgpu", device)
+        }
+        other => Err(format!("unknown backend `{other}` (cpu, flex, wgpu)").into()),
+    }
+}
+
+fn bench_cpu(
+    path: &str,
+    prompt: &[u32],
+    n_decode: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let t = Instant::now();
+    let e = Engine::load(FileSource::open(path)?, CONTEXT)?;
+    let load_ms = t.elapsed().as_secs_f64() * 1e3;
+    let mut cache = e.new_cache(CONTEXT);
     let t = Instant::now();
     let mut logits = e
         .model
-        .forward(&prompt, &mut cache, false)?
+        .forward(prompt, &mut cache, false)?
         .pop()
         .ok_or("no logits")?;
     let prefill_s = t.elapsed().as_secs_f64();
@@ -42,10 +64,58 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "{{\"engine\":\"straddle-cpu\",\"threads\":{},\"load_ms\":{load_ms:.0},\"prefill_tps\":{:.1},\"decode_tps\":{:.1},\"weights_mb\":{:.1},\"kv_mb\":{:.1}}}",
         rayon::current_num_threads(),
-        n_prompt as f64 / prefill_s,
+        prompt.len() as f64 / prefill_s,
         n_decode as f64 / decode_s,
         e.model.weight_bytes() as f64 / 1e6,
         cache.bytes() as f64 / 1e6
+    );
+    Ok(())
+}
+
+fn bench_device(
+    path: &str,
+    prompt: &[u32],
+    n_decode: usize,
+    name: &str,
+    device: Device,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let t = Instant::now();
+    let g = Gguf::read(FileSource::open(path)?)?;
+    let model = DeviceModel::load(&g, CONTEXT, &device)?;
+    device.sync()?;
+    let load_ms = t.elapsed().as_secs_f64() * 1e3;
+    let mut peak = 0u64;
+    let mut sample_peak = || {
+        if let Some(u) = device.memory_pool_usage() {
+            peak = peak.max(u.bytes_reserved);
+        }
+    };
+    let mut cache = model.new_cache(CONTEXT);
+    let t = Instant::now();
+    let mut logits = model
+        .forward_blocking(prompt, &mut cache, false)?
+        .pop()
+        .ok_or("no logits")?;
+    let prefill_s = t.elapsed().as_secs_f64();
+    sample_peak();
+    let t = Instant::now();
+    for _ in 0..n_decode {
+        let tok = straddle_engine::sample::argmax(&logits);
+        logits = model
+            .forward_blocking(&[tok], &mut cache, false)?
+            .pop()
+            .ok_or("no logits")?;
+        sample_peak();
+    }
+    let decode_s = t.elapsed().as_secs_f64();
+    println!(
+        "{{\"engine\":\"{name}\",\"threads\":{},\"load_ms\":{load_ms:.0},\"prefill_tps\":{:.1},\"decode_tps\":{:.1},\"weights_mb\":{:.1},\"kv_mb\":{:.1},\"peak_device_mb\":{:.1}}}",
+        rayon::current_num_threads(),
+        prompt.len() as f64 / prefill_s,
+        n_decode as f64 / decode_s,
+        model.weight_bytes() as f64 / 1e6,
+        model.cache_bytes(cache.capacity()) as f64 / 1e6,
+        peak as f64 / 1e6
     );
     Ok(())
 }

@@ -122,9 +122,12 @@ impl Completion {
     }
 }
 
-/// One generation in progress: its cache, its next-token logits and what it produced.
-pub struct Sequence {
-    cache: KvCache,
+/// One generation in progress: its cache (of type `C`: the CPU model's [`KvCache`] or a
+/// device model's cache), its next-token logits and what it produced.
+pub struct Sequence<C = KvCache> {
+    cache: C,
+    /// Positions the cache holds.
+    capacity: usize,
     logits: Vec<f32>,
     rng: Rng,
     params: GenerateParams,
@@ -136,7 +139,7 @@ pub struct Sequence {
     decode_started: Instant,
 }
 
-impl std::fmt::Debug for Sequence {
+impl<C> std::fmt::Debug for Sequence<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sequence")
             .field("tokens", &self.out.tokens.len())
@@ -145,7 +148,39 @@ impl std::fmt::Debug for Sequence {
     }
 }
 
-impl Sequence {
+impl<C> Sequence<C> {
+    /// A sequence whose prompt `prompt_ids` has been prefilled into `cache`, leaving `logits`.
+    pub(crate) fn prefilled(
+        cache: C,
+        capacity: usize,
+        logits: Vec<f32>,
+        prompt_ids: Vec<u32>,
+        params: &GenerateParams,
+        prefill_ms: f64,
+    ) -> Self {
+        Sequence {
+            cache,
+            capacity,
+            logits,
+            rng: Rng::new(params.sampling.seed),
+            params: params.clone(),
+            out: Completion {
+                text: String::new(),
+                tokens: Vec::new(),
+                logprobs: Vec::new(),
+                entropies: Vec::new(),
+                finish: Finish::Length,
+                prompt_tokens: prompt_ids.len(),
+                prefill_ms,
+                decode_ms: 0.0,
+            },
+            context: prompt_ids,
+            emitted: 0,
+            finished: false,
+            decode_started: Instant::now(),
+        }
+    }
+
     /// Whether generation has ended.
     pub fn is_finished(&self) -> bool {
         self.finished
@@ -176,6 +211,122 @@ impl Sequence {
         }
         self.out
     }
+
+    /// The token the next forward pass must feed, and the cache it extends; `None` once
+    /// finished.
+    pub(crate) fn pending(&mut self) -> Option<(u32, &mut C)> {
+        if self.finished {
+            return None;
+        }
+        Some((self.context.last().copied().unwrap_or(0), &mut self.cache))
+    }
+
+    /// Installs the logits of the forward pass over the pending token.
+    pub(crate) fn set_logits(&mut self, logits: Vec<f32>) {
+        self.logits = logits;
+    }
+
+    /// Samples the next token from the current logits (see [`Engine::next_token`]).
+    pub(crate) fn sample_next(
+        &mut self,
+        tokenizer: &Tokenizer,
+    ) -> Result<Option<TokenEvent>, EngineError> {
+        if self.finished {
+            return Ok(None);
+        }
+        let p = &self.params;
+        if self.out.tokens.len() >= p.max_tokens {
+            self.finish(Finish::Length);
+            return Ok(None);
+        }
+        let s = sample::sample(&self.logits, &p.sampling, &self.context, &mut self.rng);
+        if tokenizer.stop_ids.contains(&s.token) || p.stop_tokens.contains(&s.token) {
+            self.finish(Finish::Stop);
+            return Ok(None);
+        }
+        self.out.tokens.push(s.token);
+        self.out.logprobs.push(s.logprob);
+        self.out.entropies.push(s.entropy);
+        self.context.push(s.token);
+        let full = tokenizer.decode(&self.out.tokens)?;
+        let (stable, stopped) = stable_text(&full, &self.params.stop);
+        let text = full.get(self.emitted..stable).unwrap_or("").to_string();
+        self.emitted = stable.max(self.emitted);
+        if stopped {
+            self.out.text = full[..stable].to_string();
+            self.finish(Finish::Stop);
+        } else {
+            self.out.text = full;
+            // The token just sampled still needs a cache position before it can be fed.
+            let cache_full = self.context.len() > self.capacity;
+            if cache_full || self.out.tokens.len() >= self.params.max_tokens {
+                self.finish(Finish::Length);
+            }
+        }
+        Ok(Some(TokenEvent {
+            token: s.token,
+            text,
+            logprob: s.logprob,
+            entropy: s.entropy,
+        }))
+    }
+}
+
+/// The text side of a GGUF: tokenizer, chat template and the model's declared identity.
+pub(crate) struct TextParts {
+    pub tokenizer: Tokenizer,
+    pub template: ChatTemplate,
+    pub languages: Vec<String>,
+    pub name: Option<String>,
+}
+
+impl TextParts {
+    pub(crate) fn from_gguf<S: ByteSource>(g: &Gguf<S>) -> Result<Self, EngineError> {
+        let tokenizer = Tokenizer::from_gguf(g)?;
+        let piece = |id: Option<u32>| id.and_then(|i| tokenizer.piece(i)).unwrap_or_default();
+        let template = match g.get("tokenizer.chat_template").and_then(|v| v.as_str()) {
+            Some(src) => {
+                ChatTemplate::new(src, &piece(tokenizer.bos), &piece(Some(tokenizer.eos)))?
+            }
+            None => ChatTemplate::chatml(),
+        };
+        let languages = g
+            .get("general.languages")
+            .and_then(|v| v.as_array())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let name = g
+            .get("general.name")
+            .and_then(|v| v.as_str())
+            .map(str::to_string);
+        Ok(Self {
+            tokenizer,
+            template,
+            languages,
+            name,
+        })
+    }
+}
+
+/// The prompt's token ids under `tokenizer` and `template`.
+pub(crate) fn encode_prompt(
+    tokenizer: &Tokenizer,
+    template: &ChatTemplate,
+    prompt: Prompt<'_>,
+) -> Result<Vec<u32>, EngineError> {
+    let ids = match prompt {
+        Prompt::Text(t) => tokenizer.encode(t)?,
+        Prompt::Messages(m) => tokenizer.encode(&template.render(m, true)?)?,
+        Prompt::Tokens(t) => t.to_vec(),
+    };
+    if ids.is_empty() {
+        return Err(EngineError::EmptyPrompt);
+    }
+    Ok(ids)
 }
 
 /// A loaded model with its tokenizer and chat template.
@@ -202,48 +353,20 @@ impl Engine {
     /// Loads model, tokenizer and template from a GGUF source; RoPE covers `max_context`.
     pub fn load<S: ByteSource>(source: S, max_context: usize) -> Result<Self, EngineError> {
         let g = Gguf::read(source)?;
-        let tokenizer = Tokenizer::from_gguf(&g)?;
-        let piece = |id: Option<u32>| id.and_then(|i| tokenizer.piece(i)).unwrap_or_default();
-        let template = match g.get("tokenizer.chat_template").and_then(|v| v.as_str()) {
-            Some(src) => {
-                ChatTemplate::new(src, &piece(tokenizer.bos), &piece(Some(tokenizer.eos)))?
-            }
-            None => ChatTemplate::chatml(),
-        };
-        let languages = g
-            .get("general.languages")
-            .and_then(|v| v.as_array())
-            .map(|a| {
-                a.iter()
-                    .filter_map(|v| v.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let name = g
-            .get("general.name")
-            .and_then(|v| v.as_str())
-            .map(str::to_string);
+        let text = TextParts::from_gguf(&g)?;
         let model = Model::load(&g, max_context)?;
         Ok(Self {
             model,
-            tokenizer,
-            template,
-            languages,
-            name,
+            tokenizer: text.tokenizer,
+            template: text.template,
+            languages: text.languages,
+            name: text.name,
         })
     }
 
     /// The prompt's token ids.
     pub fn prompt_tokens(&self, prompt: Prompt<'_>) -> Result<Vec<u32>, EngineError> {
-        let ids = match prompt {
-            Prompt::Text(t) => self.tokenizer.encode(t)?,
-            Prompt::Messages(m) => self.tokenizer.encode(&self.template.render(m, true)?)?,
-            Prompt::Tokens(t) => t.to_vec(),
-        };
-        if ids.is_empty() {
-            return Err(EngineError::EmptyPrompt);
-        }
-        Ok(ids)
+        encode_prompt(&self.tokenizer, &self.template, prompt)
     }
 
     /// Generates a completion, calling `on_token` after every token.
@@ -284,89 +407,31 @@ impl Engine {
             .pop()
             .unwrap_or_default();
         let prefill_ms = t0.elapsed().as_secs_f64() * 1000.0;
-        Ok(Sequence {
-            cache,
-            logits,
-            rng: Rng::new(params.sampling.seed),
-            params: params.clone(),
-            context: prompt_ids.clone(),
-            out: Completion {
-                text: String::new(),
-                tokens: Vec::new(),
-                logprobs: Vec::new(),
-                entropies: Vec::new(),
-                finish: Finish::Length,
-                prompt_tokens: prompt_ids.len(),
-                prefill_ms,
-                decode_ms: 0.0,
-            },
-            emitted: 0,
-            finished: false,
-            decode_started: Instant::now(),
-        })
+        let capacity = cache.capacity();
+        Ok(Sequence::prefilled(
+            cache, capacity, logits, prompt_ids, params, prefill_ms,
+        ))
     }
 
     /// Samples the sequence's next token from its current logits. Returns the event to stream
     /// (its text may be empty while a character or a possible stop string is pending), or
     /// `None` once the sequence has finished. Does not run the model: see [`Engine::advance`].
     pub fn next_token(&self, seq: &mut Sequence) -> Result<Option<TokenEvent>, EngineError> {
-        if seq.finished {
-            return Ok(None);
-        }
-        let p = &seq.params;
-        if seq.out.tokens.len() >= p.max_tokens {
-            seq.finish(Finish::Length);
-            return Ok(None);
-        }
-        let s = sample::sample(&seq.logits, &p.sampling, &seq.context, &mut seq.rng);
-        if self.tokenizer.stop_ids.contains(&s.token) || p.stop_tokens.contains(&s.token) {
-            seq.finish(Finish::Stop);
-            return Ok(None);
-        }
-        seq.out.tokens.push(s.token);
-        seq.out.logprobs.push(s.logprob);
-        seq.out.entropies.push(s.entropy);
-        seq.context.push(s.token);
-        let full = self.tokenizer.decode(&seq.out.tokens)?;
-        let (stable, stopped) = stable_text(&full, &p.stop);
-        let text = full.get(seq.emitted..stable).unwrap_or("").to_string();
-        seq.emitted = stable.max(seq.emitted);
-        if stopped {
-            seq.out.text = full[..stable].to_string();
-            seq.finish(Finish::Stop);
-        } else {
-            seq.out.text = full;
-            if seq.cache.len() >= seq.cache.capacity() || seq.out.tokens.len() >= p.max_tokens {
-                seq.finish(Finish::Length);
-            }
-        }
-        Ok(Some(TokenEvent {
-            token: s.token,
-            text,
-            logprob: s.logprob,
-            entropy: s.entropy,
-        }))
+        seq.sample_next(&self.tokenizer)
     }
 
     /// Runs one decode step for every unfinished sequence in one batched forward pass,
     /// feeding each its last sampled token.
     pub fn advance(&self, seqs: &mut [&mut Sequence]) -> Result<(), EngineError> {
-        let mut live: Vec<&mut Sequence> = seqs
-            .iter_mut()
-            .filter(|s| !s.finished)
-            .map(|s| &mut **s)
-            .collect();
-        if live.is_empty() {
+        let (tokens, mut caches): (Vec<u32>, Vec<&mut KvCache>) =
+            seqs.iter_mut().filter_map(|s| s.pending()).unzip();
+        if tokens.is_empty() {
             return Ok(());
         }
-        let tokens: Vec<u32> = live
-            .iter()
-            .map(|s| s.context.last().copied().unwrap_or(0))
-            .collect();
-        let mut caches: Vec<&mut KvCache> = live.iter_mut().map(|s| &mut s.cache).collect();
         let logits = self.model.forward_batch(&tokens, &mut caches)?;
-        for (s, l) in live.into_iter().zip(logits) {
-            s.logits = l;
+        let live = seqs.iter_mut().filter(|s| !s.finished);
+        for (s, l) in live.zip(logits) {
+            s.set_logits(l);
         }
         Ok(())
     }

@@ -2,9 +2,12 @@
 //!
 //! One file per idea, in the order a reader meets them: `gguf` (the container), `quant`
 //! (block formats), `qmatrix` (weights kept quantized, and their products), `tokenizer`,
-//! `template` (chat templates), `model` (config, layers, forward), `kv` (the cache),
+//! `template` (chat templates), `model` (config, layers, forward on the CPU), `device_model`
+//! (the same model on a burn device: WebGPU, Vulkan, flex), `kv` (the cache),
 //! `sample` (choosing tokens), `generate` (the loop), `speculative` (draft and verify).
 
+pub mod device_engine;
+pub mod device_model;
 pub mod generate;
 pub mod gguf;
 pub mod kv;
@@ -16,6 +19,9 @@ pub mod speculative;
 pub mod template;
 pub mod tokenizer;
 
+pub use burn::tensor::Device;
+pub use device_engine::DeviceEngine;
+pub use device_model::{DeviceCache, DeviceModel};
 pub use generate::{
     Completion, Engine, EngineError, Finish, Flow, GenerateParams, Prompt, Sequence, TokenEvent,
 };

@@ -30,6 +30,8 @@ pub enum ModelError {
     ContextFull { needed: usize, capacity: usize },
     #[error("token id {0} is outside the vocabulary")]
     BadToken(u32),
+    #[error("device error: {0}")]
+    Device(String),
 }
 
 /// Hyper-parameters read from the GGUF metadata.

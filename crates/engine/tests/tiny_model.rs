@@ -1,100 +1,12 @@
 //! Tiny random 2-layer Llama models written by the test itself: every supported weight type,
 //! grouped-query attention, tied and untied output heads — without the 98 MB file.
 
-use straddle_engine::gguf::{Gguf, GgufWriter, Value};
+mod tiny;
+
+use straddle_engine::gguf::Gguf;
 use straddle_engine::model::{Model, ModelError};
-use straddle_engine::quant::{TensorType, encode};
-
-const D: usize = 64;
-const FFN: usize = 96;
-const VOCAB: usize = 40;
-
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self) -> f32 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((self.0 >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.5
-    }
-    fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.next()).collect()
-    }
-}
-
-fn encode_as(ty: TensorType, v: &[f32]) -> Vec<u8> {
-    match ty {
-        TensorType::F32 => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        TensorType::F16 => v
-            .iter()
-            .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())
-            .collect(),
-        TensorType::Q8_0 => encode::q8_0(v),
-        TensorType::Q4_0 => encode::q4_0(v),
-        TensorType::Q4_1 => encode::q4_1(v),
-        other => panic!("no encoder for {other:?}"),
-    }
-}
-
-/// A 2-layer model with `heads`/`kv_heads` attention heads and weights of type `ty`.
-fn tiny(ty: TensorType, heads: u32, kv_heads: u32, untied: bool) -> Vec<u8> {
-    let mut rng = Lcg(7);
-    let kv = D / heads as usize * kv_heads as usize;
-    let mut w = GgufWriter::new()
-        .kv("general.architecture", Value::String("llama".into()))
-        .kv("llama.block_count", Value::U32(2))
-        .kv("llama.embedding_length", Value::U32(D as u32))
-        .kv("llama.feed_forward_length", Value::U32(FFN as u32))
-        .kv("llama.attention.head_count", Value::U32(heads))
-        .kv("llama.attention.head_count_kv", Value::U32(kv_heads))
-        .kv("llama.rope.freq_base", Value::F32(10_000.0))
-        .kv("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5))
-        .kv("llama.context_length", Value::U32(64));
-    let mat = |w: GgufWriter, name: &str, rows: usize, cols: usize, rng: &mut Lcg| {
-        w.tensor(
-            name,
-            &[cols as u64, rows as u64],
-            ty,
-            encode_as(ty, &rng.vec(rows * cols)),
-        )
-    };
-    let embed = rng.vec(VOCAB * D);
-    w = w.tensor(
-        "token_embd.weight",
-        &[D as u64, VOCAB as u64],
-        ty,
-        encode_as(ty, &embed),
-    );
-    if untied {
-        // Same values as the embedding: an untied head must then give the tied logits.
-        w = w.tensor(
-            "output.weight",
-            &[D as u64, VOCAB as u64],
-            ty,
-            encode_as(ty, &embed),
-        );
-    }
-    let norm = |n: usize| -> Vec<u8> {
-        (0..n)
-            .flat_map(|i| (1.0 + i as f32 * 0.01).to_le_bytes())
-            .collect()
-    };
-    w = w.tensor("output_norm.weight", &[D as u64], TensorType::F32, norm(D));
-    for l in 0..2 {
-        let n = |s: &str| format!("blk.{l}.{s}.weight");
-        w = w.tensor(&n("attn_norm"), &[D as u64], TensorType::F32, norm(D));
-        w = w.tensor(&n("ffn_norm"), &[D as u64], TensorType::F32, norm(D));
-        w = mat(w, &n("attn_q"), D, D, &mut rng);
-        w = mat(w, &n("attn_k"), kv, D, &mut rng);
-        w = mat(w, &n("attn_v"), kv, D, &mut rng);
-        w = mat(w, &n("attn_output"), D, D, &mut rng);
-        w = mat(w, &n("ffn_gate"), FFN, D, &mut rng);
-        w = mat(w, &n("ffn_up"), FFN, D, &mut rng);
-        w = mat(w, &n("ffn_down"), D, FFN, &mut rng);
-    }
-    w.to_bytes()
-}
+use straddle_engine::quant::TensorType;
+use tiny::VOCAB;
 
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter()
@@ -114,7 +26,7 @@ fn batched_prefill_equals_token_by_token_decode_for_every_type() {
         TensorType::Q4_1,
     ] {
         for (heads, kv_heads) in [(4, 4), (4, 2), (4, 1)] {
-            let g = Gguf::read(tiny(ty, heads, kv_heads, false)).expect("tiny gguf");
+            let g = Gguf::read(tiny::model(ty, heads, kv_heads, false)).expect("tiny gguf");
             let m = Model::load(&g, 64).expect("load");
             let mut batch_cache = m.new_cache(64);
             let batched = m.forward(&tokens, &mut batch_cache, true).expect("prefill");
@@ -139,12 +51,12 @@ fn batched_prefill_equals_token_by_token_decode_for_every_type() {
 #[test]
 fn untied_head_with_the_embedding_values_gives_tied_logits() {
     let tied = Model::load(
-        &Gguf::read(tiny(TensorType::Q8_0, 4, 2, false)).expect("gguf"),
+        &Gguf::read(tiny::model(TensorType::Q8_0, 4, 2, false)).expect("gguf"),
         64,
     )
     .expect("tied");
     let untied = Model::load(
-        &Gguf::read(tiny(TensorType::Q8_0, 4, 2, true)).expect("gguf"),
+        &Gguf::read(tiny::model(TensorType::Q8_0, 4, 2, true)).expect("gguf"),
         64,
     )
     .expect("untied");
@@ -160,7 +72,7 @@ fn untied_head_with_the_embedding_values_gives_tied_logits() {
 #[test]
 fn context_overflow_and_bad_token_are_errors() {
     let m = Model::load(
-        &Gguf::read(tiny(TensorType::Q4_1, 4, 2, false)).expect("gguf"),
+        &Gguf::read(tiny::model(TensorType::Q4_1, 4, 2, false)).expect("gguf"),
         64,
     )
     .expect("load");
@@ -177,7 +89,7 @@ fn context_overflow_and_bad_token_are_errors() {
 
 #[test]
 fn wrong_tensor_shape_is_named() {
-    let mut bytes = tiny(TensorType::F32, 4, 4, false);
+    let mut bytes = tiny::model(TensorType::F32, 4, 4, false);
     // Rewrite the declared rows of blk.0.attn_q (64×64) to 32 by patching its shape in the header.
     let name = b"blk.0.attn_q.weight";
     let pos = bytes
@@ -197,7 +109,7 @@ fn wrong_tensor_shape_is_named() {
 
 #[test]
 fn batched_decode_across_sequences_equals_decoding_each_alone() {
-    let g = Gguf::read(tiny(TensorType::Q4_1, 4, 2, false)).expect("gguf");
+    let g = Gguf::read(tiny::model(TensorType::Q4_1, 4, 2, false)).expect("gguf");
     let m = Model::load(&g, 64).expect("load");
     let prompts: [&[u32]; 3] = [&[1, 2, 3], &[9], &[4, 4, 4, 4, 4]];
     let mut alone = Vec::new();
