@@ -9,6 +9,9 @@ use crate::setup;
 use crate::util::{self, root};
 
 const PROMPT_TOKENS: usize = 128;
+/// The burn model's shorter workload (see `engine`).
+const DEVICE_PROMPT_TOKENS: usize = 16;
+const DEVICE_DECODE_TOKENS: usize = 16;
 const DECODE_TOKENS: usize = 128;
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
@@ -101,6 +104,34 @@ fn engine() -> anyhow::Result<()> {
         table.push_str(&format!(
             "Resident weights (quantized): {} MB; f32 KV cache at 2,048 positions: {} MB.\n",
             r["weights_mb"], r["kv_mb"]
+        ));
+    }
+    // The burn model on its backends: far slower than the CPU kernels on a machine without a
+    // GPU (lavapipe and flex execute GPU-shaped kernels on 2 cores), so a shorter workload.
+    let (dp, dd) = (
+        DEVICE_PROMPT_TOKENS.to_string(),
+        DEVICE_DECODE_TOKENS.to_string(),
+    );
+    table.push_str(&format!(
+        "\nThe burn model (`DeviceModel`), {DEVICE_PROMPT_TOKENS}-token prompt, {DEVICE_DECODE_TOKENS} decoded tokens, 2,048-position cache:\n\n| backend | prefill tok/s | decode tok/s | load ms | weights on device MB | KV MB | peak device MB |\n|---|---|---|---|---|---|---|\n"
+    ));
+    for backend in ["flex", "wgpu"] {
+        let out = util::output(Command::new(&ours_bin).args([&model, &dp, &dd, backend]))?;
+        let line = out
+            .lines()
+            .rev()
+            .find(|l| l.starts_with('{'))
+            .unwrap_or("{}");
+        let r: serde_json::Value = serde_json::from_str(line)?;
+        table.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} |\n",
+            r["engine"],
+            r["prefill_tps"],
+            r["decode_tps"],
+            r["load_ms"],
+            r["weights_mb"],
+            r["kv_mb"],
+            r["peak_device_mb"]
         ));
     }
     println!("{table}");

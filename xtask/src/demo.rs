@@ -141,7 +141,13 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
 
     let tools = setup::run()?;
     eprintln!("demo: building (first time: several minutes)");
-    util::build_fast(&["-p", "straddle-cloud"])?;
+    // The test profile (dependencies and the engine optimised): shares every artefact with
+    // `cargo xtask test`, so a demo after the tests builds nothing.
+    util::run(
+        util::cargo()
+            .args(["build", "--quiet", "-p", "straddle-cloud"])
+            .current_dir(util::root()),
+    )?;
     crate::build::web_with_profile(&tools, "dev")?;
     crate::build::worker(&tools)?;
 
@@ -161,7 +167,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         let web_url = format!("http://127.0.0.1:{}", ports.web);
         let mut cloud = Service::start(
             "cloud",
-            Command::new(util::target_dir().join("fast/straddle-cloud"))
+            Command::new(util::target_dir().join("debug/straddle-cloud"))
                 .arg("--model")
                 .arg(&tools.model)
                 .arg("--listen")

@@ -4,6 +4,7 @@
 mod bench;
 mod build;
 mod demo;
+mod file_server;
 mod setup;
 mod test;
 mod util;

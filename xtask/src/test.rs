@@ -200,6 +200,8 @@ fn native(tools: &Tools) -> anyhow::Result<Counts> {
 }
 
 fn wasm(tools: &Tools) -> anyhow::Result<Counts> {
+    // The browser test loads the real model over HTTP, as a page would.
+    let model_url = crate::file_server::serve(&tools.model)?;
     counted(
         util::cargo()
             .args([
@@ -214,7 +216,8 @@ fn wasm(tools: &Tools) -> anyhow::Result<Counts> {
                 &tools.wasm_bindgen_test_runner,
             )
             .env("CHROMEDRIVER", &tools.chromedriver)
-            .env("WASM_BINDGEN_TEST_TIMEOUT", "600")
+            .env("WASM_BINDGEN_TEST_TIMEOUT", "900")
+            .env("STRADDLE_TEST_MODEL_URL", &model_url)
             .current_dir(root().join("crates/web")),
     )
 }

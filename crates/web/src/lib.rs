@@ -59,42 +59,142 @@ fn route_json(
         .map_err(|e| e.to_string())
 }
 
-/// The on-device model. Runs on the CPU in wasm for now (WebGPU through burn is the engine
-/// issue's open part); generation is synchronous, so pages should call it from a Web Worker.
+/// A prompt with its personal data replaced by typed placeholders (`[EMAIL_1]`) for upload;
+/// the originals stay inside this object, on the device.
+#[wasm_bindgen]
+pub struct Redacted {
+    inner: straddle_router::redact::Redaction,
+}
+
+#[wasm_bindgen]
+impl Redacted {
+    /// The text to send to the cloud.
+    #[wasm_bindgen(getter)]
+    pub fn text(&self) -> String {
+        self.inner.text.clone()
+    }
+
+    /// The placeholders used, in order (no values).
+    pub fn placeholders(&self) -> Vec<String> {
+        self.inner.placeholders().map(str::to_string).collect()
+    }
+
+    /// Puts the originals back into the cloud's whole answer.
+    pub fn reidentify(&self, answer: &str) -> String {
+        self.inner.reidentify(answer)
+    }
+
+    /// A re-identifier for an answer that streams in: `push(chunk)` returns the text safe to
+    /// show (never half a placeholder), `finish()` the rest.
+    pub fn stream(&self) -> ReidentifyStream {
+        ReidentifyStream {
+            inner: self.inner.stream(),
+        }
+    }
+}
+
+/// Re-identifies a streamed answer chunk by chunk.
+#[wasm_bindgen]
+pub struct ReidentifyStream {
+    inner: straddle_router::redact::StreamReidentifier,
+}
+
+#[wasm_bindgen]
+impl ReidentifyStream {
+    /// Takes the next chunk; returns what is now safe to show.
+    pub fn push(&mut self, chunk: &str) -> String {
+        self.inner.push(chunk)
+    }
+
+    /// Ends the stream; returns whatever was held back.
+    pub fn finish(&mut self) -> String {
+        self.inner.finish()
+    }
+}
+
+/// Redacts the personal data in `text` whose classes are listed in `kinds` (wire names such
+/// as `"email"`, `"payment_card"`; empty = every class).
+#[wasm_bindgen]
+pub fn redact(text: &str, kinds: Vec<String>) -> Redacted {
+    Redacted {
+        inner: straddle_router::redact::redact(text, |k| {
+            kinds.is_empty() || kinds.iter().any(|n| n == k.as_str())
+        }),
+    }
+}
+
+/// Where the on-device model runs.
+enum Backend {
+    /// burn on WebGPU: the weights stay quantized in GPU memory.
+    WebGpu(Box<straddle_engine::DeviceEngine>),
+    /// Our wasm-SIMD CPU kernels, for browsers without WebGPU.
+    Cpu(Box<straddle_engine::Engine>),
+}
+
+/// The on-device model: on WebGPU through burn when the browser has it, else on the CPU.
+/// Generation is asynchronous on both; on the CPU it still occupies the thread, so pages
+/// should host the engine in a Web Worker.
 #[wasm_bindgen]
 pub struct EdgeEngine {
-    engine: straddle_engine::Engine,
+    backend: std::rc::Rc<Backend>,
 }
 
 #[wasm_bindgen]
 impl EdgeEngine {
-    /// Loads a GGUF model from its bytes.
+    /// Loads a GGUF model from its bytes onto the CPU backend.
     #[wasm_bindgen(constructor)]
     pub fn new(bytes: Vec<u8>) -> Result<EdgeEngine, JsError> {
         let engine = straddle_engine::Engine::load(bytes, EDGE_CONTEXT)
             .map_err(|e| JsError::new(&e.to_string()))?;
-        Ok(EdgeEngine { engine })
+        Ok(EdgeEngine {
+            backend: std::rc::Rc::new(Backend::Cpu(Box::new(engine))),
+        })
+    }
+
+    /// Loads a GGUF model onto WebGPU; rejects when the browser has no usable adapter (the
+    /// caller then falls back to `new EdgeEngine(bytes)`).
+    #[wasm_bindgen(js_name = loadWebGpu)]
+    pub async fn load_webgpu(bytes: Vec<u8>) -> Result<EdgeEngine, JsError> {
+        let device = straddle_engine::Device::wgpu_options()
+            .init_async()
+            .await
+            .map_err(|e| JsError::new(&format!("WebGPU unavailable: {e}")))?;
+        let engine = straddle_engine::DeviceEngine::load(bytes, EDGE_CONTEXT, &device)
+            .map_err(|e| JsError::new(&e.to_string()))?;
+        Ok(EdgeEngine {
+            backend: std::rc::Rc::new(Backend::WebGpu(Box::new(engine))),
+        })
+    }
+
+    /// `"webgpu"` or `"cpu"`.
+    pub fn backend(&self) -> String {
+        match &*self.backend {
+            Backend::WebGpu(_) => "webgpu".into(),
+            Backend::Cpu(_) => "cpu".into(),
+        }
     }
 
     /// Languages the model declares (GGUF `general.languages`), for the router's context.
     pub fn languages(&self) -> Vec<String> {
-        self.engine.languages.clone()
+        match &*self.backend {
+            Backend::WebGpu(e) => e.languages.clone(),
+            Backend::Cpu(e) => e.languages.clone(),
+        }
     }
 
     /// Generates a reply to `messages_json` (OpenAI-style `[{role, content}]`), calling
-    /// `on_token(text, logprob, entropy)` per token; a `false` return cancels. Returns the
-    /// completion as JSON: `{text, tokens, finish, prompt_tokens, prefill_ms, decode_ms}`.
+    /// `on_token(text, logprob, entropy)` per token; a `false` return cancels. Resolves to the
+    /// completion as JSON: `{text, tokens, finish, prompt_tokens, prefill_ms, decode_ms,
+    /// mean_logprob, backend}`.
     pub fn generate(
         &self,
-        messages_json: &str,
+        messages_json: String,
         max_tokens: u32,
-        on_token: &js_sys::Function,
-    ) -> Result<String, JsError> {
-        generate_json(
-            &self.engine,
-            messages_json,
-            max_tokens,
-            |text, logprob, entropy| {
+        on_token: js_sys::Function,
+    ) -> js_sys::Promise {
+        let backend = self.backend.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let on_token = |text: &str, logprob: f32, entropy: f32| {
                 let keep = on_token.call3(
                     &JsValue::NULL,
                     &JsValue::from_str(text),
@@ -102,17 +202,20 @@ impl EdgeEngine {
                     &JsValue::from_f64(entropy.into()),
                 );
                 !matches!(keep, Ok(v) if v == JsValue::FALSE)
-            },
-        )
-        .map_err(|e| JsError::new(&e))
+            };
+            generate_json(&backend, &messages_json, max_tokens, on_token)
+                .await
+                .map(|json| JsValue::from_str(&json))
+                .map_err(|e| JsError::new(&e).into())
+        })
     }
 }
 
 /// Context the browser engine is sized for: an f32 KV cache of 1,024 positions is 47 MB.
 const EDGE_CONTEXT: usize = 1024;
 
-fn generate_json(
-    engine: &straddle_engine::Engine,
+async fn generate_json(
+    backend: &Backend,
     messages_json: &str,
     max_tokens: u32,
     mut on_token: impl FnMut(&str, f32, f32) -> bool,
@@ -132,15 +235,21 @@ fn generate_json(
         context: EDGE_CONTEXT,
         ..Default::default()
     };
-    let c = engine
-        .generate(Prompt::Messages(&msgs), &params, |ev| {
-            if on_token(&ev.text, ev.logprob, ev.entropy) {
-                Flow::Continue
-            } else {
-                Flow::Cancel
-            }
-        })
-        .map_err(|e| e.to_string())?;
+    let stream = |ev: &straddle_engine::TokenEvent| {
+        if on_token(&ev.text, ev.logprob, ev.entropy) {
+            Flow::Continue
+        } else {
+            Flow::Cancel
+        }
+    };
+    let (c, backend_name) = match backend {
+        Backend::WebGpu(e) => (
+            e.generate(Prompt::Messages(&msgs), &params, stream).await,
+            "webgpu",
+        ),
+        Backend::Cpu(e) => (e.generate(Prompt::Messages(&msgs), &params, stream), "cpu"),
+    };
+    let c = c.map_err(|e| e.to_string())?;
     let finish = match c.finish {
         Finish::Stop => "stop",
         Finish::Length => "length",
@@ -148,7 +257,7 @@ fn generate_json(
     };
     Ok(serde_json::json!({
         "text": c.text, "tokens": c.tokens, "finish": finish, "prompt_tokens": c.prompt_tokens,
-        "prefill_ms": c.prefill_ms, "decode_ms": c.decode_ms,
+        "prefill_ms": c.prefill_ms, "decode_ms": c.decode_ms, "backend": backend_name,
         "mean_logprob": if c.logprobs.is_empty() { 0.0 } else { c.logprobs.iter().sum::<f32>() / c.logprobs.len() as f32 },
     })
     .to_string())
@@ -163,6 +272,9 @@ pub struct DeviceInfo {
     pub max_storage_buffer_bytes: f64,
     /// The adapter's invocation limit per workgroup (0 without WebGPU).
     pub max_invocations_per_workgroup: u32,
+    /// Whether the adapter is a software fallback (SwiftShader and the like): there our wasm
+    /// CPU kernels are far faster than GPU-shaped kernels run on the CPU.
+    pub software: bool,
 }
 
 /// Probes WebGPU: requests an adapter and reads the limits the engine must respect.
@@ -175,6 +287,7 @@ pub async fn probe_device() -> DeviceInfo {
         webgpu: false,
         max_storage_buffer_bytes: 0.0,
         max_invocations_per_workgroup: 0,
+        software: false,
     };
     let get = |obj: &JsValue, key: &str| {
         js_sys::Reflect::get(obj, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
@@ -198,8 +311,23 @@ pub async fn probe_device() -> DeviceInfo {
         _ => return none,
     };
     let limits = get(&adapter, "limits");
+    // `adapter.info.isFallbackAdapter` in current Chromium, `adapter.isFallbackAdapter` before;
+    // the adapter's names catch software rasterisers that do not flag themselves.
+    let info = get(&adapter, "info");
+    let names: String = ["vendor", "architecture", "device", "description"]
+        .iter()
+        .filter_map(|k| get(&info, k).as_string())
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_ascii_lowercase();
+    let software = get(&info, "isFallbackAdapter").as_bool() == Some(true)
+        || get(&adapter, "isFallbackAdapter").as_bool() == Some(true)
+        || ["swiftshader", "llvmpipe", "lavapipe", "software"]
+            .iter()
+            .any(|s| names.contains(s));
     DeviceInfo {
         webgpu: true,
+        software,
         max_storage_buffer_bytes: get(&limits, "maxStorageBufferBindingSize")
             .as_f64()
             .unwrap_or(0.0),
@@ -226,6 +354,18 @@ mod tests {
                 .unwrap_err()
                 .contains("invalid context")
         );
+    }
+
+    #[test]
+    fn redaction_keeps_values_on_the_device_and_restores_them() {
+        let r = redact("mail jane@example.com, card 4111 1111 1111 1111", vec![]);
+        assert_eq!(r.text(), "mail [EMAIL_1], card [PAYMENT_CARD_1]");
+        assert_eq!(r.placeholders(), ["[EMAIL_1]", "[PAYMENT_CARD_1]"]);
+        let mut s = r.stream();
+        let shown = s.push("Wrote to [EMA") + &s.push("IL_1].") + &s.finish();
+        assert_eq!(shown, "Wrote to jane@example.com.");
+        let only_cards = redact("mail jane@example.com", vec!["payment_card".into()]);
+        assert_eq!(only_cards.text(), "mail jane@example.com");
     }
 
     #[test]

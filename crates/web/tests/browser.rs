@@ -36,3 +36,113 @@ fn routing_runs_in_the_browser_and_keeps_a_card_on_the_device() {
     assert!(json.contains(r#""target":"edge""#), "{json}");
     assert!(json.contains(r#""rule":"privacy""#), "{json}");
 }
+
+#[derive(serde::Deserialize)]
+struct Reference {
+    cases: Vec<Case>,
+}
+
+#[derive(serde::Deserialize)]
+struct Case {
+    name: String,
+    prompt: String,
+    greedy: Vec<u32>,
+    top5: Vec<Vec<(u32, f64)>>,
+}
+
+/// Fetches `url` into memory, as a page loads a model from a CDN.
+async fn fetch_bytes(url: &str) -> Vec<u8> {
+    use wasm_bindgen::JsCast;
+    use wasm_bindgen_futures::JsFuture;
+    let global = js_sys::global();
+    let fetch: js_sys::Function = js_sys::Reflect::get(&global, &"fetch".into())
+        .expect("fetch")
+        .dyn_into()
+        .expect("fetch is a function");
+    let response = JsFuture::from(js_sys::Promise::from(
+        fetch.call1(&global, &url.into()).expect("fetch call"),
+    ))
+    .await
+    .expect("fetch the model: is the xtask file server up?");
+    let array_buffer: js_sys::Function = js_sys::Reflect::get(&response, &"arrayBuffer".into())
+        .expect("arrayBuffer")
+        .dyn_into()
+        .expect("arrayBuffer is a function");
+    let buffer = JsFuture::from(js_sys::Promise::from(
+        array_buffer.call0(&response).expect("arrayBuffer call"),
+    ))
+    .await
+    .expect("model body");
+    js_sys::Uint8Array::new(&buffer).to_vec()
+}
+
+/// The real model, fetched over HTTP and run through burn on WebGPU (SwiftShader here),
+/// agrees with llama.cpp exactly as the native backends must in
+/// `crates/engine/tests/device_model.rs`: fed llama.cpp's greedy continuation, it picks the
+/// same token at every step where llama.cpp's top-1 leads by `TIE_MARGIN`, with top-5 logits
+/// within `LOGIT_TOL`.
+#[wasm_bindgen_test]
+async fn real_model_on_webgpu_agrees_with_llama_cpp() {
+    const STEPS: usize = 8;
+    const TIE_MARGIN: f64 = 1.6;
+    const LOGIT_TOL: f64 = 1.5;
+    // One short prompt (8 tokens, 5 decisive steps): SwiftShader runs ≈ 0.3 tokens/s.
+    const CASES: [&str; 1] = ["code-python"];
+    let Some(url) = option_env!("STRADDLE_TEST_MODEL_URL") else {
+        console_log!("skipping: STRADDLE_TEST_MODEL_URL unset (cargo xtask test sets it)");
+        return;
+    };
+    let reference: Reference = serde_json::from_str(include_str!(
+        "../../../tests/reference/smollm2-135m-q4_1.json"
+    ))
+    .expect("reference JSON");
+    let bytes = fetch_bytes(url).await;
+    let device = straddle_engine::Device::wgpu_options()
+        .init_async()
+        .await
+        .expect("WebGPU device");
+    let engine = straddle_engine::DeviceEngine::load(bytes, 256, &device).expect("load on WebGPU");
+    let mut clear_steps = 0;
+    for case in reference
+        .cases
+        .iter()
+        .filter(|c| CASES.contains(&c.name.as_str()))
+    {
+        let ids = engine
+            .prompt_tokens(straddle_engine::Prompt::Text(&case.prompt))
+            .expect("tokenize");
+        let mut cache = engine.model.new_cache(256);
+        let mut logits = engine
+            .model
+            .forward_read(&ids, &mut cache, false)
+            .await
+            .expect("prefill")
+            .pop()
+            .expect("logits");
+        for (step, (&want, top)) in case.greedy.iter().zip(&case.top5).enumerate().take(STEPS) {
+            for &(tok, want_logit) in top {
+                let err = (f64::from(logits[tok as usize]) - want_logit).abs();
+                assert!(
+                    err <= LOGIT_TOL,
+                    "{} step {step}: logit of {tok} is {}, llama.cpp {want_logit}",
+                    case.name,
+                    logits[tok as usize]
+                );
+            }
+            if top[0].1 - top[1].1 >= TIE_MARGIN {
+                clear_steps += 1;
+                let got = straddle_engine::sample::argmax(&logits);
+                assert_eq!(got, want, "{} step {step}: a clear-margin step", case.name);
+            }
+            logits = engine
+                .model
+                .forward_read(&[want], &mut cache, false)
+                .await
+                .expect("decode")
+                .pop()
+                .expect("logits");
+        }
+    }
+    console_log!("webgpu: {clear_steps} clear-margin steps agree with llama.cpp");
+    assert_eq!(clear_steps, 5);
+}
