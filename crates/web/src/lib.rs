@@ -316,7 +316,7 @@ pub async fn probe_device() -> DeviceInfo {
     let info = get(&adapter, "info");
     let names: String = ["vendor", "architecture", "device", "description"]
         .iter()
-        .filter_map(|k| get(&info, k).as_string())
+        .filter_map(|&k| get(&info, k).as_string())
         .collect::<Vec<_>>()
         .join(" ")
         .to_ascii_lowercase();
@@ -324,7 +324,7 @@ pub async fn probe_device() -> DeviceInfo {
         || get(&adapter, "isFallbackAdapter").as_bool() == Some(true)
         || ["swiftshader", "llvmpipe", "lavapipe", "software"]
             .iter()
-            .any(|s| names.contains(s));
+            .any(|&s| names.contains(s));
     DeviceInfo {
         webgpu: true,
         software,
