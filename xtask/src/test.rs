@@ -224,10 +224,13 @@ fn wasm(tools: &Tools) -> anyhow::Result<Counts> {
 
 fn worker(tools: &Tools) -> anyhow::Result<Counts> {
     crate::build::worker(tools)?;
-    // The forwarding tests need a real upstream: the cloud server, built by the native suite.
+    // The forwarding tests need a real upstream: the cloud server as the native suite built
+    // it. `cargo build -p straddle-cloud` would resolve features for that crate alone and
+    // compile burn a second time (~25 minutes here); the workspace's own test build reuses
+    // the native suite's artefacts and only relinks.
     util::run(
         util::cargo()
-            .args(["build", "--quiet", "-p", "straddle-cloud"])
+            .args(["test", "--quiet", "--workspace", "--no-run"])
             .current_dir(root()),
     )?;
     counted(
