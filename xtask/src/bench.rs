@@ -1,4 +1,4 @@
-//! `cargo xtask bench [engine]`: runs benchmarks beside their peers in the same run and
+//! `cargo xtask bench [engine|cloud|router|all]`: runs benchmarks beside their peers in the same run and
 //! writes the table to BENCHMARKS.md.
 
 use std::process::Command;
@@ -19,8 +19,9 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     match which {
         "engine" => engine(),
         "cloud" => cloud(),
-        "all" => engine().and_then(|()| cloud()),
-        other => bail!("unknown benchmark `{other}` (known: engine, cloud, all)"),
+        "router" => router(),
+        "all" => engine().and_then(|()| cloud()).and_then(|()| router()),
+        other => bail!("unknown benchmark `{other}` (known: engine, cloud, router, all)"),
     }
 }
 
@@ -138,6 +139,22 @@ fn engine() -> anyhow::Result<()> {
     write_section(
         "Engine (native CPU)",
         &format!("Command: `cargo xtask bench engine`\n\n{table}"),
+    )
+}
+
+/// Decision latency of the router on 2 KB prompts, every signal on (goal: p99 < 100 µs).
+fn router() -> anyhow::Result<()> {
+    util::build_fast(&["-p", "straddle-router", "--example", "decide_latency"])?;
+    let table = util::output(
+        Command::new(util::target_dir().join("fast/examples/decide_latency")).arg("20000"),
+    )?;
+    print!("{table}");
+    write_section(
+        "Router decision latency",
+        &format!(
+            "Command: `cargo xtask bench router` (native, one thread, 20,000 decisions per row, \
+             each timed alone)\n\n{table}"
+        ),
     )
 }
 

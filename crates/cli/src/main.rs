@@ -1,5 +1,8 @@
 //! `straddle`: the command-line face of the engine and the router.
 
+mod routellm;
+mod train_router;
+
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -24,6 +27,48 @@ enum Command {
     },
     /// Scan text for personal data and print the entity classes found.
     Pii { text: String },
+    /// Train the router's task-type model, report held-out accuracy, write the model.
+    TrainRouter {
+        /// Labelled JSONL corpus (`text`, `label`, `lang`).
+        #[arg(long, default_value = "crates/router/data/tasks.jsonl")]
+        corpus: PathBuf,
+        /// Where the trained model goes (the router bundles this file).
+        #[arg(long, default_value = "crates/router/data/task-model.bin")]
+        out: PathBuf,
+    },
+    /// Evaluate the router on benchmark data.
+    Eval {
+        #[command(subcommand)]
+        benchmark: Eval,
+    },
+}
+
+#[derive(Subcommand)]
+enum Eval {
+    /// RouteLLM's strong/weak routing benchmarks (MMLU, GSM8K, MT-Bench) and metrics.
+    Routellm {
+        /// A directory holding RouteLLM's evaluation files.
+        #[arg(long)]
+        data: PathBuf,
+        /// The weak model's column.
+        #[arg(long, default_value = routellm::DEFAULT_WEAK)]
+        weak: String,
+        /// The strong model's column.
+        #[arg(long, default_value = routellm::DEFAULT_STRONG)]
+        strong: String,
+        /// Threshold quantile bins (RouteLLM uses 10).
+        #[arg(long, default_value_t = 10)]
+        bins: usize,
+        /// Cross-fitting folds for the learned scorer.
+        #[arg(long, default_value_t = 5)]
+        folds: usize,
+        /// Seeds the random router is averaged over.
+        #[arg(long, default_value_t = 20)]
+        random_seeds: u64,
+        /// Also print each curve's points.
+        #[arg(long)]
+        curves: bool,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -35,6 +80,46 @@ fn main() -> anyhow::Result<()> {
                     "{:?}\t{}..{}\t{:.2}",
                     span.kind, span.start, span.end, span.confidence
                 );
+            }
+            Ok(())
+        }
+        Command::TrainRouter { corpus, out } => {
+            let examples = train_router::read_corpus(&corpus)?;
+            let report = train_router::run(&examples, &out)?;
+            print!("{}", report.render());
+            println!("wrote {}", out.display());
+            Ok(())
+        }
+        Command::Eval {
+            benchmark:
+                Eval::Routellm {
+                    data,
+                    weak,
+                    strong,
+                    bins,
+                    folds,
+                    random_seeds,
+                    curves,
+                },
+        } => {
+            let benchmarks = routellm::load(&data, &weak, &strong)?;
+            let rows = routellm::evaluate(
+                &benchmarks,
+                routellm::Settings {
+                    bins,
+                    folds,
+                    random_seeds,
+                    train: straddle_router::linear::TrainConfig::default(),
+                },
+            )?;
+            println!(
+                "weak = {weak}, strong = {strong}; straddle = hashed n-gram logistic model of \
+                 P(weak model fails), {folds}-fold cross-fitted over all benchmarks pooled (an \
+                 MMLU domain never shares a fold); random = mean of {random_seeds} seeds\n"
+            );
+            print!("{}", routellm::table(&rows, &benchmarks));
+            if curves {
+                print!("\n{}", routellm::curves(&rows));
             }
             Ok(())
         }

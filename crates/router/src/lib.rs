@@ -4,9 +4,15 @@
 //! decides), the worker (which re-checks privacy) and the CLI (which evaluates).
 //! `pii` finds personal data, `signals` reads language and expected length, `policy`
 //! applies the ordered rules and the cost score and explains itself, `redact` replaces
-//! personal data with placeholders for upload and puts it back into the answer.
+//! personal data with placeholders for upload and puts it back into the answer; `features`
+//! and `linear` are the small learned models (task type, difficulty) over hashed n-grams;
+//! `eval` scores a strong/weak router with RouteLLM's metrics.
 
+pub mod eval;
+pub mod features;
+pub mod linear;
 pub mod pii;
 pub mod policy;
 pub mod redact;
 pub mod signals;
+pub mod task;

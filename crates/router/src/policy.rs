@@ -4,8 +4,11 @@
 
 use serde::{Deserialize, Serialize};
 
+use std::collections::BTreeMap;
+
 use crate::pii::{self, EntityKind, Sensitivity};
 use crate::signals;
+use crate::task::{self, TaskType};
 
 /// Where to answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,6 +89,41 @@ pub struct Policy {
     /// Prior answer quality of each target (0–1), before task-specific evidence.
     pub edge_quality: f64,
     pub cloud_quality: f64,
+    /// Quality priors per task type; the classifier's confidence blends them with the
+    /// general priors above. Missing tasks use the general priors.
+    #[serde(default = "default_task_quality")]
+    pub task_quality: BTreeMap<TaskType, QualityPrior>,
+}
+
+/// Expected answer quality (0–1) of each target for one kind of task.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QualityPrior {
+    pub edge: f64,
+    pub cloud: f64,
+}
+
+/// Priors for a ~100M-parameter edge model against a frontier-class cloud model: the small
+/// model holds up on short, shallow tasks and falls away on code, maths and reasoning.
+/// Stated beliefs, not measurements; the bandit's feedback is what corrects them.
+pub fn default_task_quality() -> BTreeMap<TaskType, QualityPrior> {
+    use TaskType::*;
+    [
+        (ChitChat, 0.70, 0.90),
+        (Intent, 0.65, 0.90),
+        (Classification, 0.60, 0.92),
+        (Extraction, 0.55, 0.92),
+        (ShortQa, 0.45, 0.92),
+        (Summarization, 0.40, 0.90),
+        (LongForm, 0.30, 0.90),
+        (Translation, 0.20, 0.90),
+        (Code, 0.15, 0.88),
+        (Math, 0.10, 0.85),
+        (Reasoning, 0.10, 0.85),
+    ]
+    .into_iter()
+    .map(|(t, edge, cloud)| (t, QualityPrior { edge, cloud }))
+    .collect()
 }
 
 impl Default for Policy {
@@ -104,6 +142,7 @@ impl Default for Policy {
             cloud_tokens_per_s: 60.0,
             edge_quality: 0.55,
             cloud_quality: 0.85,
+            task_quality: default_task_quality(),
         }
     }
 }
@@ -125,6 +164,14 @@ impl Policy {
             return Err(PolicyError(
                 "weights must be finite and non-negative".into(),
             ));
+        }
+        let priors = p
+            .task_quality
+            .values()
+            .flat_map(|q| [q.edge, q.cloud])
+            .chain([p.edge_quality, p.cloud_quality]);
+        if priors.clone().any(|q| !(0.0..=1.0).contains(&q)) {
+            return Err(PolicyError("quality priors must lie in 0..=1".into()));
         }
         Ok(p)
     }
@@ -172,7 +219,8 @@ pub fn decide(prompt: &str, max_tokens: Option<u32>, ctx: &Context, policy: &Pol
         .filter(|k| k.sensitivity() >= policy.keep_on_device_at)
         .collect();
     let lang = signals::language(prompt);
-    let out = signals::expected_output(prompt, max_tokens);
+    let task = task::classify(prompt);
+    let out = signals::expected_output(prompt, Some(task), max_tokens);
     let prompt_tokens = signals::prompt_tokens_estimate(prompt);
     let lang_ok = ctx.edge_languages.is_empty() || ctx.edge_languages.iter().any(|l| l == lang);
 
@@ -185,15 +233,31 @@ pub fn decide(prompt: &str, max_tokens: Option<u32>, ctx: &Context, policy: &Pol
         + f64::from(out.tokens) / f64::from(policy.cloud_tokens_per_s.max(1.0));
     let cloud_cost = f64::from(prompt_tokens) / 1000.0 * policy.cloud_price_in_per_1k
         + f64::from(out.tokens) / 1000.0 * policy.cloud_price_out_per_1k;
+    // The task's priors count as much as the classifier is sure of the task.
+    let confidence = f64::from(task.confidence);
+    let prior = policy
+        .task_quality
+        .get(&task.task)
+        .copied()
+        .unwrap_or(QualityPrior {
+            edge: policy.edge_quality,
+            cloud: policy.cloud_quality,
+        });
+    let cloud_quality = confidence * prior.cloud + (1.0 - confidence) * policy.cloud_quality;
+    let edge_quality = confidence * prior.edge + (1.0 - confidence) * policy.edge_quality;
     let edge_quality = if lang_ok {
-        policy.edge_quality
+        edge_quality
     } else {
-        policy.edge_quality * 0.3
+        edge_quality * 0.3
     };
 
     let signals = vec![
         sig("pii", serde_json::to_value(&pii).unwrap_or_default()),
         sig("language", lang.into()),
+        sig("task", task.task.as_str().into()),
+        sig("task_confidence", f64::from(task.confidence).into()),
+        sig("edge_quality_prior", edge_quality.into()),
+        sig("cloud_quality_prior", cloud_quality.into()),
         sig("expected_output_tokens", out.tokens.into()),
         sig("expected_output_basis", out.basis.into()),
         sig("prompt_tokens_estimate", prompt_tokens.into()),
@@ -282,7 +346,7 @@ pub fn decide(prompt: &str, max_tokens: Option<u32>, ctx: &Context, policy: &Pol
     let w = policy.weights;
     let edge_score = w.latency * edge_latency - w.quality * edge_quality;
     let cloud_score =
-        w.latency * cloud_latency + w.cost * cloud_cost * 100.0 - w.quality * policy.cloud_quality;
+        w.latency * cloud_latency + w.cost * cloud_cost * 100.0 - w.quality * cloud_quality;
     let scores = vec![(Target::Edge, edge_score), (Target::Cloud, cloud_score)];
     let target = if edge_score <= cloud_score {
         Target::Edge
@@ -424,10 +488,54 @@ mod tests {
     }
 
     #[test]
+    fn the_task_type_is_traced_and_moves_the_quality_terms() {
+        let code = decide(
+            "Write a Python function that merges two sorted lists.",
+            None,
+            &ctx(),
+            &Policy::default(),
+        );
+        let signal = |d: &Decision, name: &str| {
+            d.trace
+                .signals
+                .iter()
+                .find(|s| s.name == name)
+                .map(|s| s.value.clone())
+        };
+        assert_eq!(signal(&code, "task"), Some("code".into()));
+        assert_eq!(code.target, Target::Cloud);
+        let chat = decide("hey, how's it going?", None, &ctx(), &Policy::default());
+        assert_eq!(signal(&chat, "task"), Some("chit_chat".into()));
+        let q = |d: &Decision| {
+            signal(d, "edge_quality_prior")
+                .and_then(|v| v.as_f64())
+                .expect("prior")
+        };
+        assert!(q(&chat) > q(&code) + 0.2, "{} vs {}", q(&chat), q(&code));
+        // Chit-chat on a slow network in the low-latency scenario stays on the device.
+        let fast = Policy {
+            weights: Weights::preset("low-latency").expect("preset"),
+            ..Policy::default()
+        };
+        let slow_net = Context {
+            rtt_ms: 1500.0,
+            ..ctx()
+        };
+        assert_eq!(
+            decide("hey, how's it going?", None, &slow_net, &fast).target,
+            Target::Edge
+        );
+    }
+
+    #[test]
     fn malformed_policy_json_names_the_problem() {
         assert!(Policy::from_json("{").is_err());
         let err = Policy::from_json(r#"{"version":"x","keep_on_device_at":"high","long_output_tokens":1,"weights":{"latency":-1,"cost":0,"quality":0},"cloud_price_in_per_1k":0,"cloud_price_out_per_1k":0,"cloud_tokens_per_s":1,"edge_quality":0,"cloud_quality":0}"#).unwrap_err();
         assert!(err.to_string().contains("non-negative"));
+        let mut bad_prior = serde_json::to_value(Policy::default()).expect("ser");
+        bad_prior["task_quality"]["code"]["edge"] = 1.5.into();
+        let err = Policy::from_json(&bad_prior.to_string()).unwrap_err();
+        assert!(err.to_string().contains("0..=1"), "{err}");
         let round = serde_json::to_string(&Policy::default()).expect("ser");
         assert_eq!(Policy::from_json(&round).expect("parse"), Policy::default());
     }

@@ -2,6 +2,11 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::task::TaskGuess;
+
+/// Below this confidence the task type does not move the length estimate.
+const TASK_CONFIDENCE_FLOOR: f32 = 0.35;
+
 /// The dominant script of a prompt, as an ISO 639-1 guess the policy compares with the
 /// edge model's `general.languages`.
 pub fn language(text: &str) -> &'static str {
@@ -53,13 +58,20 @@ const SHORT_CUES: &[&str] = &[
     "一句话",
 ];
 
-/// Expected completion tokens: an explicit `max_tokens` caps it; cue words move it.
-pub fn expected_output(text: &str, max_tokens: Option<u32>) -> OutputEstimate {
+/// Expected completion tokens: cue words first, then the task type's typical length, then
+/// a default; an explicit `max_tokens` caps it.
+pub fn expected_output(
+    text: &str,
+    task: Option<TaskGuess>,
+    max_tokens: Option<u32>,
+) -> OutputEstimate {
     let lower = text.to_lowercase();
     let (tokens, basis) = if LONG_CUES.iter().any(|c| lower.contains(c)) {
         (1024, "long-form cue")
     } else if SHORT_CUES.iter().any(|c| lower.contains(c)) {
         (24, "short-answer cue")
+    } else if let Some(t) = task.filter(|t| t.confidence >= TASK_CONFIDENCE_FLOOR) {
+        (t.task.typical_output_tokens(), "task type")
     } else {
         (160, "default")
     };
@@ -92,24 +104,44 @@ mod tests {
     }
 
     #[test]
-    fn output_estimate_follows_cues_and_max_tokens() {
+    fn output_estimate_follows_cues_task_and_max_tokens() {
+        use crate::task::{TaskGuess, TaskType};
         assert_eq!(
-            expected_output("Write an essay about rivers", None).tokens,
+            expected_output("Write an essay about rivers", None, None).tokens,
             1024
         );
+        let code = TaskGuess {
+            task: TaskType::Code,
+            confidence: 0.8,
+        };
         assert_eq!(
-            expected_output("Write an essay about rivers", Some(100)),
+            expected_output("Sort a list in Go", Some(code), None),
+            OutputEstimate {
+                tokens: 400,
+                basis: "task type"
+            }
+        );
+        let unsure = TaskGuess {
+            confidence: 0.2,
+            ..code
+        };
+        assert_eq!(
+            expected_output("Sort a list in Go", Some(unsure), None).basis,
+            "default"
+        );
+        assert_eq!(
+            expected_output("Write an essay about rivers", None, Some(100)),
             OutputEstimate {
                 tokens: 100,
                 basis: "max_tokens"
             }
         );
         assert_eq!(
-            expected_output("Answer yes or no: is water wet?", None).tokens,
+            expected_output("Answer yes or no: is water wet?", Some(code), None).tokens,
             24
         );
         assert_eq!(
-            expected_output("请详细介绍长城", None).basis,
+            expected_output("请详细介绍长城", None, None).basis,
             "long-form cue"
         );
     }
