@@ -36,6 +36,18 @@ enum Command {
         #[arg(long, default_value = "crates/router/data/task-model.bin")]
         out: PathBuf,
     },
+    /// Compare routing policies (the seed-1 EdgeRouter baseline, the fixed policy, the
+    /// bandit) on a simulated stream with drifting difficulty.
+    Sim {
+        /// Requests in the stream.
+        #[arg(long, default_value_t = 100)]
+        requests: usize,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// One request in this many carries a card number.
+        #[arg(long, default_value_t = 20)]
+        personal_every: usize,
+    },
     /// Evaluate the router on benchmark data.
     Eval {
         #[command(subcommand)]
@@ -81,6 +93,18 @@ fn main() -> anyhow::Result<()> {
                     span.kind, span.start, span.end, span.confidence
                 );
             }
+            Ok(())
+        }
+        Command::Sim {
+            requests,
+            seed,
+            personal_every,
+        } => {
+            use straddle_router::sim;
+            let world = sim::World::default();
+            let stream = sim::stream(&sim::bundled_corpus(), requests, seed, personal_every);
+            println!("{requests} requests, seed {seed}, world = sim::World::default()\n");
+            print!("{}", sim::table(&sim::compare(&world, &stream, seed)));
             Ok(())
         }
         Command::TrainRouter { corpus, out } => {

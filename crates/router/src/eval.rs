@@ -5,6 +5,7 @@
 
 use crate::features::{Features, extract};
 use crate::linear::{LinearModel, ModelError, TrainConfig};
+use crate::rng::{SplitMix, mix};
 
 /// What each model scored on one prompt: 0/1 correctness, or a judge's mean score.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -215,19 +216,8 @@ pub fn cross_fit_scores(
 
 /// Uniform scores in [0, 1) from a seed: RouteLLM's random router.
 pub fn random_scores(n: usize, seed: u64) -> Vec<f64> {
-    let mut state = seed;
-    (0..n)
-        .map(|_| {
-            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            (mix(state) >> 11) as f64 / (1u64 << 53) as f64
-        })
-        .collect()
-}
-
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+    let mut rng = SplitMix(seed);
+    (0..n).map(|_| rng.next_f64()).collect()
 }
 
 fn fnv(bytes: &[u8]) -> u64 {

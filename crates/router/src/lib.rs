@@ -8,11 +8,15 @@
 //! and `linear` are the small learned models (task type, difficulty) over hashed n-grams;
 //! `eval` scores a strong/weak router with RouteLLM's metrics.
 
+pub mod bandit;
 pub mod eval;
 pub mod features;
 pub mod linear;
 pub mod pii;
+mod pii_cues;
 pub mod policy;
 pub mod redact;
+pub mod rng;
 pub mod signals;
+pub mod sim;
 pub mod task;

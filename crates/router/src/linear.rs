@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::features::{DIM, Features};
+use crate::rng::SplitMix;
 
 /// Why a model could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -83,7 +84,7 @@ impl LinearModel {
         let mut probs = vec![0f32; k];
         for _ in 0..config.epochs {
             for i in (1..order.len()).rev() {
-                order.swap(i, (rng.next() % (i as u64 + 1)) as usize);
+                order.swap(i, rng.below(i + 1));
             }
             for &e in &order {
                 let (x, label) = &examples[e];
@@ -236,19 +237,6 @@ fn softmax(v: &mut [f32]) {
     }
     for x in v.iter_mut() {
         *x /= sum;
-    }
-}
-
-/// A small deterministic generator for shuffling (SplitMix64).
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
     }
 }
 

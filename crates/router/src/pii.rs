@@ -17,6 +17,12 @@ pub enum EntityKind {
     CnResidentId,
     IpAddress,
     Secret,
+    /// A person's name, found after a context cue.
+    PersonName,
+    /// A date of birth, found after a context cue.
+    DateOfBirth,
+    /// A first-person medical disclosure.
+    MedicalContext,
 }
 
 /// How much harm a leak of an entity class does; the policy compares it with its limits.
@@ -41,6 +47,9 @@ impl EntityKind {
             EntityKind::CnResidentId => "cn_resident_id",
             EntityKind::IpAddress => "ip_address",
             EntityKind::Secret => "secret",
+            EntityKind::PersonName => "person_name",
+            EntityKind::DateOfBirth => "date_of_birth",
+            EntityKind::MedicalContext => "medical_context",
         }
     }
 
@@ -48,8 +57,10 @@ impl EntityKind {
     pub fn sensitivity(self) -> Sensitivity {
         match self {
             EntityKind::IpAddress => Sensitivity::Low,
-            EntityKind::Email | EntityKind::Phone => Sensitivity::Medium,
+            EntityKind::Email | EntityKind::Phone | EntityKind::PersonName => Sensitivity::Medium,
             EntityKind::PaymentCard
+            | EntityKind::DateOfBirth
+            | EntityKind::MedicalContext
             | EntityKind::Iban
             | EntityKind::UsSsn
             | EntityKind::CnResidentId => Sensitivity::High,
@@ -133,6 +144,7 @@ pub fn detect(text: &str) -> Vec<Span> {
     ibans(b, &mut spans);
     ipv4(b, &mut spans);
     secrets(text, &mut spans);
+    crate::pii_cues::detect(text, &mut spans);
     spans.sort_by(|x, y| x.start.cmp(&y.start).then(y.end.cmp(&x.end)));
     let mut out: Vec<Span> = Vec::with_capacity(spans.len());
     for s in spans {

@@ -1,0 +1,388 @@
+//! A simulated request stream for comparing routing policies where real feedback is not to
+//! hand: prompts from the task corpus, some carrying personal data, a hidden difficulty
+//! that drifts, and a world model of what each target's answer would have been worth. Every
+//! number of the world is a stated assumption ([`World::default`]); the point is the
+//! comparison between policies on the same stream, not the absolute rewards.
+
+use crate::bandit::{self, LinUcb, RewardWeights};
+use crate::pii::Sensitivity;
+use crate::policy::{self, Context, Decision, Policy, Target};
+use crate::rng::SplitMix;
+use crate::task::{TaskExample, TaskType};
+
+/// What answers are worth in the simulated world.
+#[derive(Debug, Clone, PartialEq)]
+pub struct World {
+    /// Chance that the edge model's answer is good, per task type, at difficulty 0.
+    pub edge_skill: Vec<(TaskType, f64)>,
+    /// The same for the cloud model.
+    pub cloud_skill: f64,
+    /// How much a difficulty of 1 takes off the edge's and the cloud's chances.
+    pub edge_difficulty_penalty: f64,
+    pub cloud_difficulty_penalty: f64,
+    pub edge_tokens_per_s: f64,
+    pub cloud_tokens_per_s: f64,
+    pub rtt_ms: f64,
+    /// Cloud queueing and prefill before the first token, seconds.
+    pub cloud_queue_s: f64,
+    /// USD per 1,000 prompt / completion tokens.
+    pub cloud_price_in_per_1k: f64,
+    pub cloud_price_out_per_1k: f64,
+    pub reward: RewardWeights,
+    /// Reward of sending high-sensitivity personal data to the cloud: a breach.
+    pub breach_penalty: f64,
+}
+
+impl Default for World {
+    fn default() -> Self {
+        use TaskType::*;
+        World {
+            // A ~100M-parameter model answers easy small talk, commands and labelling about
+            // as well as any, and is poor at code, maths and reasoning.
+            edge_skill: vec![
+                (ChitChat, 0.97),
+                (Intent, 0.96),
+                (Classification, 0.93),
+                (Extraction, 0.85),
+                (ShortQa, 0.70),
+                (Summarization, 0.60),
+                (LongForm, 0.45),
+                (Translation, 0.35),
+                (Code, 0.25),
+                (Math, 0.20),
+                (Reasoning, 0.15),
+            ],
+            cloud_skill: 0.96,
+            edge_difficulty_penalty: 0.6,
+            cloud_difficulty_penalty: 0.15,
+            edge_tokens_per_s: 40.0,
+            cloud_tokens_per_s: 50.0,
+            rtt_ms: 80.0,
+            // A busy shared GPU tier: what the fixed policy's latency model (RTT plus
+            // decode) does not know, and feedback teaches.
+            cloud_queue_s: 1.5,
+            // A frontier-class cloud model's list prices.
+            cloud_price_in_per_1k: 0.0025,
+            cloud_price_out_per_1k: 0.01,
+            // An interactive chat: five seconds of waiting cost as much as a good answer, and
+            // so does a cent of spend.
+            reward: RewardWeights {
+                cost: 1.0,
+                latency: 0.2,
+            },
+            breach_penalty: -10.0,
+        }
+    }
+}
+
+/// One simulated request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    pub text: String,
+    /// The corpus label (truth, hidden from the routers).
+    pub task: TaskType,
+    /// Hidden difficulty, 0–1.
+    pub difficulty: f64,
+    /// Whether personal data was added to the prompt.
+    pub personal: bool,
+}
+
+/// `n` requests drawn from `corpus`; difficulty drifts linearly from `U(0, 0.3)` at the
+/// start to `U(0.5, 1)` at the end, and one in `personal_every` carries a card number.
+pub fn stream(corpus: &[TaskExample], n: usize, seed: u64, personal_every: usize) -> Vec<Request> {
+    let mut rng = SplitMix(seed);
+    (0..n)
+        .filter_map(|i| {
+            let e = corpus.get(rng.below(corpus.len()))?;
+            let progress = i as f64 / n.max(1) as f64;
+            let difficulty = 0.5 * progress + (0.3 + 0.2 * progress) * rng.next_f64();
+            let personal = personal_every > 0 && rng.below(personal_every) == 0;
+            let text = if personal {
+                format!("{} My card is 4111 1111 1111 1111.", e.text)
+            } else {
+                e.text.clone()
+            };
+            Some(Request {
+                text,
+                task: e.label,
+                difficulty,
+                personal,
+            })
+        })
+        .collect()
+}
+
+/// What one answer was worth.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Answer {
+    pub quality: f64,
+    pub cost_usd: f64,
+    pub latency_s: f64,
+    pub reward: f64,
+    pub breach: bool,
+}
+
+impl World {
+    fn edge_skill(&self, task: TaskType) -> f64 {
+        self.edge_skill
+            .iter()
+            .find(|(t, _)| *t == task)
+            .map_or(0.5, |(_, s)| *s)
+    }
+
+    /// The answer `target` gives to `request` (its success drawn from `rng`).
+    pub fn answer(&self, request: &Request, target: Target, rng: &mut SplitMix) -> Answer {
+        let out = f64::from(request.task.typical_output_tokens());
+        let prompt = f64::from(crate::signals::prompt_tokens_estimate(&request.text));
+        let (p_good, cost_usd, latency_s) = match target {
+            Target::Edge => (
+                self.edge_skill(request.task) - self.edge_difficulty_penalty * request.difficulty,
+                0.0,
+                out / self.edge_tokens_per_s,
+            ),
+            Target::Cloud => (
+                self.cloud_skill - self.cloud_difficulty_penalty * request.difficulty,
+                prompt / 1000.0 * self.cloud_price_in_per_1k
+                    + out / 1000.0 * self.cloud_price_out_per_1k,
+                self.rtt_ms / 1000.0 + self.cloud_queue_s + out / self.cloud_tokens_per_s,
+            ),
+        };
+        let quality = f64::from(rng.next_f64() < p_good.clamp(0.0, 1.0));
+        let breach = request.personal && target == Target::Cloud;
+        let reward = if breach {
+            self.breach_penalty
+        } else {
+            self.reward.reward(quality, cost_usd, latency_s)
+        };
+        Answer {
+            quality,
+            cost_usd,
+            latency_s,
+            reward,
+            breach,
+        }
+    }
+
+    /// The context a page in this world would hand the router.
+    pub fn context(&self) -> Context {
+        Context {
+            online: true,
+            edge_available: true,
+            edge_tokens_per_s: self.edge_tokens_per_s as f32,
+            rtt_ms: self.rtt_ms as f32,
+            edge_languages: vec!["en".into()],
+        }
+    }
+}
+
+/// The routing policies the simulation compares.
+#[derive(Debug, Clone)]
+pub enum Router {
+    /// The first seed's `EdgeRouter`: privacy score > 0.7 → edge; else the cloud when the
+    /// latency budget exceeds the cloud's latency plus accuracy need × 50 ms; else edge.
+    EdgeRouterBaseline,
+    /// Straddle's ordered rules and fixed score ([`policy::decide`]).
+    Fixed(Policy),
+    /// The same rules, then the bandit instead of the fixed score, learning from feedback.
+    Bandit(Policy, Box<LinUcb>),
+}
+
+impl Router {
+    /// A short name for tables.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Router::EdgeRouterBaseline => "EdgeRouter (seed 1 baseline)",
+            Router::Fixed(_) => "straddle fixed policy",
+            Router::Bandit(..) => "straddle + LinUCB bandit",
+        }
+    }
+}
+
+/// Totals of one router over one stream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    pub router: &'static str,
+    /// Reward of each request, in stream order.
+    pub rewards: Vec<f64>,
+    pub edge_share: f64,
+    pub mean_quality: f64,
+    pub cost_usd: f64,
+    pub mean_latency_s: f64,
+    pub breaches: usize,
+}
+
+impl Report {
+    /// Mean reward over `from..to` (fractions of the stream).
+    pub fn mean_reward(&self, from: f64, to: f64) -> f64 {
+        let n = self.rewards.len();
+        let (a, b) = (
+            (from * n as f64) as usize,
+            ((to * n as f64) as usize).min(n),
+        );
+        if b <= a {
+            return 0.0;
+        }
+        self.rewards[a..b].iter().sum::<f64>() / (b - a) as f64
+    }
+}
+
+/// Runs `router` over `requests`; answers are drawn from `seed`, identically for every
+/// router, so differences come from the routing alone.
+pub fn run(world: &World, requests: &[Request], mut router: Router, seed: u64) -> Report {
+    let ctx = world.context();
+    let mut rng = SplitMix(seed);
+    let mut answer_rng = SplitMix(seed ^ 0xA5A5);
+    let (mut rewards, mut edge, mut quality, mut cost, mut latency, mut breaches) = (
+        Vec::with_capacity(requests.len()),
+        0usize,
+        0.0,
+        0.0,
+        0.0,
+        0usize,
+    );
+    let name = router.name();
+    for r in requests {
+        // Both targets' answers are drawn every time so every router sees the same world.
+        let answers = [
+            world.answer(r, Target::Edge, &mut answer_rng),
+            world.answer(r, Target::Cloud, &mut answer_rng),
+        ];
+        let target = match &mut router {
+            Router::EdgeRouterBaseline => baseline(world, r, &mut rng),
+            Router::Fixed(p) => policy::decide(&r.text, None, &ctx, p).target,
+            Router::Bandit(p, b) => {
+                let d: Decision = policy::decide(&r.text, None, &ctx, p);
+                if d.trace.rule.is_some() {
+                    d.target
+                } else {
+                    let x = bandit::features(&d);
+                    let t = b
+                        .choose(&x, &[Target::Edge, Target::Cloud])
+                        .unwrap_or(d.target);
+                    let a = answers[usize::from(t == Target::Cloud)];
+                    b.update(t, &x, a.reward);
+                    t
+                }
+            }
+        };
+        let a = answers[usize::from(target == Target::Cloud)];
+        edge += usize::from(target == Target::Edge);
+        quality += a.quality;
+        cost += a.cost_usd;
+        latency += a.latency_s;
+        breaches += usize::from(a.breach);
+        rewards.push(a.reward);
+    }
+    let n = requests.len().max(1) as f64;
+    Report {
+        router: name,
+        rewards,
+        edge_share: edge as f64 / n,
+        mean_quality: quality / n,
+        cost_usd: cost,
+        mean_latency_s: latency / n,
+        breaches,
+    }
+}
+
+/// The baseline's view of a request: a privacy score from the personal data found, a
+/// latency budget drawn per request, and an accuracy need from how far the edge trails.
+fn baseline(world: &World, r: &Request, rng: &mut SplitMix) -> Target {
+    let privacy = crate::pii::detect(&r.text)
+        .iter()
+        .map(|s| match s.kind.sensitivity() {
+            Sensitivity::High => 0.9,
+            Sensitivity::Medium => 0.6,
+            _ => 0.3,
+        })
+        .fold(0.1, f64::max);
+    let latency_budget_ms = 200.0 + 2800.0 * rng.next_f64();
+    let accuracy_need = (world.cloud_skill - world.edge_skill(r.task)).clamp(0.0, 1.0);
+    let cloud_latency_ms = world.rtt_ms + 1000.0 * world.cloud_queue_s;
+    if privacy > 0.7 {
+        Target::Edge
+    } else if latency_budget_ms > cloud_latency_ms + accuracy_need * 50.0 {
+        Target::Cloud
+    } else {
+        Target::Edge
+    }
+}
+
+/// The three routers on one stream, as a Markdown table.
+pub fn table(reports: &[Report]) -> String {
+    let mut out = String::from(
+        "| router | mean reward | first half | second half | last quarter | edge share | quality | cloud spend | mean latency | breaches |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for r in reports {
+        out.push_str(&format!(
+            "| {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.0}% | {:.3} | ${:.4} | {:.2} s | {} |\n",
+            r.router,
+            r.mean_reward(0.0, 1.0),
+            r.mean_reward(0.0, 0.5),
+            r.mean_reward(0.5, 1.0),
+            r.mean_reward(0.75, 1.0),
+            100.0 * r.edge_share,
+            r.mean_quality,
+            r.cost_usd,
+            r.mean_latency_s,
+            r.breaches
+        ));
+    }
+    out
+}
+
+/// The corpus the router ships with, as simulation prompts.
+pub fn bundled_corpus() -> Vec<TaskExample> {
+    include_str!("../data/tasks.jsonl")
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// The three routers over the same stream.
+pub fn compare(world: &World, requests: &[Request], seed: u64) -> Vec<Report> {
+    [
+        Router::EdgeRouterBaseline,
+        Router::Fixed(Policy::default()),
+        Router::Bandit(Policy::default(), Box::new(LinUcb::new(1.0, 0.998))),
+    ]
+    .into_iter()
+    .map(|r| run(world, requests, r, seed))
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bandit_explores_keeps_up_with_the_fixed_policy_and_never_leaks() {
+        let world = World::default();
+        let requests = stream(&bundled_corpus(), 3000, 7, 20);
+        let reports = compare(&world, &requests, 7);
+        let [baseline, fixed, bandit] = [&reports[0], &reports[1], &reports[2]];
+        // It tries the edge where the fixed priors never would, and loses nothing for it
+        // once it has feedback (in this world the headroom is small: see BENCHMARKS.md).
+        assert!(bandit.edge_share > fixed.edge_share + 0.05);
+        assert!(
+            bandit.mean_reward(0.5, 1.0) > fixed.mean_reward(0.5, 1.0) - 0.02,
+            "bandit {} vs fixed {}",
+            bandit.mean_reward(0.5, 1.0),
+            fixed.mean_reward(0.5, 1.0)
+        );
+        // The privacy rule holds for both of ours whatever the bandit has learned.
+        assert_eq!(fixed.breaches, 0);
+        assert_eq!(bandit.breaches, 0);
+        assert!(requests.iter().any(|r| r.personal));
+        assert_eq!(baseline.rewards.len(), requests.len());
+    }
+
+    #[test]
+    fn the_same_seed_gives_the_same_stream_and_answers() {
+        let corpus = bundled_corpus();
+        let a = stream(&corpus, 50, 42, 10);
+        assert_eq!(a, stream(&corpus, 50, 42, 10));
+        let world = World::default();
+        assert_eq!(compare(&world, &a, 42), compare(&world, &a, 42));
+    }
+}
