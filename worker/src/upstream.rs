@@ -1,20 +1,98 @@
-//! Forwarding to the configured upstream: the body is validated here, then passed through
-//! and the upstream's response (SSE included) streamed back without buffering.
+//! `POST /v1/chat/completions`: authenticate the tenant, validate, re-check privacy, hold the
+//! worst-case cost in the tenant's budget, forward, stream the answer back untouched while
+//! counting it, then settle the hold from the real usage and write the cost record.
 //!
-//! Tenant auth, budgets, failover across several upstreams and cost records are not here
-//! yet (see the edge-worker issue); this is the single-upstream path the demo uses, with the
-//! privacy re-check in front of it.
+//! One upstream (`UPSTREAM_URL`); failover across several and circuit breakers are not here
+//! yet (see the edge-worker issue).
 
-use straddle_protocol::{ApiError, ChatRequest, ErrorKind};
-use worker::{Env, Fetch, Headers, Method, Request, RequestInit, Response, Result};
+use std::cell::RefCell;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context as TaskContext, Poll};
 
+use futures_util::Stream;
+use straddle_protocol::sse::{self, Parser};
+use straddle_protocol::{ApiError, ChatChunk, ChatRequest, ChatResponse, ErrorKind};
+use worker::{
+    ByteStream, Context, Env, Fetch, Headers, Method, Request, RequestInit, Response, Result, Stub,
+};
+
+use crate::budget::{Hold, HoldAnswer, Limits, Record};
 use crate::error::error_response;
 
 /// Largest request body accepted.
 const MAX_BODY: usize = 1 << 20;
+/// `max_tokens` assumed when a request gives none (the hold must have a bound).
+const DEFAULT_MAX_TOKENS: u32 = 1024;
+/// An unsettled hold is reclaimed after this long (a worker that died mid-request).
+const HOLD_TTL_MS: i64 = 5 * 60 * 1000;
 
-/// `POST /v1/chat/completions`: validate, forward, stream back.
-pub async fn chat(mut req: Request, env: &Env) -> Result<Response> {
+fn now_ms() -> i64 {
+    js_sys::Date::now() as i64
+}
+
+/// A conservative prompt size: two bytes a token (real tokenizers average three to four on
+/// English, about one a character on Chinese — which is three bytes) plus framing per message.
+fn prompt_tokens_bound(req: &ChatRequest) -> i64 {
+    req.messages
+        .iter()
+        .map(|m| m.content.len().div_ceil(2) as i64 + 8)
+        .sum()
+}
+
+/// USD per 1,000 tokens from a var, 0 when unset.
+fn price(env: &Env, name: &str) -> f64 {
+    env.var(name)
+        .ok()
+        .and_then(|v| v.to_string().parse().ok())
+        .filter(|p: &f64| p.is_finite() && *p >= 0.0)
+        .unwrap_or(0.0)
+}
+
+/// The tenant's budget object.
+pub fn budget_stub(env: &Env, tenant: &str) -> Result<Stub> {
+    env.durable_object("BUDGET")?
+        .id_from_name(tenant)?
+        .get_stub()
+}
+
+/// One JSON call to the budget object.
+pub async fn budget_call<T: serde::de::DeserializeOwned>(
+    stub: &Stub,
+    method: Method,
+    path: &str,
+    body: Option<String>,
+) -> Result<T> {
+    let mut init = RequestInit::new();
+    init.with_method(method);
+    if let Some(b) = body {
+        init.with_body(Some(b.into()));
+    }
+    let req = Request::new_with_init(&format!("https://budget{path}"), &init)?;
+    let mut resp = stub.fetch_with_request(req).await?;
+    resp.json().await
+}
+
+/// Replaces the hold with what was spent and writes the record.
+async fn settle(stub: Stub, hold_id: String, record: Record) {
+    let body = serde_json::to_string(&(hold_id, record)).unwrap_or_default();
+    // One retry: the record must not be lost to a transient error.
+    for _ in 0..2 {
+        if budget_call::<serde_json::Value>(&stub, Method::Post, "/settle", Some(body.clone()))
+            .await
+            .is_ok()
+        {
+            return;
+        }
+    }
+}
+
+/// `POST /v1/chat/completions`.
+pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response> {
+    let claims = match crate::auth::tenant(&req, env) {
+        Ok(c) => c,
+        Err(e) => return error_response(&e),
+    };
     let body = req.bytes().await?;
     if body.len() > MAX_BODY {
         return error_response(&ApiError::new(
@@ -38,21 +116,255 @@ pub async fn chat(mut req: Request, env: &Env) -> Result<Response> {
             "no upstream configured (UPSTREAM_URL)",
         ));
     };
+
+    let stub = budget_stub(env, &claims.ten)?;
+    let limits: Limits = budget_call(&stub, Method::Get, "/limits", None).await?;
+    let max_tokens = parsed.token_limit().unwrap_or(DEFAULT_MAX_TOKENS);
+    if let Some(cap) = limits.max_tokens_cap
+        && i64::from(max_tokens) > cap
+    {
+        return error_response(&ApiError::invalid(
+            "max_tokens",
+            format!("this tenant allows at most {cap}"),
+        ));
+    }
+    let (price_in, price_out) = (
+        price(env, "PRICE_IN_PER_1K"),
+        price(env, "PRICE_OUT_PER_1K"),
+    );
+    let prompt_bound = prompt_tokens_bound(&parsed);
+    let started = now_ms();
+    let hold = Hold {
+        id: format!(
+            "{started}-{:016x}",
+            (js_sys::Math::random() * 2f64.powi(53)) as u64
+        ),
+        usd: prompt_bound as f64 / 1000.0 * price_in + f64::from(max_tokens) / 1000.0 * price_out,
+        tokens: prompt_bound + i64::from(max_tokens),
+        expires_ms: started + HOLD_TTL_MS,
+        now_ms: started,
+    };
+    let answer: HoldAnswer = budget_call(
+        &stub,
+        Method::Post,
+        "/hold",
+        Some(serde_json::to_string(&hold)?),
+    )
+    .await?;
+    if !answer.admitted {
+        return refused(&answer);
+    }
+
+    let record = |outcome: &str, tokens_in: i64, tokens_out: i64, ttfb_ms: i64| Record {
+        id: hold.id.clone(),
+        ts_ms: started,
+        user: claims.sub.clone(),
+        session: claims.sid.clone(),
+        feature: claims.feat.clone().unwrap_or_default(),
+        model: parsed.model.clone(),
+        upstream: base.clone(),
+        route_reason: String::new(),
+        policy_version: String::new(),
+        tokens_in,
+        tokens_out,
+        usd: tokens_in as f64 / 1000.0 * price_in + tokens_out as f64 / 1000.0 * price_out,
+        ttfb_ms,
+        total_ms: now_ms() - started,
+        outcome: outcome.into(),
+    };
+
+    let mut resp = match forward(&base, &body).await {
+        Ok(r) => r,
+        Err(e) => {
+            settle(
+                stub,
+                hold.id.clone(),
+                record("upstream_unreachable", 0, 0, 0),
+            )
+            .await;
+            return error_response(&ApiError::new(
+                ErrorKind::UpstreamError,
+                format!("upstream unreachable: {e}"),
+            ));
+        }
+    };
+    let ttfb = now_ms() - started;
+    let status = resp.status_code();
+    if status != 200 {
+        settle(stub, hold.id.clone(), record("upstream_status", 0, 0, ttfb)).await;
+        // The upstream's own 4xx (a request it refused) is the caller's to see; its 5xx
+        // and 429 are ours to report as a bad gateway.
+        if (400..500).contains(&status) && status != 429 {
+            return Ok(resp);
+        }
+        return error_response(&ApiError::new(
+            ErrorKind::UpstreamError,
+            format!("upstream answered {status}"),
+        ));
+    }
+    if !parsed.stream {
+        let text = resp.text().await?;
+        let usage = serde_json::from_str::<ChatResponse>(&text)
+            .map(|r| r.usage)
+            .unwrap_or_default();
+        settle(
+            stub,
+            hold.id.clone(),
+            record(
+                "ok",
+                i64::from(usage.prompt_tokens),
+                i64::from(usage.completion_tokens),
+                ttfb,
+            ),
+        )
+        .await;
+        let mut out = Response::ok(text)?;
+        out.headers_mut().set("content-type", "application/json")?;
+        return Ok(out);
+    }
+
+    // Streamed: pass the bytes through as they come, count on the way, settle at the end —
+    // or when the client goes away and the runtime drops the stream.
+    let tally = Rc::new(RefCell::new(Tally::default()));
+    let (done_tx, done_rx) = futures_channel::oneshot::channel::<()>();
+    let counting = Counting {
+        inner: Box::pin(resp.stream()?),
+        parser: Parser::new(1 << 20),
+        tally: tally.clone(),
+        done: Some(done_tx),
+    };
+    let base_record = record("ok", 0, 0, ttfb);
+    let hold_id = hold.id.clone();
+    ctx.wait_until(async move {
+        let finished = done_rx.await.is_ok();
+        let t = tally.borrow().clone();
+        let outcome = match (finished, t.cut) {
+            (true, false) => "ok",
+            (true, true) => "upstream_cut",
+            (false, _) => "client_gone",
+        };
+        let (tokens_in, tokens_out) = match t.usage {
+            Some((p, c)) => (p, c),
+            // No usage from the upstream: the prompt bound and the content chunks counted.
+            None => (prompt_bound, t.content_chunks),
+        };
+        let r = Record {
+            outcome: outcome.into(),
+            tokens_in,
+            tokens_out,
+            usd: tokens_in as f64 / 1000.0 * price_in + tokens_out as f64 / 1000.0 * price_out,
+            total_ms: now_ms() - started,
+            ..base_record
+        };
+        settle(stub, hold_id, r).await;
+    });
+    let headers = Headers::new();
+    headers.set("content-type", "text/event-stream")?;
+    headers.set("cache-control", "no-cache")?;
+    Ok(Response::from_stream(counting)?.with_headers(headers))
+}
+
+fn refused(answer: &HoldAnswer) -> Result<Response> {
+    let remaining = format!(
+        "remaining today: {} USD, {} tokens",
+        answer
+            .remaining_usd
+            .map_or("unlimited".into(), |v| format!("{v:.6}")),
+        answer
+            .remaining_tokens
+            .map_or("unlimited".into(), |v| v.to_string())
+    );
+    if answer.refused_for.as_deref() == Some("concurrency") {
+        let mut resp = error_response(&ApiError::new(
+            ErrorKind::RateLimited,
+            "too many requests in flight for this tenant",
+        ))?;
+        resp.headers_mut().set("retry-after", "1")?;
+        return Ok(resp);
+    }
+    error_response(&ApiError::new(
+        ErrorKind::BudgetExceeded,
+        format!("this request's worst case exceeds the tenant's budget; {remaining}"),
+    ))
+}
+
+async fn forward(base: &str, body: &[u8]) -> Result<Response> {
     let headers = Headers::new();
     headers.set("content-type", "application/json")?;
     let mut init = RequestInit::new();
     init.with_method(Method::Post)
         .with_headers(headers)
-        .with_body(Some(js_sys::Uint8Array::from(body.as_slice()).into()));
+        .with_body(Some(js_sys::Uint8Array::from(body).into()));
     let upstream = Request::new_with_init(
         &format!("{}/v1/chat/completions", base.trim_end_matches('/')),
         &init,
     )?;
-    match Fetch::Request(upstream).send().await {
-        Ok(resp) => Ok(resp),
-        Err(e) => error_response(&ApiError::new(
-            ErrorKind::UpstreamError,
-            format!("upstream unreachable: {e}"),
-        )),
+    Fetch::Request(upstream).send().await
+}
+
+/// What a streamed answer held.
+#[derive(Debug, Clone, Default)]
+struct Tally {
+    /// (prompt, completion) tokens from the upstream's usage chunk.
+    usage: Option<(i64, i64)>,
+    content_chunks: i64,
+    /// The upstream's stream failed midway.
+    cut: bool,
+}
+
+/// The upstream's bytes, unchanged, with a tally kept on the way.
+struct Counting {
+    inner: Pin<Box<ByteStream>>,
+    parser: Parser,
+    tally: Rc<RefCell<Tally>>,
+    done: Option<futures_channel::oneshot::Sender<()>>,
+}
+
+impl Counting {
+    fn observe(&mut self, bytes: &[u8]) {
+        let Ok(events) = self.parser.push(bytes) else {
+            return;
+        };
+        let mut t = self.tally.borrow_mut();
+        for e in events.iter().filter(|e| e.data != sse::DONE) {
+            let Ok(chunk) = serde_json::from_str::<ChatChunk>(&e.data) else {
+                continue;
+            };
+            if let Some(u) = chunk.usage {
+                t.usage = Some((i64::from(u.prompt_tokens), i64::from(u.completion_tokens)));
+            }
+            let has_content = chunk
+                .choices
+                .iter()
+                .any(|c| c.delta.content.as_deref().is_some_and(|s| !s.is_empty()));
+            t.content_chunks += i64::from(has_content);
+        }
+    }
+}
+
+impl Stream for Counting {
+    type Item = Result<Vec<u8>>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Self::Item>> {
+        match self.inner.as_mut().poll_next(cx) {
+            Poll::Ready(Some(Ok(bytes))) => {
+                self.observe(&bytes);
+                Poll::Ready(Some(Ok(bytes)))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                self.tally.borrow_mut().cut = true;
+                if let Some(tx) = self.done.take() {
+                    let _ = tx.send(());
+                }
+                Poll::Ready(Some(Err(e)))
+            }
+            Poll::Ready(None) => {
+                if let Some(tx) = self.done.take() {
+                    let _ = tx.send(());
+                }
+                Poll::Ready(None)
+            }
+            Poll::Pending => Poll::Pending,
+        }
     }
 }

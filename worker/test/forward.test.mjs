@@ -3,16 +3,11 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import net from "node:net";
-import { startWorker } from "./harness.mjs";
+import { startWorker, chat, admin, freePort } from "./harness.mjs";
 
 const cloudBin = process.env.STRADDLE_CLOUD_BIN;
 const model = process.env.STRADDLE_TEST_MODEL;
 const skip = !cloudBin || !model ? "set STRADDLE_CLOUD_BIN and STRADDLE_TEST_MODEL (cargo xtask test does)" : false;
-
-const freePort = () => new Promise((resolve) => {
-  const s = net.createServer().listen(0, "127.0.0.1", () => { const { port } = s.address(); s.close(() => resolve(port)); });
-});
 
 let cloud, worker, deadWorker;
 before(async () => {
@@ -35,10 +30,6 @@ after(async () => {
   cloud?.kill();
 });
 
-const chat = (url, body) => fetch(`${url}/v1/chat/completions`, {
-  method: "POST", headers: { "content-type": "application/json" }, body: typeof body === "string" ? body : JSON.stringify(body),
-});
-
 test("a chat request reaches the cloud server and streams back through workerd", { skip }, async () => {
   const res = await chat(worker.url, { messages: [{ role: "user", content: "List three primary colors." }], max_tokens: 8, stream: true });
   assert.equal(res.status, 200);
@@ -48,6 +39,15 @@ test("a chat request reaches the cloud server and streams back through workerd",
   const content = text.split("\n").filter((l) => l.startsWith("data: {"))
     .map((l) => JSON.parse(l.slice(6))).flatMap((c) => c.choices).map((c) => c.delta.content ?? "").join("");
   assert.ok(content.length > 0, "streamed some text");
+  // The stream was settled and recorded (in waitUntil, after the last byte).
+  let usage;
+  for (let i = 0; i < 50; i++) {
+    usage = await (await admin(worker.url, "GET", "/v1/tenants/acme/usage?group_by=outcome")).json();
+    if (usage.groups.length && usage.in_flight === 0) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.equal(usage.groups.find((g) => g.key === "ok")?.requests, 1);
+  assert.ok(usage.groups[0].tokens_out > 0);
 });
 
 test("malformed JSON is refused at the edge with the field named", { skip }, async () => {

@@ -1,10 +1,19 @@
-// Starts the built worker (build/worker) under local workerd through Miniflare.
+// Starts the built worker (build/worker) under local workerd through Miniflare, with the
+// tenant budget Durable Object on SQLite, and mints tenant tokens the way a tenant's backend
+// would (HS256 with node:crypto: an implementation independent of the worker's).
 import path from "node:path";
+import net from "node:net";
+import crypto from "node:crypto";
 import { fileURLToPath } from "node:url";
 import { Miniflare } from "miniflare";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 export const buildDir = path.resolve(here, "../build/worker");
+
+export const TENANT = "acme";
+export const SECRET = "acme-test-secret";
+export const ADMIN_KEY = "admin-test-key";
+export const ORIGIN = "https://app.acme.test";
 
 /** A Miniflare instance running the real worker build, with `bindings` as vars. */
 export async function startWorker(bindings = {}) {
@@ -16,9 +25,44 @@ export async function startWorker(bindings = {}) {
       { type: "CompiledWasm", include: ["**/*.wasm"] },
     ],
     compatibilityDate: "2026-05-01",
-    bindings,
+    durableObjects: { BUDGET: { className: "TenantBudget", useSQLite: true } },
+    bindings: { TENANT_SECRET_ACME: SECRET, ADMIN_KEY, ALLOWED_ORIGINS: ORIGIN, ...bindings },
     cf: false,
   });
   const url = await mf.ready;
   return { mf, url: url.toString().replace(/\/$/, "") };
 }
+
+const b64url = (x) => Buffer.from(x).toString("base64url");
+
+/** An HS256 tenant token; `claims` override the defaults. */
+export function mintToken(claims = {}, secret = SECRET) {
+  const now = Math.floor(Date.now() / 1000);
+  const body = { ten: TENANT, sub: "user-1", sid: "s1", aud: "straddle", exp: now + 600, nbf: now - 5, origin: ORIGIN, ...claims };
+  const input = `${b64url(JSON.stringify({ alg: "HS256", typ: "JWT" }))}.${b64url(JSON.stringify(body))}`;
+  const sig = crypto.createHmac("sha256", secret).update(input).digest("base64url");
+  return `${input}.${sig}`;
+}
+
+/** POST /v1/chat/completions as a browser of the tenant would. */
+export function chat(url, body, { token = mintToken(), origin = ORIGIN } = {}) {
+  const headers = { "content-type": "application/json" };
+  if (token) headers.authorization = `Bearer ${token}`;
+  if (origin) headers.origin = origin;
+  return fetch(`${url}/v1/chat/completions`, {
+    method: "POST", headers, body: typeof body === "string" ? body : JSON.stringify(body),
+  });
+}
+
+/** An admin call. */
+export function admin(url, method, route, body, key = ADMIN_KEY) {
+  return fetch(`${url}${route}`, {
+    method,
+    headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+}
+
+export const freePort = () => new Promise((resolve) => {
+  const s = net.createServer().listen(0, "127.0.0.1", () => { const { port } = s.address(); s.close(() => resolve(port)); });
+});

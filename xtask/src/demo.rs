@@ -95,11 +95,12 @@ fn get(url: &str) -> Result<(u16, String), String> {
     Ok((status, resp.body_mut().read_to_string().unwrap_or_default()))
 }
 
-fn post_json(url: &str, body: &str) -> Result<(u16, String), String> {
+fn post_json(url: &str, body: &str, token: &str) -> Result<(u16, String), String> {
     let agent = util::http(Duration::from_secs(120));
     let mut resp = agent
         .post(url)
         .header("content-type", "application/json")
+        .header("authorization", &format!("Bearer {token}"))
         .send(body)
         .map_err(|e| e.to_string())?;
     let status = resp.status().as_u16();
@@ -141,11 +142,12 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
 
     let tools = setup::run()?;
     eprintln!("demo: building (first time: several minutes)");
-    // The test profile (dependencies and the engine optimised): shares every artefact with
-    // `cargo xtask test`, so a demo after the tests builds nothing.
+    // The test profile (dependencies and the engine optimised), resolved for the whole
+    // workspace: `-p straddle-cloud` alone would resolve other features and compile burn a
+    // second time; this shares every artefact with `cargo xtask test`.
     util::run(
         util::cargo()
-            .args(["build", "--quiet", "-p", "straddle-cloud"])
+            .args(["build", "--quiet", "--workspace", "--bins"])
             .current_dir(util::root()),
     )?;
     crate::build::web_with_profile(&tools, "dev")?;
@@ -160,6 +162,9 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
             .context("installing the Ctrl-C handler")?;
     }
 
+    // The demo tenant's secret lives only as long as this run; the token below is what a
+    // tenant's backend would hand its page.
+    let secret = demo_secret();
     let mut services = Vec::new();
     let result = (|| -> anyhow::Result<()> {
         let cloud_url = format!("http://127.0.0.1:{}", ports.cloud);
@@ -192,6 +197,8 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
                     &ports.worker.to_string(),
                 ])
                 .args(["--var", &format!("UPSTREAM_URL:{cloud_url}")])
+                .args(["--var", &format!("TENANT_SECRET_DEMO:{secret}")])
+                .args(["--var", &format!("ALLOWED_ORIGINS:{web_url}")])
                 .arg("--show-interactive-dev-session=false")
                 .env("WASM_BINDGEN_BIN", &tools.wasm_bindgen)
                 .env("ESBUILD_BIN", &tools.esbuild)
@@ -227,8 +234,11 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         println!("  worker        {worker_url}   (wrangler dev --local)");
         println!("  cloud server  {cloud_url}");
         println!("  logs          {}", logs.display());
+        let token = demo_token(&secret, None);
+        println!("  tenant token  {token}");
+        println!("                (tenant `demo`, 1 hour; send as `Authorization: Bearer …`)");
         if check {
-            return check_stack(&cloud_url, &worker_url, &web_url);
+            return check_stack(&cloud_url, &worker_url, &web_url, &token);
         }
         println!("Press Ctrl-C to stop.");
         std::io::stdout().flush()?;
@@ -253,8 +263,40 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     result
 }
 
+/// A per-run secret for the demo tenant.
+fn demo_secret() -> String {
+    use sha2::{Digest, Sha256};
+    let seed = format!(
+        "{:?}-{}-{:?}",
+        std::time::SystemTime::now(),
+        std::process::id(),
+        std::collections::hash_map::RandomState::new()
+    );
+    hex::encode(Sha256::digest(seed.as_bytes()))
+}
+
+/// A one-hour token for the demo tenant, bound to `origin` when given.
+fn demo_token(secret: &str, origin: Option<&str>) -> String {
+    use straddle_protocol::token::{AUDIENCE, Claims, mint};
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let claims = Claims {
+        ten: "demo".into(),
+        sub: "demo-user".into(),
+        sid: format!("demo-{now}"),
+        aud: AUDIENCE.into(),
+        exp: now + 3600,
+        nbf: now,
+        origin: origin.map(str::to_owned),
+        feat: Some("demo".into()),
+    };
+    mint(&claims, secret.as_bytes())
+}
+
 /// Headless check: each component's health, then one prompt through the worker.
-fn check_stack(cloud: &str, worker: &str, web: &str) -> anyhow::Result<()> {
+fn check_stack(cloud: &str, worker: &str, web: &str, token: &str) -> anyhow::Result<()> {
     println!("\ncomponents:");
     for (name, url) in [
         ("cloud", format!("{cloud}/health")),
@@ -269,7 +311,7 @@ fn check_stack(cloud: &str, worker: &str, web: &str) -> anyhow::Result<()> {
     }
     let body = r#"{"model":"default","messages":[{"role":"user","content":"List three primary colors."}],"max_tokens":32}"#;
     println!("\nprompt: List three primary colors.");
-    match post_json(&format!("{worker}/v1/chat/completions"), body) {
+    match post_json(&format!("{worker}/v1/chat/completions"), body, token) {
         Ok((200, text)) => {
             let v: serde_json::Value =
                 serde_json::from_str(&text).context("the worker's answer is not JSON")?;

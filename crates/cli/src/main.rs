@@ -48,6 +48,22 @@ enum Command {
         #[arg(long, default_value_t = 20)]
         personal_every: usize,
     },
+    /// Mint a tenant token (HS256) the way a tenant's backend would, for local testing.
+    Token {
+        #[arg(long)]
+        tenant: String,
+        /// The tenant's secret (the worker's `TENANT_SECRET_<TENANT>`).
+        #[arg(long, env = "STRADDLE_TENANT_SECRET")]
+        secret: String,
+        #[arg(long, default_value = "local-user")]
+        user: String,
+        /// Page origin the token is bound to.
+        #[arg(long)]
+        origin: Option<String>,
+        /// Lifetime in seconds.
+        #[arg(long, default_value_t = 900)]
+        ttl: u64,
+    },
     /// Evaluate the router on benchmark data.
     Eval {
         #[command(subcommand)]
@@ -105,6 +121,31 @@ fn main() -> anyhow::Result<()> {
             let stream = sim::stream(&sim::bundled_corpus(), requests, seed, personal_every);
             println!("{requests} requests, seed {seed}, world = sim::World::default()\n");
             print!("{}", sim::table(&sim::compare(&world, &stream, seed)));
+            Ok(())
+        }
+        Command::Token {
+            tenant,
+            secret,
+            user,
+            origin,
+            ttl,
+        } => {
+            use straddle_protocol::token::{AUDIENCE, Claims, mint};
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .context("the clock is before 1970")?
+                .as_secs();
+            let claims = Claims {
+                ten: tenant,
+                sub: user,
+                sid: format!("cli-{now}"),
+                aud: AUDIENCE.into(),
+                exp: now + ttl,
+                nbf: now,
+                origin,
+                feat: None,
+            };
+            println!("{}", mint(&claims, secret.as_bytes()));
             Ok(())
         }
         Command::TrainRouter { corpus, out } => {

@@ -2,12 +2,14 @@
 //!
 //! Everything here is plain data with serde: the OpenAI chat-completions shapes, the
 //! `straddle` envelope a browser adds when it escalates, the `/v1/verify` messages for
-//! speculative decoding, the JSON error body, and SSE framing. No policy lives here.
+//! speculative decoding, the JSON error body, SSE framing, and the tenant token's format.
+//! No policy lives here.
 
 pub mod chat;
 pub mod envelope;
 pub mod error;
 pub mod sse;
+pub mod token;
 pub mod verify;
 
 pub use chat::*;

@@ -1,0 +1,48 @@
+// A fault-injecting OpenAI-compatible upstream for the worker's tests: the failure modes a
+// real GPU server shows only by accident (slow answers, 5xx, cut streams, no usage) on
+// demand. A test double of an upstream, never of the worker or its runtime.
+import http from "node:http";
+
+/** Starts the server; `mode()` is read per request so a test can change it. */
+export async function startFakeUpstream(opts = {}) {
+  const state = { mode: "ok", delayMs: 0, completionTokens: 20, promptTokens: 10, requests: 0, ...opts };
+  const server = http.createServer(async (req, res) => {
+    let body = "";
+    for await (const chunk of req) body += chunk;
+    state.requests += 1;
+    const parsed = JSON.parse(body || "{}");
+    await new Promise((r) => setTimeout(r, state.delayMs));
+    if (state.mode === "500") {
+      res.writeHead(500, { "content-type": "application/json" });
+      res.end(JSON.stringify({ error: { type: "internal", message: "injected fault" } }));
+      return;
+    }
+    const usage = { prompt_tokens: state.promptTokens, completion_tokens: state.completionTokens, total_tokens: state.promptTokens + state.completionTokens };
+    if (!parsed.stream) {
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end(JSON.stringify({
+        id: "chatcmpl-fake", object: "chat.completion", created: 0, model: "fake",
+        choices: [{ index: 0, message: { role: "assistant", content: "word ".repeat(state.completionTokens).trim() }, finish_reason: "stop" }],
+        usage,
+      }));
+      return;
+    }
+    res.writeHead(200, { "content-type": "text/event-stream" });
+    res.flushHeaders();
+    const n = state.mode === "cut" ? Math.floor(state.completionTokens / 2) : state.completionTokens;
+    for (let i = 0; i < n; i++) {
+      res.write(`data: ${JSON.stringify({ id: "c", object: "chat.completion.chunk", created: 0, model: "fake", choices: [{ index: 0, delta: { content: "w " }, finish_reason: null }] })}\n\n`);
+    }
+    if (state.mode === "cut") {
+      // Let the first half reach the client, then drop the connection mid-stream.
+      await new Promise((r) => setTimeout(r, 100));
+      res.destroy();
+      return;
+    }
+    const reportUsage = state.mode !== "no-usage" && parsed.stream_options?.include_usage;
+    if (reportUsage) res.write(`data: ${JSON.stringify({ id: "c", object: "chat.completion.chunk", created: 0, model: "fake", choices: [], usage })}\n\n`);
+    res.end("data: [DONE]\n\n");
+  });
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  return { state, url: `http://127.0.0.1:${server.address().port}`, close: () => new Promise((r) => server.close(r)) };
+}
