@@ -8,6 +8,7 @@ pub mod budget;
 mod error;
 mod privacy;
 mod upstream;
+mod upstreams;
 
 use error::error_response;
 

@@ -2,8 +2,8 @@
 //! worst-case cost in the tenant's budget, forward, stream the answer back untouched while
 //! counting it, then settle the hold from the real usage and write the cost record.
 //!
-//! One upstream (`UPSTREAM_URL`); failover across several and circuit breakers are not here
-//! yet (see the edge-worker issue).
+//! Upstreams are tried in `upstreams::order`; a connect error, a 5xx, a 429 or a first-byte
+//! timeout moves on to the next — always before a byte has reached the client.
 
 use std::cell::RefCell;
 use std::pin::Pin;
@@ -14,11 +14,18 @@ use futures_util::Stream;
 use straddle_protocol::sse::{self, Parser};
 use straddle_protocol::{ApiError, ChatChunk, ChatRequest, ChatResponse, ErrorKind};
 use worker::{
-    ByteStream, Context, Env, Fetch, Headers, Method, Request, RequestInit, Response, Result, Stub,
+    AbortController, ByteStream, Context, Delay, Env, Fetch, Headers, Method, Request, RequestInit,
+    Response, Result, Stub,
 };
 
 use crate::budget::{Hold, HoldAnswer, Limits, Record};
 use crate::error::error_response;
+use crate::upstreams::{self, Breakers, Upstream};
+
+thread_local! {
+    /// Circuit breakers live per isolate: each isolate learns on its own which upstreams fail.
+    static BREAKERS: RefCell<Breakers> = RefCell::new(Breakers::default());
+}
 
 /// Largest request body accepted.
 const MAX_BODY: usize = 1 << 20;
@@ -110,11 +117,15 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
     if let Some(refusal) = crate::privacy::recheck(&parsed) {
         return error_response(&refusal);
     }
-    let Ok(base) = env.var("UPSTREAM_URL").map(|v| v.to_string()) else {
-        return error_response(&ApiError::new(
-            ErrorKind::Unavailable,
-            "no upstream configured (UPSTREAM_URL)",
-        ));
+    let var = |name: &str| env.var(name).map(|v| v.to_string()).ok();
+    let list = match upstreams::configured(
+        var("UPSTREAMS").as_deref(),
+        var("UPSTREAM_URL").as_deref(),
+        price(env, "PRICE_IN_PER_1K"),
+        price(env, "PRICE_OUT_PER_1K"),
+    ) {
+        Ok(l) => l,
+        Err(message) => return error_response(&ApiError::new(ErrorKind::Unavailable, message)),
     };
 
     let stub = budget_stub(env, &claims.ten)?;
@@ -128,10 +139,9 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
             format!("this tenant allows at most {cap}"),
         ));
     }
-    let (price_in, price_out) = (
-        price(env, "PRICE_IN_PER_1K"),
-        price(env, "PRICE_OUT_PER_1K"),
-    );
+    // The hold prices at the dearest upstream the request might end up on.
+    let price_in = list.iter().map(|u| u.price_in_per_1k).fold(0.0, f64::max);
+    let price_out = list.iter().map(|u| u.price_out_per_1k).fold(0.0, f64::max);
     let prompt_bound = prompt_tokens_bound(&parsed);
     let started = now_ms();
     let hold = Hold {
@@ -155,43 +165,53 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
         return refused(&answer);
     }
 
-    let record = |outcome: &str, tokens_in: i64, tokens_out: i64, ttfb_ms: i64| Record {
-        id: hold.id.clone(),
-        ts_ms: started,
-        user: claims.sub.clone(),
-        session: claims.sid.clone(),
-        feature: claims.feat.clone().unwrap_or_default(),
-        model: parsed.model.clone(),
-        upstream: base.clone(),
-        route_reason: String::new(),
-        policy_version: String::new(),
-        tokens_in,
-        tokens_out,
-        usd: tokens_in as f64 / 1000.0 * price_in + tokens_out as f64 / 1000.0 * price_out,
-        ttfb_ms,
-        total_ms: now_ms() - started,
-        outcome: outcome.into(),
-    };
+    let record =
+        |upstream: &Upstream, outcome: &str, tokens_in: i64, tokens_out: i64, ttfb_ms: i64| {
+            Record {
+                id: hold.id.clone(),
+                ts_ms: started,
+                user: claims.sub.clone(),
+                session: claims.sid.clone(),
+                feature: claims.feat.clone().unwrap_or_default(),
+                model: parsed.model.clone(),
+                upstream: upstream.name.clone(),
+                route_reason: String::new(),
+                policy_version: String::new(),
+                tokens_in,
+                tokens_out,
+                usd: tokens_in as f64 / 1000.0 * upstream.price_in_per_1k
+                    + tokens_out as f64 / 1000.0 * upstream.price_out_per_1k,
+                ttfb_ms,
+                total_ms: now_ms() - started,
+                outcome: outcome.into(),
+            }
+        };
 
-    let mut resp = match forward(&base, &body).await {
-        Ok(r) => r,
-        Err(e) => {
+    let (upstream, mut resp) = match forward(&list, &body).await {
+        Ok(found) => found,
+        Err(failure) => {
+            let nobody = Upstream {
+                name: "none".into(),
+                ..list[0].clone()
+            };
             settle(
                 stub,
                 hold.id.clone(),
-                record("upstream_unreachable", 0, 0, 0),
+                record(&nobody, failure.outcome(), 0, 0, 0),
             )
             .await;
-            return error_response(&ApiError::new(
-                ErrorKind::UpstreamError,
-                format!("upstream unreachable: {e}"),
-            ));
+            return error_response(&failure.into_api_error());
         }
     };
     let ttfb = now_ms() - started;
     let status = resp.status_code();
     if status != 200 {
-        settle(stub, hold.id.clone(), record("upstream_status", 0, 0, ttfb)).await;
+        settle(
+            stub,
+            hold.id.clone(),
+            record(&upstream, "upstream_status", 0, 0, ttfb),
+        )
+        .await;
         // The upstream's own 4xx (a request it refused) is the caller's to see; its 5xx
         // and 429 are ours to report as a bad gateway.
         if (400..500).contains(&status) && status != 429 {
@@ -211,6 +231,7 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
             stub,
             hold.id.clone(),
             record(
+                &upstream,
                 "ok",
                 i64::from(usage.prompt_tokens),
                 i64::from(usage.completion_tokens),
@@ -233,7 +254,8 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
         tally: tally.clone(),
         done: Some(done_tx),
     };
-    let base_record = record("ok", 0, 0, ttfb);
+    let base_record = record(&upstream, "ok", 0, 0, ttfb);
+    let (up_in, up_out) = (upstream.price_in_per_1k, upstream.price_out_per_1k);
     let hold_id = hold.id.clone();
     ctx.wait_until(async move {
         let finished = done_rx.await.is_ok();
@@ -252,7 +274,7 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
             outcome: outcome.into(),
             tokens_in,
             tokens_out,
-            usd: tokens_in as f64 / 1000.0 * price_in + tokens_out as f64 / 1000.0 * price_out,
+            usd: tokens_in as f64 / 1000.0 * up_in + tokens_out as f64 / 1000.0 * up_out,
             total_ms: now_ms() - started,
             ..base_record
         };
@@ -288,18 +310,113 @@ fn refused(answer: &HoldAnswer) -> Result<Response> {
     ))
 }
 
-async fn forward(base: &str, body: &[u8]) -> Result<Response> {
-    let headers = Headers::new();
-    headers.set("content-type", "application/json")?;
-    let mut init = RequestInit::new();
-    init.with_method(Method::Post)
-        .with_headers(headers)
-        .with_body(Some(js_sys::Uint8Array::from(body).into()));
-    let upstream = Request::new_with_init(
-        &format!("{}/v1/chat/completions", base.trim_end_matches('/')),
-        &init,
-    )?;
-    Fetch::Request(upstream).send().await
+/// Why no upstream answered.
+struct Failure {
+    attempts: Vec<String>,
+    all_timed_out: bool,
+}
+
+impl Failure {
+    fn outcome(&self) -> &'static str {
+        if self.all_timed_out {
+            "upstream_timeout"
+        } else {
+            "upstream_failed"
+        }
+    }
+
+    fn into_api_error(self) -> ApiError {
+        let kind = if self.all_timed_out {
+            ErrorKind::UpstreamTimeout
+        } else {
+            ErrorKind::UpstreamError
+        };
+        let tried = if self.attempts.is_empty() {
+            "every upstream's circuit breaker is open".to_owned()
+        } else {
+            self.attempts.join("; ")
+        };
+        ApiError::new(kind, format!("no upstream answered: {tried}"))
+    }
+}
+
+/// Tries the upstreams in order until one answers with headers that are not a 5xx or 429.
+async fn forward(
+    list: &[Upstream],
+    body: &[u8],
+) -> std::result::Result<(Upstream, Response), Failure> {
+    let mut failure = Failure {
+        attempts: Vec::new(),
+        all_timed_out: true,
+    };
+    for i in upstreams::order(list, js_sys::Math::random) {
+        let up = &list[i];
+        if !BREAKERS.with(|b| b.borrow_mut().allow(&up.name, now_ms())) {
+            continue;
+        }
+        let problem = match send(up, body).await {
+            Ok(resp) if resp.status_code() >= 500 || resp.status_code() == 429 => {
+                failure.all_timed_out = false;
+                format!("{} answered {}", up.name, resp.status_code())
+            }
+            Ok(resp) => {
+                BREAKERS.with(|b| b.borrow_mut().success(&up.name));
+                return Ok((up.clone(), resp));
+            }
+            Err(Sent::TimedOut) => format!(
+                "{} sent no headers within {} ms",
+                up.name, up.first_byte_timeout_ms
+            ),
+            Err(Sent::Error(e)) => {
+                failure.all_timed_out = false;
+                format!("{} unreachable ({e})", up.name)
+            }
+        };
+        BREAKERS.with(|b| b.borrow_mut().failure(&up.name, now_ms()));
+        failure.attempts.push(problem);
+    }
+    if failure.attempts.is_empty() {
+        failure.all_timed_out = false;
+    }
+    Err(failure)
+}
+
+enum Sent {
+    TimedOut,
+    Error(String),
+}
+
+/// One attempt, abandoned (and aborted) when the headers take too long.
+async fn send(up: &Upstream, body: &[u8]) -> std::result::Result<Response, Sent> {
+    let build = || -> Result<Request> {
+        let headers = Headers::new();
+        headers.set("content-type", "application/json")?;
+        let mut init = RequestInit::new();
+        init.with_method(Method::Post)
+            .with_headers(headers)
+            .with_body(Some(js_sys::Uint8Array::from(body).into()));
+        Request::new_with_init(
+            &format!("{}/v1/chat/completions", up.url.trim_end_matches('/')),
+            &init,
+        )
+    };
+    let request = build().map_err(|e| Sent::Error(e.to_string()))?;
+    let controller = AbortController::default();
+    let signal = controller.signal();
+    let fetch = Fetch::Request(request);
+    let sending = Box::pin(fetch.send_with_signal(&signal));
+    let timer = Box::pin(Delay::from(std::time::Duration::from_millis(
+        up.first_byte_timeout_ms,
+    )));
+    match futures_util::future::select(sending, timer).await {
+        futures_util::future::Either::Left((result, _)) => {
+            result.map_err(|e| Sent::Error(e.to_string()))
+        }
+        futures_util::future::Either::Right(_) => {
+            controller.abort();
+            Err(Sent::TimedOut)
+        }
+    }
 }
 
 /// What a streamed answer held.

@@ -96,7 +96,7 @@ test("an upstream 5xx and an upstream cut are settled at what was used and recor
   await settled(5);
   const byOutcome = await usage("?group_by=outcome");
   const outcomes = Object.fromEntries(byOutcome.groups.map((g) => [g.key, g.requests]));
-  assert.equal(outcomes.upstream_status, 1, JSON.stringify(outcomes));
+  assert.equal(outcomes.upstream_failed, 1, JSON.stringify(outcomes));
   assert.equal(outcomes.upstream_cut, 1, JSON.stringify(outcomes));
   const cut = byOutcome.groups.find((g) => g.key === "upstream_cut");
   assert.equal(cut.tokens_out, 10, "charged for the half that was streamed");

@@ -11,7 +11,12 @@ export async function startFakeUpstream(opts = {}) {
     for await (const chunk of req) body += chunk;
     state.requests += 1;
     const parsed = JSON.parse(body || "{}");
-    await new Promise((r) => setTimeout(r, state.delayMs));
+    await new Promise((r) => setTimeout(r, state.mode === "hang" ? 60_000 : state.delayMs));
+    if (state.mode === "429") {
+      res.writeHead(429, { "content-type": "application/json", "retry-after": "1" });
+      res.end(JSON.stringify({ error: { type: "rate_limited", message: "injected fault" } }));
+      return;
+    }
     if (state.mode === "500") {
       res.writeHead(500, { "content-type": "application/json" });
       res.end(JSON.stringify({ error: { type: "internal", message: "injected fault" } }));
@@ -44,5 +49,9 @@ export async function startFakeUpstream(opts = {}) {
     res.end("data: [DONE]\n\n");
   });
   await new Promise((r) => server.listen(0, "127.0.0.1", r));
-  return { state, url: `http://127.0.0.1:${server.address().port}`, close: () => new Promise((r) => server.close(r)) };
+  return {
+    state,
+    url: `http://127.0.0.1:${server.address().port}`,
+    close: () => { server.closeAllConnections(); return new Promise((r) => server.close(r)); },
+  };
 }

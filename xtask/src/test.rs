@@ -191,12 +191,23 @@ fn clippy(_: &Tools) -> anyhow::Result<Counts> {
 }
 
 fn native(tools: &Tools) -> anyhow::Result<Counts> {
-    counted(
+    let counts = counted(
         util::cargo()
             .args(["test", "--workspace"])
             .env("STRADDLE_TEST_MODEL", &tools.model)
             .current_dir(root()),
-    )
+    );
+    // Each test binary links burn with debug info (~1 GB); every code change leaves the old
+    // ones behind, and a cached target dir would fill the disk within a day of commits.
+    match util::prune_superseded_binaries(&util::target_dir().join("debug/deps")) {
+        Ok(freed) if freed > 0 => eprintln!(
+            "test: pruned {} MB of superseded test binaries",
+            freed >> 20
+        ),
+        Ok(_) => {}
+        Err(e) => eprintln!("test: could not prune old test binaries: {e:#}"),
+    }
+    counts
 }
 
 fn wasm(tools: &Tools) -> anyhow::Result<Counts> {

@@ -138,3 +138,50 @@ pub fn build_fast(args: &[&str]) -> anyhow::Result<()> {
         .args(args)
         .current_dir(root()))
 }
+
+/// Deletes every executable `NAME-<16 hex>` in `deps` but the newest of each `NAME`; returns
+/// the bytes freed. Libraries (which have extensions) are never touched.
+pub fn prune_superseded_binaries(deps: &Path) -> anyhow::Result<u64> {
+    use std::collections::HashMap;
+    use std::os::unix::fs::PermissionsExt;
+    let mut newest: HashMap<String, Vec<(std::time::SystemTime, PathBuf, u64)>> = HashMap::new();
+    let Ok(entries) = std::fs::read_dir(deps) else {
+        return Ok(0);
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let Ok(meta) = entry.metadata() else {
+            continue;
+        };
+        let is_exe = meta.is_file() && meta.permissions().mode() & 0o111 != 0;
+        let Some((stem, hash)) = name.rsplit_once('-') else {
+            continue;
+        };
+        if !is_exe
+            || name.contains('.')
+            || hash.len() != 16
+            || !hash.bytes().all(|b| b.is_ascii_hexdigit())
+        {
+            continue;
+        }
+        let modified = meta.modified().unwrap_or(std::time::UNIX_EPOCH);
+        newest
+            .entry(stem.to_owned())
+            .or_default()
+            .push((modified, path, meta.len()));
+    }
+    let mut freed = 0;
+    for mut versions in newest.into_values() {
+        versions.sort();
+        versions.pop();
+        for (_, path, len) in versions {
+            if std::fs::remove_file(&path).is_ok() {
+                freed += len;
+            }
+        }
+    }
+    Ok(freed)
+}

@@ -9,6 +9,7 @@
 //! `eval` scores a strong/weak router with RouteLLM's metrics.
 
 pub mod bandit;
+pub mod cascade;
 pub mod eval;
 pub mod features;
 pub mod linear;

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use std::collections::BTreeMap;
 
+use crate::cascade::CascadeRule;
 use crate::pii::{self, EntityKind, Sensitivity};
 use crate::signals;
 use crate::task::{self, TaskType};
@@ -93,6 +94,9 @@ pub struct Policy {
     /// general priors above. Missing tasks use the general priors.
     #[serde(default = "default_task_quality")]
     pub task_quality: BTreeMap<TaskType, QualityPrior>,
+    /// When an edge answer hands over to the cloud mid-stream.
+    #[serde(default)]
+    pub cascade: CascadeRule,
 }
 
 /// Expected answer quality (0–1) of each target for one kind of task.
@@ -143,6 +147,7 @@ impl Default for Policy {
             edge_quality: 0.55,
             cloud_quality: 0.85,
             task_quality: default_task_quality(),
+            cascade: CascadeRule::default(),
         }
     }
 }
@@ -204,6 +209,10 @@ pub struct Decision {
     pub pii: Vec<EntityKind>,
     pub estimated_latency_ms: f64,
     pub estimated_cost_usd: f64,
+    /// For an edge answer the cloud may take over: when to escalate mid-stream. `None` when
+    /// the answer must stay on the device (privacy, offline) or runs in the cloud.
+    #[serde(default)]
+    pub cascade: Option<CascadeRule>,
     pub trace: DecisionTrace,
 }
 
@@ -284,6 +293,9 @@ pub fn decide(prompt: &str, max_tokens: Option<u32>, ctx: &Context, policy: &Pol
         } else {
             cloud_cost
         },
+        // Only a scored edge decision may escalate: a rule that chose the edge (privacy,
+        // offline) forbids the cloud.
+        cascade: (target == Target::Edge && rule.is_none()).then(|| policy.cascade.clone()),
         trace: DecisionTrace {
             signals: signals.clone(),
             rule: rule.map(str::to_string),
@@ -388,6 +400,7 @@ mod tests {
         );
         assert_eq!(d.target, Target::Edge);
         assert_eq!(d.trace.rule.as_deref(), Some("privacy"));
+        assert_eq!(d.cascade, None, "private data may not escalate mid-stream");
         assert!(d.reasons.iter().any(|r| r.contains("quality warning")));
         assert!(
             !d.reasons.concat().contains("4111"),
@@ -521,10 +534,9 @@ mod tests {
             rtt_ms: 1500.0,
             ..ctx()
         };
-        assert_eq!(
-            decide("hey, how's it going?", None, &slow_net, &fast).target,
-            Target::Edge
-        );
+        let chat = decide("hey, how's it going?", None, &slow_net, &fast);
+        assert_eq!(chat.target, Target::Edge);
+        assert_eq!(chat.cascade, Some(CascadeRule::default()));
     }
 
     #[test]

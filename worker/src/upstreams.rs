@@ -1,0 +1,256 @@
+//! Which upstreams exist and in what order to try them: configuration (`UPSTREAMS` JSON, or
+//! the single `UPSTREAM_URL`), weighted choice within a priority, and a circuit breaker per
+//! upstream (open after consecutive failures, one half-open probe after a pause). Pure: the
+//! worker hands in the clock and a random number.
+
+use std::collections::HashMap;
+
+use serde::Deserialize;
+
+/// One upstream server.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Upstream {
+    pub name: String,
+    /// Base URL; `/v1/chat/completions` is appended.
+    pub url: String,
+    #[serde(default)]
+    pub price_in_per_1k: f64,
+    #[serde(default)]
+    pub price_out_per_1k: f64,
+    /// Share of traffic among upstreams of the same priority.
+    #[serde(default = "one")]
+    pub weight: f64,
+    /// Lower goes first; higher ones are failover targets.
+    #[serde(default)]
+    pub priority: u32,
+    /// Time allowed until the response headers arrive.
+    #[serde(default = "first_byte_default")]
+    pub first_byte_timeout_ms: u64,
+    #[serde(default)]
+    pub supports_verify: bool,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+fn first_byte_default() -> u64 {
+    30_000
+}
+
+/// Reads the upstream list: `UPSTREAMS` (a JSON array) wins over `UPSTREAM_URL`.
+pub fn configured(
+    upstreams_json: Option<&str>,
+    single_url: Option<&str>,
+    price_in: f64,
+    price_out: f64,
+) -> Result<Vec<Upstream>, String> {
+    if let Some(json) = upstreams_json.filter(|j| !j.trim().is_empty()) {
+        let list: Vec<Upstream> =
+            serde_json::from_str(json).map_err(|e| format!("UPSTREAMS: {e}"))?;
+        if list.is_empty() {
+            return Err("UPSTREAMS is empty".into());
+        }
+        let sound = |u: &Upstream| {
+            u.weight.is_finite()
+                && u.weight > 0.0
+                && u.price_in_per_1k >= 0.0
+                && u.price_out_per_1k >= 0.0
+        };
+        if let Some(bad) = list.iter().find(|u| !sound(u)) {
+            return Err(format!(
+                "UPSTREAMS: `{}` needs a positive weight and non-negative prices",
+                bad.name
+            ));
+        }
+        return Ok(list);
+    }
+    let url = single_url
+        .filter(|u| !u.is_empty())
+        .ok_or("no upstream configured (UPSTREAMS or UPSTREAM_URL)")?;
+    Ok(vec![Upstream {
+        name: "default".into(),
+        url: url.into(),
+        price_in_per_1k: price_in,
+        price_out_per_1k: price_out,
+        weight: 1.0,
+        priority: 0,
+        first_byte_timeout_ms: first_byte_default(),
+        supports_verify: false,
+    }])
+}
+
+/// Failures in a row that open a breaker.
+pub const FAILURES_TO_OPEN: u32 = 3;
+/// How long an open breaker refuses before letting one probe through.
+pub const OPEN_MS: i64 = 30_000;
+
+#[derive(Debug, Clone, Default)]
+struct Breaker {
+    failures: u32,
+    open_until_ms: i64,
+    probe_in_flight: bool,
+}
+
+/// The breakers of one worker isolate.
+#[derive(Debug, Default)]
+pub struct Breakers {
+    by_name: HashMap<String, Breaker>,
+}
+
+impl Breakers {
+    /// Whether a request may go to `name` now (taking the half-open probe if it is due).
+    pub fn allow(&mut self, name: &str, now_ms: i64) -> bool {
+        let b = self.by_name.entry(name.to_owned()).or_default();
+        if b.failures < FAILURES_TO_OPEN {
+            return true;
+        }
+        if now_ms >= b.open_until_ms && !b.probe_in_flight {
+            b.probe_in_flight = true;
+            return true;
+        }
+        false
+    }
+
+    /// A success closes the breaker.
+    pub fn success(&mut self, name: &str) {
+        self.by_name.insert(name.to_owned(), Breaker::default());
+    }
+
+    /// A failure counts towards opening it (and a failed probe reopens it).
+    pub fn failure(&mut self, name: &str, now_ms: i64) {
+        let b = self.by_name.entry(name.to_owned()).or_default();
+        b.failures += 1;
+        b.probe_in_flight = false;
+        if b.failures >= FAILURES_TO_OPEN {
+            b.open_until_ms = now_ms + OPEN_MS;
+        }
+    }
+
+    /// Whether `name`'s breaker is open.
+    #[cfg(test)]
+    pub fn is_open(&self, name: &str) -> bool {
+        self.by_name
+            .get(name)
+            .is_some_and(|b| b.failures >= FAILURES_TO_OPEN)
+    }
+}
+
+/// The order to try upstreams in: by priority, and within a priority a weighted shuffle
+/// drawn from `random` (uniform in [0, 1)).
+pub fn order(list: &[Upstream], mut random: impl FnMut() -> f64) -> Vec<usize> {
+    let mut priorities: Vec<u32> = list.iter().map(|u| u.priority).collect();
+    priorities.sort_unstable();
+    priorities.dedup();
+    let mut out = Vec::with_capacity(list.len());
+    for p in priorities {
+        let mut group: Vec<usize> = (0..list.len()).filter(|&i| list[i].priority == p).collect();
+        while !group.is_empty() {
+            let total: f64 = group.iter().map(|&i| list[i].weight).sum();
+            let mut at = random() * total;
+            let pick = group
+                .iter()
+                .position(|&i| {
+                    at -= list[i].weight;
+                    at < 0.0
+                })
+                .unwrap_or(group.len() - 1);
+            out.push(group.remove(pick));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn up(name: &str, weight: f64, priority: u32) -> Upstream {
+        Upstream {
+            name: name.into(),
+            url: format!("http://{name}"),
+            price_in_per_1k: 0.0,
+            price_out_per_1k: 0.0,
+            weight,
+            priority,
+            first_byte_timeout_ms: 1000,
+            supports_verify: false,
+        }
+    }
+
+    #[test]
+    fn configuration_from_json_or_a_single_url_with_clear_errors() {
+        let list = configured(
+            Some(r#"[{"name":"a","url":"http://a","weight":2},{"name":"b","url":"http://b","priority":1}]"#),
+            None,
+            0.0,
+            0.0,
+        )
+        .expect("json");
+        assert_eq!(list.len(), 2);
+        assert_eq!(list[1].first_byte_timeout_ms, 30_000);
+        let single = configured(None, Some("http://x"), 1.0, 2.0).expect("single");
+        assert_eq!(single[0].price_out_per_1k, 2.0);
+        assert!(configured(Some("[]"), None, 0.0, 0.0).is_err());
+        assert!(
+            configured(
+                Some(r#"[{"name":"a","url":"u","colour":1}]"#),
+                None,
+                0.0,
+                0.0
+            )
+            .is_err()
+        );
+        assert!(
+            configured(
+                Some(r#"[{"name":"a","url":"u","weight":0}]"#),
+                None,
+                0.0,
+                0.0
+            )
+            .is_err()
+        );
+        assert!(configured(None, None, 0.0, 0.0).is_err());
+    }
+
+    #[test]
+    fn priorities_first_then_weights() {
+        let list = [up("backup", 1.0, 1), up("big", 3.0, 0), up("small", 1.0, 0)];
+        let mut firsts = [0usize; 3];
+        let mut seed = 1u64;
+        for _ in 0..4000 {
+            let o = order(&list, || {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (seed >> 11) as f64 / (1u64 << 53) as f64
+            });
+            assert_eq!(o.len(), 3);
+            assert_eq!(o[2], 0, "the backup always comes last");
+            firsts[o[0]] += 1;
+        }
+        // `big` carries three quarters of the first tries.
+        let share = firsts[1] as f64 / 4000.0;
+        assert!((share - 0.75).abs() < 0.04, "{share}");
+    }
+
+    #[test]
+    fn a_breaker_opens_after_failures_and_lets_one_probe_through_later() {
+        let mut b = Breakers::default();
+        for _ in 0..FAILURES_TO_OPEN {
+            assert!(b.allow("a", 0));
+            b.failure("a", 0);
+        }
+        assert!(b.is_open("a"));
+        assert!(!b.allow("a", 1_000));
+        assert!(b.allow("a", OPEN_MS), "half-open probe");
+        assert!(!b.allow("a", OPEN_MS + 1), "only one probe at a time");
+        b.failure("a", OPEN_MS + 2);
+        assert!(!b.allow("a", OPEN_MS + 3), "a failed probe reopens");
+        assert!(b.allow("a", 2 * OPEN_MS + 3));
+        b.success("a");
+        assert!(!b.is_open("a"));
+        assert!(b.allow("b", 0), "others are unaffected");
+    }
+}
