@@ -18,6 +18,9 @@ pub struct Limits {
     pub max_concurrent: Option<i64>,
     /// Largest `max_tokens` a request may ask for.
     pub max_tokens_cap: Option<i64>,
+    /// Requests and tokens (worst case while in flight) in any 60-second window.
+    pub requests_per_minute: Option<i64>,
+    pub tokens_per_minute: Option<i64>,
 }
 
 /// A worst-case hold taken before forwarding.
@@ -35,9 +38,12 @@ pub struct Hold {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HoldAnswer {
     pub admitted: bool,
-    /// Why not, when refused: `budget` or `concurrency`.
+    /// Why not, when refused: `budget`, `concurrency` or `rate`.
     #[serde(default)]
     pub refused_for: Option<String>,
+    /// For `rate`: seconds until the window has room again.
+    #[serde(default)]
+    pub retry_after_s: Option<i64>,
     pub remaining_usd: Option<f64>,
     pub remaining_tokens: Option<i64>,
 }
@@ -184,11 +190,46 @@ impl TenantBudget {
         let refuse = |why: &str| HoldAnswer {
             admitted: false,
             refused_for: Some(why.into()),
+            retry_after_s: None,
             remaining_usd: remaining_usd.map(|r| r.max(0.0)),
             remaining_tokens: remaining_tokens.map(|r| r.max(0)),
         };
         if limits.max_concurrent.is_some_and(|m| in_flight >= m) {
             return Ok(refuse("concurrency"));
+        }
+        if limits.requests_per_minute.is_some() || limits.tokens_per_minute.is_some() {
+            // The window holds the requests that started in the last minute, plus every
+            // request still in flight (counted at its worst case).
+            let window_start = h.now_ms - 60_000;
+            #[derive(Deserialize)]
+            struct Window {
+                tokens: Option<i64>,
+                n: Option<i64>,
+                oldest: Option<i64>,
+            }
+            let recent: Vec<Window> = self
+                .sql
+                .exec(
+                    "SELECT SUM(tokens_in + tokens_out) AS tokens, COUNT(*) AS n, MIN(ts_ms) AS oldest \
+                     FROM records WHERE ts_ms >= ?",
+                    vec![SqlStorageValue::from(window_start)],
+                )?
+                .to_array()?;
+            let w = recent.first();
+            let requests = w.and_then(|w| w.n).unwrap_or(0) + in_flight;
+            let tokens = w.and_then(|w| w.tokens).unwrap_or(0) + held_tokens;
+            let over = limits.requests_per_minute.is_some_and(|m| requests >= m)
+                || limits
+                    .tokens_per_minute
+                    .is_some_and(|m| tokens + h.tokens > m);
+            if over {
+                let oldest = w.and_then(|w| w.oldest).unwrap_or(h.now_ms);
+                let wait_ms = (oldest + 60_000 - h.now_ms).clamp(1_000, 60_000);
+                return Ok(HoldAnswer {
+                    retry_after_s: Some((wait_ms + 999) / 1000),
+                    ..refuse("rate")
+                });
+            }
         }
         if remaining_usd.is_some_and(|r| h.usd > r)
             || remaining_tokens.is_some_and(|r| h.tokens > r)
@@ -207,6 +248,7 @@ impl TenantBudget {
         Ok(HoldAnswer {
             admitted: true,
             refused_for: None,
+            retry_after_s: None,
             remaining_usd: remaining_usd.map(|r| r - h.usd),
             remaining_tokens: remaining_tokens.map(|r| r - h.tokens),
         })

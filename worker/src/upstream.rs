@@ -296,6 +296,15 @@ fn refused(answer: &HoldAnswer) -> Result<Response> {
             .remaining_tokens
             .map_or("unlimited".into(), |v| v.to_string())
     );
+    if answer.refused_for.as_deref() == Some("rate") {
+        let mut resp = error_response(&ApiError::new(
+            ErrorKind::RateLimited,
+            "this tenant's requests or tokens per minute are used up",
+        ))?;
+        let wait = answer.retry_after_s.unwrap_or(60).to_string();
+        resp.headers_mut().set("retry-after", &wait)?;
+        return Ok(resp);
+    }
     if answer.refused_for.as_deref() == Some("concurrency") {
         let mut resp = error_response(&ApiError::new(
             ErrorKind::RateLimited,

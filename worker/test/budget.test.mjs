@@ -9,7 +9,9 @@ import { startFakeUpstream } from "./fake-upstream.mjs";
 let upstream, worker;
 before(async () => {
   upstream = await startFakeUpstream();
-  worker = await startWorker({ UPSTREAM_URL: upstream.url, PRICE_IN_PER_1K: "1", PRICE_OUT_PER_1K: "1" });
+  worker = await startWorker({
+    UPSTREAM_URL: upstream.url, PRICE_IN_PER_1K: "1", PRICE_OUT_PER_1K: "1", TENANT_SECRET_RATED: "rated-secret",
+  });
 });
 after(async () => { await worker?.mf.dispose(); await upstream?.close(); });
 
@@ -147,6 +149,27 @@ test("concurrency limit: a tenant's streams over its cap get 429 with Retry-Afte
   assert.equal(limited[0].headers.get("retry-after"), "1");
   await Promise.all(results.map((r) => r.text()));
   assert.equal((await admin(worker.url, "PUT", "/v1/tenants/acme", {})).status, 200);
+});
+
+test("requests per minute: the fourth of three is a 429 with a Retry-After inside the minute", async () => {
+  // A tenant of its own, so the window holds only this test's requests.
+  const token = () => mintToken({ ten: "rated" }, "rated-secret");
+  const rated = (body) => admin(worker.url, "PUT", "/v1/tenants/rated", body);
+  assert.equal((await rated({ requests_per_minute: 3 })).status, 200);
+  const statuses = [];
+  let last;
+  for (let i = 0; i < 5; i++) {
+    last = await chat(worker.url, hi, { token: token() });
+    statuses.push(last.status);
+    await last.text();
+  }
+  assert.deepEqual(statuses, [200, 200, 200, 429, 429]);
+  const wait = Number(last.headers.get("retry-after"));
+  assert.ok(wait >= 1 && wait <= 60, `retry-after ${wait}`);
+  assert.equal((await rated({ tokens_per_minute: 1 })).status, 200);
+  const res = await chat(worker.url, hi, { token: token() });
+  assert.equal(res.status, 429, "a token-per-minute limit below one request's worst case");
+  assert.equal((await rated({})).status, 200);
 });
 
 test("a CORS preflight from an allowed origin is answered; others get no CORS headers", async () => {
