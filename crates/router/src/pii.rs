@@ -23,6 +23,10 @@ pub enum EntityKind {
     DateOfBirth,
     /// A first-person medical disclosure.
     MedicalContext,
+    /// A network card's hardware address.
+    MacAddress,
+    /// A passport number, found after a context cue.
+    Passport,
 }
 
 /// How much harm a leak of an entity class does; the policy compares it with its limits.
@@ -50,16 +54,19 @@ impl EntityKind {
             EntityKind::PersonName => "person_name",
             EntityKind::DateOfBirth => "date_of_birth",
             EntityKind::MedicalContext => "medical_context",
+            EntityKind::MacAddress => "mac_address",
+            EntityKind::Passport => "passport",
         }
     }
 
     /// The sensitivity of this class.
     pub fn sensitivity(self) -> Sensitivity {
         match self {
-            EntityKind::IpAddress => Sensitivity::Low,
+            EntityKind::IpAddress | EntityKind::MacAddress => Sensitivity::Low,
             EntityKind::Email | EntityKind::Phone | EntityKind::PersonName => Sensitivity::Medium,
             EntityKind::PaymentCard
             | EntityKind::DateOfBirth
+            | EntityKind::Passport
             | EntityKind::MedicalContext
             | EntityKind::Iban
             | EntityKind::UsSsn
@@ -143,6 +150,7 @@ pub fn detect(text: &str) -> Vec<Span> {
     digit_runs(b, &mut spans);
     ibans(b, &mut spans);
     ipv4(b, &mut spans);
+    ipv6_and_mac(text, &mut spans);
     secrets(text, &mut spans);
     crate::pii_cues::detect(text, &mut spans);
     spans.sort_by(|x, y| x.start.cmp(&y.start).then(y.end.cmp(&x.end)));
@@ -366,6 +374,65 @@ fn ipv4(b: &[u8], spans: &mut Vec<Span>) {
     }
 }
 
+/// IPv6 addresses (validated by the standard parser) and MAC addresses (six pairs of hex
+/// digits joined by one kind of separator), found among runs of hex digits, `:`, `-`, `.`.
+fn ipv6_and_mac(text: &str, spans: &mut Vec<Span>) {
+    let b = text.as_bytes();
+    let in_run = |c: u8| c.is_ascii_hexdigit() || c == b':' || c == b'-' || c == b'.';
+    let mut i = 0;
+    while i < b.len() {
+        if !in_run(b[i]) || (i > 0 && is_word(b[i - 1])) {
+            i += 1;
+            continue;
+        }
+        let mut j = i;
+        while j < b.len() && in_run(b[j]) {
+            j += 1;
+        }
+        // A sentence may end right after the address.
+        let mut end = j;
+        while end > i && matches!(b[end - 1], b'.' | b'-' | b':') && !text[i..end].ends_with("::") {
+            end -= 1;
+        }
+        let followed_by_word = b.get(j).is_some_and(|c| is_word(*c));
+        let token = &text[i..end];
+        if !followed_by_word {
+            if is_mac(token.as_bytes()) {
+                spans.push(Span {
+                    kind: EntityKind::MacAddress,
+                    start: i,
+                    end,
+                    confidence: 0.9,
+                });
+            } else if token.matches(':').count() >= 2
+                && token.bytes().filter(u8::is_ascii_hexdigit).count() >= 3
+                && token.parse::<std::net::Ipv6Addr>().is_ok()
+            {
+                spans.push(Span {
+                    kind: EntityKind::IpAddress,
+                    start: i,
+                    end,
+                    confidence: 0.85,
+                });
+            }
+        }
+        i = j.max(i + 1);
+    }
+}
+
+fn is_mac(t: &[u8]) -> bool {
+    if t.len() != 17 {
+        return false;
+    }
+    let sep = t[2];
+    (sep == b':' || sep == b'-')
+        && t.chunks(3).all(|g| {
+            g[0].is_ascii_hexdigit()
+                && g[1].is_ascii_hexdigit()
+                && g.get(2).is_none_or(|&c| c == sep)
+        })
+}
+
 /// Tokens that start with `prefix` and run while `in_token` holds, kept when `is_secret`
 /// accepts the whole token. Matches inside the token last measured are skipped, so
 /// "eyJeyJeyJ…" costs one pass, not one pass per match.
@@ -547,6 +614,28 @@ mod tests {
             vec![(EntityKind::IpAddress, "192.168.1.20")]
         );
         assert!(found("version 1.2.3 and 300.1.1.1").is_empty());
+    }
+
+    #[test]
+    fn ipv6_and_mac_addresses() {
+        let text = "Server 2001:db8:85a3::8a2e:370:7334 and loopback ::1, NIC 00:1A:2B:3C:4D:5E or 00-1a-2b-3c-4d-5e.";
+        let kinds: Vec<_> = detect(text)
+            .into_iter()
+            .map(|s| (s.kind, text[s.start..s.end].to_owned()))
+            .collect();
+        assert_eq!(
+            kinds,
+            vec![
+                (
+                    EntityKind::IpAddress,
+                    "2001:db8:85a3::8a2e:370:7334".to_owned()
+                ),
+                (EntityKind::MacAddress, "00:1A:2B:3C:4D:5E".to_owned()),
+                (EntityKind::MacAddress, "00-1a-2b-3c-4d-5e".to_owned()),
+            ]
+        );
+        // Clock times, ratios and hex words are not addresses.
+        assert!(detect("Meet at 10:30:45, ratio 3:2:1, colour dead:beef.").is_empty());
     }
 
     #[test]

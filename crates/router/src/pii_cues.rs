@@ -36,6 +36,18 @@ const DOB_CUES: &[&str] = &[
     "生日是",
     "生日：",
 ];
+/// Cues before a passport number.
+const PASSPORT_CUES: &[&str] = &[
+    "passport no",
+    "passport number",
+    "passport #",
+    "passport:",
+    "passport",
+    "护照号码",
+    "护照号",
+    "护照",
+];
+
 /// First-person or patient phrases that make the health details after them personal.
 const MEDICAL_CUES: &[&str] = &[
     "i was diagnosed",
@@ -96,6 +108,13 @@ pub fn detect(text: &str, spans: &mut Vec<Span>) {
         for (i, _) in lower.match_indices(cue) {
             if let Some((start, end)) = date_after(text, i + cue.len()) {
                 push(spans, EntityKind::DateOfBirth, start, end, 0.85);
+            }
+        }
+    }
+    for cue in PASSPORT_CUES {
+        for (i, _) in lower.match_indices(cue) {
+            if let Some((start, end)) = passport_after(text, i + cue.len()) {
+                push(spans, EntityKind::Passport, start, end, 0.8);
             }
         }
     }
@@ -237,6 +256,36 @@ fn date_after(text: &str, at: usize) -> Option<(usize, usize)> {
     (digits >= 4).then_some((start, end))
 }
 
+/// A passport-like id among the first words after a cue: 6 to 9 letters and digits, at
+/// least five of them digits (most national formats: `X1234567`, `E12345678`, `123456789`).
+fn passport_after(text: &str, at: usize) -> Option<(usize, usize)> {
+    let b = text.as_bytes();
+    // The cue must end a word ("passport", not "passports").
+    if b.get(at).is_some_and(u8::is_ascii_alphanumeric) {
+        return None;
+    }
+    // The first three words within 32 bytes ("number is E12345678").
+    let limit = (at + 32).min(b.len());
+    let mut i = at;
+    for _ in 0..3 {
+        while i < limit && !b[i].is_ascii_alphanumeric() {
+            i += 1;
+        }
+        let start = i;
+        while i < b.len() && b[i].is_ascii_alphanumeric() {
+            i += 1;
+        }
+        if start >= limit {
+            return None;
+        }
+        let digits = b[start..i].iter().filter(|c| c.is_ascii_digit()).count();
+        if (6..=9).contains(&(i - start)) && digits >= 5 {
+            return Some((start, i));
+        }
+    }
+    None
+}
+
 /// The end of the clause that starts at `at`: the next sentence mark, newline or 80 bytes.
 fn clause_end(text: &str, at: usize) -> usize {
     let Some(rest) = text.get(at..) else {
@@ -313,6 +362,17 @@ mod tests {
             EntityKind::MedicalContext
         );
         assert!(found("What is type 2 diabetes?").is_empty());
+    }
+
+    #[test]
+    fn passports_after_their_cue() {
+        assert_eq!(
+            found("My passport number is E12345678, expiring 2030."),
+            vec![(EntityKind::Passport, "E12345678".into())]
+        );
+        assert_eq!(found("护照号码：G12345678")[0].0, EntityKind::Passport);
+        assert!(found("Do I need a passport for Canada?").is_empty());
+        assert!(found("passport photo size 35x45").is_empty());
     }
 
     #[test]
