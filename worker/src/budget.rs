@@ -158,6 +158,23 @@ impl TenantBudget {
             .unwrap_or_default())
     }
 
+    /// What the holds in flight add up to: (USD, tokens, count).
+    fn held(&self) -> Result<(f64, i64, i64)> {
+        let rows: Vec<Sums> = self
+            .sql
+            .exec(
+                "SELECT SUM(usd) AS usd, SUM(tokens) AS tokens, COUNT(*) AS n FROM holds",
+                None,
+            )?
+            .to_array()?;
+        let s = rows.first();
+        Ok((
+            s.and_then(|s| s.usd).unwrap_or(0.0),
+            s.and_then(|s| s.tokens).unwrap_or(0),
+            s.and_then(|s| s.n).unwrap_or(0),
+        ))
+    }
+
     fn hold(&self, h: &Hold) -> Result<HoldAnswer> {
         // Holds of workers that never settled are reclaimed first.
         self.sql.exec(
@@ -173,18 +190,9 @@ impl TenantBudget {
                 vec![SqlStorageValue::from(day)],
             )?
             .to_array()?;
-        let held: Vec<Sums> = self
-            .sql
-            .exec(
-                "SELECT SUM(usd) AS usd, SUM(tokens) AS tokens, COUNT(*) AS n FROM holds",
-                None,
-            )?
-            .to_array()?;
+        let (held_usd, held_tokens, in_flight) = self.held()?;
         let spent_usd = spent.first().and_then(|s| s.usd).unwrap_or(0.0);
         let spent_tokens = spent.first().and_then(|s| s.tokens).unwrap_or(0);
-        let held_usd = held.first().and_then(|s| s.usd).unwrap_or(0.0);
-        let held_tokens = held.first().and_then(|s| s.tokens).unwrap_or(0);
-        let in_flight = held.first().and_then(|s| s.n).unwrap_or(0);
         let remaining_usd = limits.daily_usd.map(|l| l - spent_usd - held_usd);
         let remaining_tokens = limits.daily_tokens.map(|l| l - spent_tokens - held_tokens);
         let refuse = |why: &str| HoldAnswer {
@@ -334,16 +342,10 @@ impl TenantBudget {
                 vec![SqlStorageValue::from(from), SqlStorageValue::from(to)],
             )?
             .to_array()?;
-        let held: Vec<Sums> = self
-            .sql
-            .exec(
-                "SELECT SUM(usd) AS usd, SUM(tokens) AS tokens, COUNT(*) AS n FROM holds",
-                None,
-            )?
-            .to_array()?;
+        let (_, _, in_flight) = self.held()?;
         Ok(serde_json::json!({
             "groups": rows,
-            "in_flight": held.first().and_then(|s| s.n).unwrap_or(0),
+            "in_flight": in_flight,
             "limits": self.limits()?,
         }))
     }
