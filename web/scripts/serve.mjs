@@ -1,9 +1,21 @@
 // Static server for the demo page and the browser tests: serves the package directory,
-// and /models/ from the model cache (so the 98 MB file never enters the repo).
-// Usage: node scripts/serve.mjs --port 8080 --root <dir> [--models <dir>]
+// /models/ from the model cache (so the 98 MB file never enters the repo), and
+// /demo/config.json (where the worker is, the tenant token, the model and its SHA-256).
+// Usage: node scripts/serve.mjs --port 8080 --root <dir> [--models <dir>] [--worker URL] [--token T]
 import http from "node:http";
 import fs from "node:fs";
 import path from "node:path";
+import crypto from "node:crypto";
+
+export const DEFAULT_MODEL = "smollm2-135m-instruct-q4_1.gguf";
+
+/** SHA-256 of a file, streamed. */
+export function sha256File(file) {
+  return new Promise((resolve, reject) => {
+    const h = crypto.createHash("sha256");
+    fs.createReadStream(file).on("data", (d) => h.update(d)).on("end", () => resolve(h.digest("hex"))).on("error", reject);
+  });
+}
 
 const arg = (name, fallback) => {
   const i = process.argv.indexOf(name);
@@ -18,10 +30,25 @@ const TYPES = {
 };
 
 /** Creates the server; resolves a request path inside `root` (or `models`) only. */
-export function createServer({ root, models }) {
-  return http.createServer((req, res) => {
+export function createServer({ root, models, config, files = {}, onRequest }) {
+  let sha = null;
+  return http.createServer(async (req, res) => {
     const url = new URL(req.url, "http://localhost");
     let rel = decodeURIComponent(url.pathname);
+    onRequest?.(req);
+    if (files[rel]) {
+      res.writeHead(200, { "content-type": "application/octet-stream", "content-length": files[rel].length }).end(files[rel]);
+      return;
+    }
+    if (rel === "/demo/config.json") {
+      const c = { model: `/models/${DEFAULT_MODEL}`, ...config };
+      if (!c.sha256 && models && c.model.startsWith("/models/")) {
+        sha ??= sha256File(path.join(models, c.model.slice("/models/".length))).catch(() => null);
+        c.sha256 = (await sha) ?? undefined;
+      }
+      res.writeHead(200, { "content-type": "application/json", "cache-control": "no-store" }).end(JSON.stringify(c));
+      return;
+    }
     let base = root;
     if (models && rel.startsWith("/models/")) {
       base = models;
@@ -53,7 +80,10 @@ if (import.meta.url === `file://${process.argv[1]}`) {
   const port = Number(arg("--port", "8080"));
   const root = path.resolve(arg("--root", "."));
   const models = arg("--models") ? path.resolve(arg("--models")) : undefined;
-  createServer({ root, models }).listen(port, "127.0.0.1", () => {
+  const config = {};
+  if (arg("--worker")) config.worker = arg("--worker");
+  if (arg("--token")) config.token = arg("--token");
+  createServer({ root, models, config }).listen(port, "127.0.0.1", () => {
     console.log(`serving ${root} on http://127.0.0.1:${port}/`);
   });
 }

@@ -20,6 +20,8 @@ export async function startWorker(bindings = {}) {
   const mf = new Miniflare({
     modules: true,
     scriptPath: path.join(buildDir, "shim.mjs"),
+    // Module names are paths under this root, whatever directory the tests run from.
+    modulesRoot: path.dirname(buildDir),
     modulesRules: [
       { type: "ESModule", include: ["**/*.js", "**/*.mjs"] },
       { type: "CompiledWasm", include: ["**/*.wasm"] },

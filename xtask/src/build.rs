@@ -95,6 +95,14 @@ pub fn web_with_profile(tools: &Tools, profile_name: &str) -> anyhow::Result<()>
         ])
         .arg(&out)
         .arg(&wasm))?;
+    // The script-tag build is a small classic script that imports the module next to it.
+    let dist = root().join("web/dist");
+    std::fs::create_dir_all(&dist)?;
+    std::fs::copy(
+        root().join("web/src/script-tag.js"),
+        dist.join("straddle.js"),
+    )
+    .context("copying the script-tag build to web/dist")?;
     let size = std::fs::metadata(out.join("straddle_bg.wasm"))
         .map(|m| m.len())
         .unwrap_or(0);

@@ -212,6 +212,8 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
             Duration::from_secs(300),
         )?;
         services.push(worker);
+        // The page's token is bound to the page's origin, as a tenant's backend would mint it.
+        let page_token = demo_token(&secret, Some(&web_url));
         let mut web = Service::start(
             "web",
             Command::new("node")
@@ -219,7 +221,8 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
                 .args(["--port", &ports.web.to_string(), "--root"])
                 .arg(root().join("web"))
                 .arg("--models")
-                .arg(tools.model.parent().unwrap_or(Path::new("."))),
+                .arg(tools.model.parent().unwrap_or(Path::new(".")))
+                .args(["--worker", &worker_url, "--token", &page_token]),
             &logs,
         )?;
         wait_up(
@@ -321,13 +324,8 @@ fn check_stack(cloud: &str, worker: &str, web: &str, token: &str) -> anyhow::Res
                     .as_str()
                     .unwrap_or("<none>")
             );
-            if v["straddle"].is_null() {
-                println!("route:  cloud (worker → cloud server)");
-                println!("reasons: none — the in-browser router is not wired into this path yet");
-            } else {
-                println!("route:  {}", v["straddle"]["route"]);
-                println!("reasons: {}", v["straddle"]["reasons"]);
-            }
+            // This check posts to the worker itself; the page routes in the browser first.
+            println!("route:  cloud (worker → cloud server; the demo page routes in the browser)");
         }
         Ok((status, text)) => {
             let msg = serde_json::from_str::<serde_json::Value>(&text)

@@ -233,24 +233,27 @@ fn wasm(tools: &Tools) -> anyhow::Result<Counts> {
     )
 }
 
-fn worker(tools: &Tools) -> anyhow::Result<Counts> {
+/// Builds the worker for workerd and the cloud server, and returns the server's path.
+fn worker_and_cloud_built(tools: &Tools) -> anyhow::Result<std::path::PathBuf> {
     crate::build::worker(tools)?;
-    // The forwarding tests need a real upstream: the cloud server as the native suite built
-    // it. `cargo build -p straddle-cloud` would resolve features for that crate alone and
-    // compile burn a second time (~25 minutes here); the workspace's own test build reuses
-    // the native suite's artefacts and only relinks.
+    // The cloud server as the native suite built it. `cargo build -p straddle-cloud` would
+    // resolve features for that crate alone and compile burn a second time (~25 minutes
+    // here); the workspace's own test build reuses the native suite's artefacts.
     util::run(
         util::cargo()
             .args(["test", "--quiet", "--workspace", "--no-run"])
             .current_dir(root()),
     )?;
+    Ok(util::target_dir().join("debug/straddle-cloud"))
+}
+
+fn worker(tools: &Tools) -> anyhow::Result<Counts> {
+    // The forwarding tests need a real upstream.
+    let cloud = worker_and_cloud_built(tools)?;
     counted(
         Command::new("npm")
             .args(["test", "--silent"])
-            .env(
-                "STRADDLE_CLOUD_BIN",
-                util::target_dir().join("debug/straddle-cloud"),
-            )
+            .env("STRADDLE_CLOUD_BIN", cloud)
             .env("STRADDLE_TEST_MODEL", &tools.model)
             .current_dir(root().join("worker")),
     )
@@ -258,10 +261,13 @@ fn worker(tools: &Tools) -> anyhow::Result<Counts> {
 
 fn browser(tools: &Tools) -> anyhow::Result<Counts> {
     crate::build::web_with_profile(tools, "dev")?;
+    // The page talks to the real worker under workerd, in front of the real cloud server.
+    let cloud = worker_and_cloud_built(tools)?;
     counted(
         Command::new("npm")
             .args(["test", "--silent"])
             .env("STRADDLE_TEST_MODEL", &tools.model)
+            .env("STRADDLE_CLOUD_BIN", cloud)
             .current_dir(root().join("web")),
     )
 }

@@ -1,6 +1,8 @@
 //! `straddle`: the command-line face of the engine and the router.
 
 mod routellm;
+#[cfg(test)]
+mod test_support;
 mod train_router;
 
 use std::path::PathBuf;

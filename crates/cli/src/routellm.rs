@@ -403,7 +403,7 @@ mod tests {
     use super::*;
 
     fn shared_data() -> Option<PathBuf> {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/routellm");
+        let dir = crate::test_support::manifest_dir().join("../../../shared/data/routellm");
         if dir.is_dir() {
             Some(dir)
         } else {

@@ -120,7 +120,7 @@ mod tests {
 
     #[test]
     fn training_the_committed_corpus_reproduces_the_bundled_model() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../router/data");
+        let root = crate::test_support::manifest_dir().join("../router/data");
         let corpus = read_corpus(&root.join("tasks.jsonl")).expect("corpus");
         let out = std::env::temp_dir().join(format!("task-model-{}.bin", std::process::id()));
         let report = run(&corpus, &out).expect("train");

@@ -1,0 +1,12 @@
+//! Paths for tests.
+
+use std::path::PathBuf;
+
+/// This crate's directory. `cargo test` sets `CARGO_MANIFEST_DIR` when it runs a test; the
+/// compile-time value is only a fallback, because a target dir shared between checkouts
+/// (CI's cache) can run a binary compiled in another checkout.
+pub fn manifest_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}

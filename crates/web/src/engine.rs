@@ -1,0 +1,453 @@
+//! The on-device model for JavaScript: model bytes streamed into wasm memory once (with their
+//! SHA-256 computed on the way), then generation one token per call, so the Web Worker that
+//! hosts it can answer a cancel or an escalation between tokens.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use sha2::{Digest, Sha256};
+use straddle_engine::{
+    ChatMessage, DeviceCache, Finish, GenerateParams, Prompt, SamplingParams, Sequence, TokenEvent,
+};
+use wasm_bindgen::prelude::*;
+
+/// Context the browser engine is sized for: an f32 KV cache of 1,024 positions is 47 MB.
+const EDGE_CONTEXT: usize = 1024;
+
+/// wasm32 addresses 4 GiB; a model must leave room for the engine's own buffers.
+const MAX_MODEL_BYTES: f64 = 3.0 * (1u64 << 30) as f64;
+
+/// A model file arriving in chunks, kept in wasm memory (the only full copy) and hashed as
+/// it comes.
+#[wasm_bindgen]
+pub struct ModelBuffer {
+    bytes: Vec<u8>,
+    hasher: Sha256,
+    /// The length the server announced, when it did; more bytes than this are an error.
+    declared: Option<usize>,
+}
+
+#[wasm_bindgen]
+impl ModelBuffer {
+    /// A buffer for a file of `declared_len` bytes (0 when the length is unknown).
+    #[wasm_bindgen(constructor)]
+    pub fn new(declared_len: f64) -> Result<ModelBuffer, JsError> {
+        Self::with_len(declared_len).map_err(|e| JsError::new(&e))
+    }
+
+    fn with_len(declared_len: f64) -> Result<ModelBuffer, String> {
+        if !(0.0..=MAX_MODEL_BYTES).contains(&declared_len) {
+            return Err(format!(
+                "a model of {declared_len} bytes does not fit in this browser's wasm memory"
+            ));
+        }
+        let declared = (declared_len > 0.0).then_some(declared_len as usize);
+        let mut bytes = Vec::new();
+        bytes
+            .try_reserve_exact(declared.unwrap_or(0))
+            .map_err(|_| format!("out of memory reserving {declared_len} bytes for the model"))?;
+        Ok(ModelBuffer {
+            bytes,
+            hasher: Sha256::new(),
+            declared,
+        })
+    }
+
+    /// Appends the next chunk.
+    pub fn push(&mut self, chunk: &[u8]) -> Result<(), JsError> {
+        self.append(chunk).map_err(|e| JsError::new(&e))
+    }
+
+    fn append(&mut self, chunk: &[u8]) -> Result<(), String> {
+        let total = self.bytes.len() + chunk.len();
+        if let Some(declared) = self.declared
+            && total > declared
+        {
+            return Err(format!(
+                "the model is longer than the {declared} bytes announced"
+            ));
+        }
+        if total as f64 > MAX_MODEL_BYTES {
+            return Err("the model does not fit in this browser's wasm memory".into());
+        }
+        self.bytes
+            .try_reserve(chunk.len())
+            .map_err(|_| "out of memory while receiving the model".to_string())?;
+        self.bytes.extend_from_slice(chunk);
+        self.hasher.update(chunk);
+        Ok(())
+    }
+
+    /// Bytes received so far.
+    #[wasm_bindgen(getter)]
+    pub fn received(&self) -> f64 {
+        self.bytes.len() as f64
+    }
+
+    /// Lowercase hex SHA-256 of the bytes received so far.
+    pub fn sha256(&self) -> String {
+        hex::encode(self.hasher.clone().finalize())
+    }
+
+    /// Fails unless every announced byte arrived (a cut download must not reach the parser
+    /// as a "truncated GGUF").
+    fn complete(self) -> Result<Vec<u8>, String> {
+        match self.declared {
+            Some(d) if d != self.bytes.len() => Err(format!(
+                "the model download stopped at {} of {d} bytes",
+                self.bytes.len()
+            )),
+            _ => Ok(self.bytes),
+        }
+    }
+}
+
+/// Where the on-device model runs.
+enum Backend {
+    /// burn on WebGPU: the weights stay quantized in GPU memory.
+    WebGpu(Box<straddle_engine::DeviceEngine>),
+    /// Our wasm-SIMD CPU kernels, for browsers without (a fast) WebGPU.
+    Cpu(Box<straddle_engine::Engine>),
+}
+
+/// The on-device model: on WebGPU through burn when the browser has it, else on the CPU.
+#[wasm_bindgen]
+pub struct EdgeEngine {
+    backend: Rc<Backend>,
+}
+
+#[wasm_bindgen]
+impl EdgeEngine {
+    /// Loads a GGUF model from a filled buffer onto the CPU backend (the buffer is consumed).
+    #[wasm_bindgen(js_name = loadCpu)]
+    pub fn load_cpu(buffer: ModelBuffer) -> Result<EdgeEngine, JsError> {
+        let bytes = buffer.complete().map_err(|e| JsError::new(&e))?;
+        let engine = straddle_engine::Engine::load(bytes, EDGE_CONTEXT)
+            .map_err(|e| JsError::new(&e.to_string()))?;
+        Ok(EdgeEngine {
+            backend: Rc::new(Backend::Cpu(Box::new(engine))),
+        })
+    }
+
+    /// Loads a GGUF model onto WebGPU; rejects when the browser has no usable adapter (the
+    /// caller then falls back to the CPU with a fresh buffer).
+    #[wasm_bindgen(js_name = loadWebGpu)]
+    pub async fn load_webgpu(buffer: ModelBuffer) -> Result<EdgeEngine, JsError> {
+        let bytes = buffer.complete().map_err(|e| JsError::new(&e))?;
+        let device = straddle_engine::Device::wgpu_options()
+            .init_async()
+            .await
+            .map_err(|e| JsError::new(&format!("WebGPU unavailable: {e}")))?;
+        let engine = straddle_engine::DeviceEngine::load(bytes, EDGE_CONTEXT, &device)
+            .map_err(|e| JsError::new(&e.to_string()))?;
+        Ok(EdgeEngine {
+            backend: Rc::new(Backend::WebGpu(Box::new(engine))),
+        })
+    }
+
+    /// `"webgpu"` or `"cpu"`.
+    pub fn backend(&self) -> String {
+        match &*self.backend {
+            Backend::WebGpu(_) => "webgpu".into(),
+            Backend::Cpu(_) => "cpu".into(),
+        }
+    }
+
+    /// Languages the model declares (GGUF `general.languages`), for the router's context.
+    pub fn languages(&self) -> Vec<String> {
+        match &*self.backend {
+            Backend::WebGpu(e) => e.languages.clone(),
+            Backend::Cpu(e) => e.languages.clone(),
+        }
+    }
+
+    /// The model's name (GGUF `general.name`), for `model_versions`.
+    pub fn name(&self) -> Option<String> {
+        match &*self.backend {
+            Backend::WebGpu(e) => e.name.clone(),
+            Backend::Cpu(e) => e.name.clone(),
+        }
+    }
+
+    /// Starts a reply to `messages_json` (OpenAI-style `[{role, content}]`) with the settings
+    /// in `params_json` (`max_tokens`, `temperature`, `top_p`, `top_k`, `seed`, `stop`):
+    /// tokenizes and prefills, then resolves to a [`Generation`].
+    pub fn start(&self, messages_json: String, params_json: String) -> js_sys::Promise {
+        let backend = self.backend.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let (msgs, params) = parse_request(&messages_json, &params_json)
+                .map_err(|e| JsValue::from(JsError::new(&e)))?;
+            let prompt = Prompt::Messages(&msgs);
+            let seq = match &*backend {
+                Backend::WebGpu(e) => e.start(prompt, &params).await.map(Seq::Gpu),
+                Backend::Cpu(e) => e.start(prompt, &params).map(Seq::Cpu),
+            }
+            .map_err(|e| JsValue::from(JsError::new(&e.to_string())))?;
+            Ok(Generation {
+                backend,
+                state: Rc::new(RefCell::new(Slot::Idle(Box::new(State {
+                    seq,
+                    needs_forward: false,
+                })))),
+            }
+            .into())
+        })
+    }
+}
+
+/// The request half that JavaScript controls, checked before any work.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Params {
+    max_tokens: u32,
+    #[serde(default)]
+    temperature: Option<f32>,
+    #[serde(default)]
+    top_p: Option<f32>,
+    #[serde(default)]
+    top_k: Option<u32>,
+    #[serde(default)]
+    seed: Option<u64>,
+    #[serde(default)]
+    stop: Vec<String>,
+}
+
+fn parse_request(
+    messages_json: &str,
+    params_json: &str,
+) -> Result<(Vec<ChatMessage>, GenerateParams), String> {
+    let messages: Vec<straddle_protocol::Message> =
+        serde_json::from_str(messages_json).map_err(|e| format!("invalid messages: {e}"))?;
+    if messages.is_empty() {
+        return Err("invalid messages: at least one message is required".into());
+    }
+    let p: Params =
+        serde_json::from_str(params_json).map_err(|e| format!("invalid parameters: {e}"))?;
+    let temperature = p.temperature.unwrap_or(0.0);
+    let top_p = p.top_p.unwrap_or(1.0);
+    if !(0.0..=2.0).contains(&temperature) {
+        return Err("temperature must lie in 0..=2".into());
+    }
+    if !(top_p > 0.0 && top_p <= 1.0) {
+        return Err("top_p must lie in (0, 1]".into());
+    }
+    let msgs = messages
+        .iter()
+        .map(|m| ChatMessage::new(m.role.as_str(), m.content.clone()))
+        .collect();
+    let params = GenerateParams {
+        sampling: SamplingParams {
+            temperature,
+            top_p,
+            top_k: p.top_k.unwrap_or(0) as usize,
+            seed: p.seed.unwrap_or(0),
+            ..Default::default()
+        },
+        max_tokens: p.max_tokens as usize,
+        stop: p.stop,
+        context: EDGE_CONTEXT,
+        ..Default::default()
+    };
+    Ok((msgs, params))
+}
+
+enum Seq {
+    Gpu(Sequence<DeviceCache>),
+    Cpu(Sequence),
+}
+
+/// Where a reply stands between calls.
+enum Slot {
+    Idle(Box<State>),
+    /// A step holds the state.
+    Busy,
+    /// `finish` took it.
+    Done,
+}
+
+struct State {
+    seq: Seq,
+    /// The last sampled token has not been fed through the model yet: that forward pass
+    /// runs at the start of the next `step`, so each token is handed out as soon as it is
+    /// sampled.
+    needs_forward: bool,
+}
+
+/// One reply in progress.
+#[wasm_bindgen]
+pub struct Generation {
+    backend: Rc<Backend>,
+    state: Rc<RefCell<Slot>>,
+}
+
+#[wasm_bindgen]
+impl Generation {
+    /// Resolves to the next token as `{text, logprob, entropy}`, or `null` once the reply
+    /// has ended. Calls must not overlap.
+    pub fn step(&self) -> js_sys::Promise {
+        let backend = self.backend.clone();
+        let state = self.state.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let event = next_event(&backend, &state)
+                .await
+                .map_err(|e| JsValue::from(JsError::new(&e)))?;
+            Ok(match event {
+                None => JsValue::NULL,
+                Some(ev) => {
+                    let o = js_sys::Object::new();
+                    let set = |k: &str, v: JsValue| js_sys::Reflect::set(&o, &k.into(), &v);
+                    set("text", JsValue::from_str(&ev.text))?;
+                    set("logprob", JsValue::from_f64(ev.logprob.into()))?;
+                    set("entropy", JsValue::from_f64(ev.entropy.into()))?;
+                    o.into()
+                }
+            })
+        })
+    }
+
+    /// Stops the reply; `finish` then reports it as cancelled.
+    pub fn cancel(&self) {
+        if let Ok(mut guard) = self.state.try_borrow_mut()
+            && let Slot::Idle(st) = &mut *guard
+        {
+            match &mut st.seq {
+                Seq::Gpu(s) => s.cancel(),
+                Seq::Cpu(s) => s.cancel(),
+            }
+        }
+    }
+
+    /// Ends the reply and returns it as JSON: `{text, tokens, finish, prompt_tokens,
+    /// prefill_ms, decode_ms, mean_logprob}`.
+    pub fn finish(&self) -> Result<String, JsError> {
+        let st = match self.state.replace(Slot::Done) {
+            Slot::Idle(st) => st,
+            Slot::Busy => {
+                self.state.replace(Slot::Busy);
+                return Err(JsError::new("a step is still running"));
+            }
+            Slot::Done => return Err(JsError::new("this reply has already finished")),
+        };
+        let c = match st.seq {
+            Seq::Gpu(s) => s.into_completion(),
+            Seq::Cpu(s) => s.into_completion(),
+        };
+        let finish = match c.finish {
+            Finish::Stop => "stop",
+            Finish::Length => "length",
+            Finish::Cancelled => "cancelled",
+        };
+        let mean_logprob = if c.logprobs.is_empty() {
+            0.0
+        } else {
+            c.logprobs.iter().sum::<f32>() / c.logprobs.len() as f32
+        };
+        Ok(serde_json::json!({
+            "text": c.text, "tokens": c.tokens.len(), "finish": finish,
+            "prompt_tokens": c.prompt_tokens, "prefill_ms": c.prefill_ms,
+            "decode_ms": c.decode_ms, "decode_tokens_per_s": c.decode_tokens_per_s(),
+            "mean_logprob": mean_logprob,
+        })
+        .to_string())
+    }
+}
+
+async fn next_event(backend: &Backend, slot: &RefCell<Slot>) -> Result<Option<TokenEvent>, String> {
+    // The state leaves the cell for the step (which may await the GPU), so no borrow is
+    // held across an await; an overlapping call finds the slot busy.
+    let mut st = match slot.replace(Slot::Busy) {
+        Slot::Idle(st) => st,
+        Slot::Busy => return Err("a step is already running".into()),
+        Slot::Done => {
+            slot.replace(Slot::Done);
+            return Ok(None);
+        }
+    };
+    let result = advance_and_sample(backend, &mut st).await;
+    slot.replace(Slot::Idle(st));
+    result
+}
+
+async fn advance_and_sample(
+    backend: &Backend,
+    st: &mut State,
+) -> Result<Option<TokenEvent>, String> {
+    loop {
+        let needs_forward = std::mem::replace(&mut st.needs_forward, false);
+        let event = match (backend, &mut st.seq) {
+            (Backend::WebGpu(e), Seq::Gpu(s)) => {
+                if needs_forward {
+                    e.advance(s).await.map_err(|e| e.to_string())?;
+                }
+                e.next_token(s)
+            }
+            (Backend::Cpu(e), Seq::Cpu(s)) => {
+                if needs_forward {
+                    e.advance(&mut [s]).map_err(|e| e.to_string())?;
+                }
+                e.next_token(s)
+            }
+            _ => return Err("a reply outlived a change of backend".into()),
+        }
+        .map_err(|e| e.to_string())?;
+        let Some(ev) = event else {
+            return Ok(None);
+        };
+        st.needs_forward = true;
+        let finished = match &st.seq {
+            Seq::Gpu(s) => s.is_finished(),
+            Seq::Cpu(s) => s.is_finished(),
+        };
+        // A token whose text is still pending (half a character, a possible stop string)
+        // is not worth a round trip to JavaScript.
+        match (ev.text.is_empty(), finished) {
+            (true, false) => continue,
+            (true, true) => return Ok(None),
+            (false, _) => return Ok(Some(ev)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_buffer_hashes_and_refuses_more_than_announced() {
+        let mut b = ModelBuffer::with_len(6.0).expect("buffer");
+        b.append(b"abc").expect("chunk");
+        assert_eq!(b.received(), 3.0);
+        assert!(b.append(b"defg").is_err(), "7 bytes of 6 announced");
+        b.append(b"def").expect("chunk");
+        assert_eq!(
+            b.sha256(),
+            "bef57ec7f53a6d40beb640a780a639c83bc29ac8a9816f1fc6c5c6dcd93c4721"
+        );
+        assert!(b.complete().is_ok());
+        let mut cut = ModelBuffer::with_len(10.0).expect("buffer");
+        cut.append(b"abc").expect("chunk");
+        assert!(cut.complete().unwrap_err().contains("stopped at 3 of 10"));
+        assert!(ModelBuffer::with_len(1e12).is_err());
+    }
+
+    #[test]
+    fn parameters_are_checked_before_any_work() {
+        let msgs = r#"[{"role":"user","content":"hi"}]"#;
+        let (m, p) =
+            parse_request(msgs, r#"{"max_tokens":8,"temperature":0.7,"stop":["\n"]}"#).expect("ok");
+        assert_eq!(m.len(), 1);
+        assert_eq!((p.max_tokens, p.sampling.temperature), (8, 0.7));
+        assert!(parse_request("[]", r#"{"max_tokens":8}"#).is_err());
+        assert!(
+            parse_request(msgs, r#"{"max_tokens":8,"temprature":1}"#)
+                .unwrap_err()
+                .contains("temprature")
+        );
+        assert!(parse_request(msgs, r#"{"max_tokens":8,"top_p":0}"#).is_err());
+        assert!(
+            parse_request("{", "{}")
+                .unwrap_err()
+                .starts_with("invalid messages")
+        );
+    }
+}

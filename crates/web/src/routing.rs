@@ -1,0 +1,298 @@
+//! What the browser asks of the router: privacy scans, decisions, redaction, and the
+//! cascade monitor that watches an edge answer.
+
+use wasm_bindgen::prelude::*;
+
+/// Scans `text` for personal data and returns the entity classes found (never the values).
+#[wasm_bindgen(js_name = piiKinds)]
+pub fn pii_kinds(text: &str) -> Vec<String> {
+    pii_kind_names(text)
+}
+
+fn pii_kind_names(text: &str) -> Vec<String> {
+    // In order of first appearance, each class once (spans of one class need not be adjacent).
+    let mut kinds: Vec<String> = Vec::new();
+    for span in straddle_router::pii::detect(text) {
+        let name = span.kind.as_str();
+        if !kinds.iter().any(|k| k == name) {
+            kinds.push(name.to_string());
+        }
+    }
+    kinds
+}
+
+/// Decides where a prompt should run: `context_json` is a router `Context`, `policy_json`
+/// a `Policy` (the default when absent). Returns the `Decision` as JSON, trace included.
+#[wasm_bindgen]
+pub fn route(
+    prompt: &str,
+    max_tokens: Option<u32>,
+    context_json: &str,
+    policy_json: Option<String>,
+) -> Result<String, JsError> {
+    route_json(prompt, max_tokens, context_json, policy_json.as_deref())
+        .map_err(|e| JsError::new(&e))
+}
+
+fn route_json(
+    prompt: &str,
+    max_tokens: Option<u32>,
+    context_json: &str,
+    policy_json: Option<&str>,
+) -> Result<String, String> {
+    use straddle_router::policy::{self, Context, Policy};
+    let ctx: Context =
+        serde_json::from_str(context_json).map_err(|e| format!("invalid context: {e}"))?;
+    let policy = match policy_json {
+        Some(p) => Policy::from_json(p).map_err(|e| e.to_string())?,
+        None => Policy::default(),
+    };
+    serde_json::to_string(&policy::decide(prompt, max_tokens, &ctx, &policy))
+        .map_err(|e| e.to_string())
+}
+
+/// A prompt (or a conversation's messages) with its personal data replaced by typed
+/// placeholders (`[EMAIL_1]`) for upload; the originals stay inside this object, on the device.
+#[wasm_bindgen]
+pub struct Redacted {
+    inner: straddle_router::redact::Redaction,
+    /// The redacted texts, one per input text.
+    parts: Vec<String>,
+}
+
+#[wasm_bindgen]
+impl Redacted {
+    /// The text to send to the cloud (the texts joined by newlines for a conversation).
+    #[wasm_bindgen(getter)]
+    pub fn text(&self) -> String {
+        self.parts.join("\n")
+    }
+
+    /// The redacted texts, in the order given.
+    pub fn parts(&self) -> Vec<String> {
+        self.parts.clone()
+    }
+
+    /// The placeholders used, in order (no values).
+    pub fn placeholders(&self) -> Vec<String> {
+        self.inner.placeholders().map(str::to_string).collect()
+    }
+
+    /// Puts the originals back into the cloud's whole answer.
+    pub fn reidentify(&self, answer: &str) -> String {
+        self.inner.reidentify(answer)
+    }
+
+    /// A re-identifier for an answer that streams in: `push(chunk)` returns the text safe to
+    /// show (never half a placeholder), `finish()` the rest.
+    pub fn stream(&self) -> ReidentifyStream {
+        ReidentifyStream {
+            inner: self.inner.stream(),
+        }
+    }
+}
+
+/// Re-identifies a streamed answer chunk by chunk.
+#[wasm_bindgen]
+pub struct ReidentifyStream {
+    inner: straddle_router::redact::StreamReidentifier,
+}
+
+#[wasm_bindgen]
+impl ReidentifyStream {
+    /// Takes the next chunk; returns what is now safe to show.
+    pub fn push(&mut self, chunk: &str) -> String {
+        self.inner.push(chunk)
+    }
+
+    /// Ends the stream; returns whatever was held back.
+    pub fn finish(&mut self) -> String {
+        self.inner.finish()
+    }
+}
+
+/// Redacts the personal data in `text` whose classes are listed in `kinds` (wire names such
+/// as `"email"`, `"payment_card"`; empty = every class).
+#[wasm_bindgen]
+pub fn redact(text: &str, kinds: Vec<String>) -> Redacted {
+    let inner = straddle_router::redact::redact(text, selected(&kinds));
+    Redacted {
+        parts: vec![inner.text.clone()],
+        inner,
+    }
+}
+
+/// Redacts several texts (a conversation's messages) with one numbering, so a value that
+/// recurs across messages gets the same placeholder in each.
+#[wasm_bindgen(js_name = redactAll)]
+pub fn redact_all(texts: Vec<String>, kinds: Vec<String>) -> Result<Redacted, JsError> {
+    // A separator no detector treats as part of an entity: record separator between newlines.
+    const SEP: &str = "\n\u{1e}\n";
+    if texts.iter().any(|t| t.contains('\u{1e}')) {
+        return Err(JsError::new(
+            "a message contains U+001E, which redaction reserves",
+        ));
+    }
+    let inner = straddle_router::redact::redact(&texts.join(SEP), selected(&kinds));
+    let parts: Vec<String> = inner.text.split(SEP).map(str::to_string).collect();
+    if parts.len() != texts.len() {
+        return Err(JsError::new(
+            "redaction merged two messages; refusing to upload",
+        ));
+    }
+    Ok(Redacted { inner, parts })
+}
+
+fn selected(kinds: &[String]) -> impl Fn(straddle_router::pii::EntityKind) -> bool + '_ {
+    move |k| kinds.is_empty() || kinds.iter().any(|n| n == k.as_str())
+}
+
+/// The whole policy for a scenario preset (`balanced`, `low-latency`, `high-accuracy`,
+/// `low-cost`) as JSON, for pages to adjust and pass to `route`.
+#[wasm_bindgen(js_name = policyPreset)]
+pub fn policy_preset(name: &str) -> Result<String, JsError> {
+    preset_json(name).map_err(|e| JsError::new(&e))
+}
+
+fn preset_json(name: &str) -> Result<String, String> {
+    use straddle_router::policy::{Policy, Weights};
+    let weights = Weights::preset(name).ok_or_else(|| {
+        format!("unknown policy preset `{name}` (balanced, low-latency, high-accuracy, low-cost)")
+    })?;
+    let policy = Policy {
+        version: format!("{name}-1"),
+        weights,
+        ..Policy::default()
+    };
+    serde_json::to_string(&policy).map_err(|e| e.to_string())
+}
+
+/// The router's version, carried in every escalation's envelope and response.
+#[wasm_bindgen(js_name = routerVersion)]
+pub fn router_version() -> String {
+    format!("straddle-router/{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// Watches one edge answer token by token (see `straddle_router::cascade`).
+#[wasm_bindgen]
+pub struct Cascade {
+    monitor: straddle_router::cascade::CascadeMonitor,
+    window: usize,
+}
+
+#[wasm_bindgen]
+impl Cascade {
+    /// A monitor for the rule in `rule_json` (a decision's `cascade` field).
+    #[wasm_bindgen(constructor)]
+    pub fn new(rule_json: &str) -> Result<Cascade, JsError> {
+        Self::from_json(rule_json).map_err(|e| JsError::new(&e))
+    }
+
+    fn from_json(rule_json: &str) -> Result<Cascade, String> {
+        let rule: straddle_router::cascade::CascadeRule =
+            serde_json::from_str(rule_json).map_err(|e| format!("invalid cascade rule: {e}"))?;
+        // Refusal phrases are watched over twice the window; held output must wait as long.
+        let window = rule.window.max(1) * if rule.detect_refusals { 2 } else { 1 };
+        Ok(Cascade {
+            monitor: straddle_router::cascade::CascadeMonitor::new(rule),
+            window,
+        })
+    }
+
+    /// Tokens after which the verdict cannot change any more.
+    #[wasm_bindgen(getter)]
+    pub fn settles_after(&self) -> usize {
+        self.window
+    }
+
+    /// Feeds one token; returns the reason to escalate, or `undefined` to go on.
+    pub fn push(&mut self, text: &str, logprob: f32, entropy: f32) -> Option<String> {
+        use straddle_router::cascade::Verdict;
+        match self.monitor.push(text, logprob, entropy) {
+            Verdict::Escalate { reason } => Some(reason.clone()),
+            Verdict::Undecided | Verdict::Continue => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn route_returns_a_decision_with_its_trace_and_rejects_bad_context() {
+        let ctx = r#"{"online":false,"edge_available":true,"edge_tokens_per_s":30,"rtt_ms":50,"edge_languages":["en"]}"#;
+        let d: serde_json::Value =
+            serde_json::from_str(&route_json("hello", None, ctx, None).expect("decision"))
+                .expect("json");
+        assert_eq!(d["target"], "edge");
+        assert_eq!(d["trace"]["rule"], "offline");
+        assert!(
+            route_json("hello", None, "{}", None)
+                .unwrap_err()
+                .contains("invalid context")
+        );
+    }
+
+    #[test]
+    fn redaction_keeps_values_on_the_device_and_restores_them() {
+        let r = redact("mail jane@example.com, card 4111 1111 1111 1111", vec![]);
+        assert_eq!(r.text(), "mail [EMAIL_1], card [PAYMENT_CARD_1]");
+        assert_eq!(r.placeholders(), ["[EMAIL_1]", "[PAYMENT_CARD_1]"]);
+        let mut s = r.stream();
+        let shown = s.push("Wrote to [EMA") + &s.push("IL_1].") + &s.finish();
+        assert_eq!(shown, "Wrote to jane@example.com.");
+        let only_cards = redact("mail jane@example.com", vec!["payment_card".into()]);
+        assert_eq!(only_cards.text(), "mail jane@example.com");
+    }
+
+    #[test]
+    fn a_conversation_is_redacted_with_one_numbering() {
+        let r = redact_all(
+            vec![
+                "I am jane@example.com".into(),
+                "again: jane@example.com, bob@example.org".into(),
+            ],
+            vec![],
+        )
+        .unwrap_or_else(|_| panic!("redacts"));
+        assert_eq!(r.parts(), ["I am [EMAIL_1]", "again: [EMAIL_1], [EMAIL_2]"]);
+        assert_eq!(r.reidentify("[EMAIL_2]"), "bob@example.org");
+    }
+
+    #[test]
+    fn presets_are_whole_policies_the_router_accepts() {
+        let json = preset_json("low-cost").expect("preset");
+        let p = straddle_router::policy::Policy::from_json(&json).expect("valid policy");
+        assert_eq!(p.version, "low-cost-1");
+        assert!(
+            preset_json("cheapest")
+                .unwrap_err()
+                .contains("unknown policy preset")
+        );
+    }
+
+    #[test]
+    fn pii_kinds_names_classes_not_values() {
+        assert_eq!(pii_kind_names("write to a@b.io"), vec!["email".to_string()]);
+        assert!(pii_kind_names("nothing here").is_empty());
+        assert_eq!(
+            pii_kind_names("a@b.io, 4111 1111 1111 1111, c@d.io"),
+            vec!["email".to_string(), "payment_card".to_string()]
+        );
+    }
+
+    #[test]
+    fn cascade_escalates_on_a_refusal_and_settles_after_twice_the_window() {
+        let rule =
+            serde_json::to_string(&straddle_router::cascade::CascadeRule::default()).expect("rule");
+        let mut c = Cascade::from_json(&rule).expect("cascade");
+        assert_eq!(c.settles_after(), 16);
+        assert_eq!(c.push("Sure", -0.1, 0.5), None);
+        assert!(
+            c.push(" — I don't know", -0.1, 0.5)
+                .expect("escalates")
+                .contains("know")
+        );
+        assert!(Cascade::from_json("{}").is_err());
+    }
+}

@@ -1,0 +1,104 @@
+// The page's side of the engine Web Worker: requests with ids, replies as promises, and
+// each generation as an async stream of tokens.
+import { StraddleError, fromWire } from "./errors.js";
+
+export class EdgeHost {
+  /** Starts the worker and hands it the compiled wasm module (compiled once, by the page). */
+  static async start(module) {
+    const worker = new Worker(new URL("./engine-worker.js", import.meta.url), { type: "module" });
+    const host = new EdgeHost(worker);
+    await new Promise((resolve, reject) => {
+      host.onReady = resolve;
+      worker.onerror = (e) => reject(new StraddleError("edge_unavailable", `the engine worker failed to start: ${e.message ?? e}`));
+      worker.postMessage({ type: "init", module });
+    });
+    return host;
+  }
+
+  constructor(worker) {
+    this.worker = worker;
+    this.nextId = 1;
+    this.pending = new Map();
+    this.crashed = null;
+    worker.onmessage = ({ data: m }) => this.dispatch(m);
+    // A worker that dies (out of memory, device lost) fails everything in flight.
+    worker.onerror = (e) => {
+      e.preventDefault?.();
+      this.crashed = new StraddleError("edge_failed", `the engine worker crashed: ${e.message ?? "unknown error"}`);
+      for (const p of this.pending.values()) p.fail(this.crashed);
+      this.pending.clear();
+    };
+  }
+
+  dispatch(m) {
+    if (m.type === "ready") return this.onReady?.();
+    const p = this.pending.get(m.id);
+    if (!p) return;
+    if (m.type === "error") {
+      this.pending.delete(m.id);
+      p.fail(fromWire(m.error));
+    } else if (m.type === "loaded" || m.type === "done") {
+      this.pending.delete(m.id);
+      p.finish(m);
+    } else {
+      p.event(m);
+    }
+  }
+
+  /** Loads the model; `onProgress` sees `{phase, loaded, total, percent}`. */
+  load({ url, sha256, backend = "auto", cache = true }, onProgress) {
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, {
+        event: (m) => onProgress?.({ phase: m.phase, loaded: m.loaded, total: m.total, percent: m.percent }),
+        finish: (m) => resolve(m),
+        fail: reject,
+      });
+      this.worker.postMessage({ type: "load", id, url: String(url), sha256, backend, cache });
+    });
+  }
+
+  /**
+   * Starts a reply: returns `{tokens, completion, cancel}` where `tokens` is an async
+   * iterator of `{text, logprob, entropy}` and `completion` resolves when the worker is done.
+   */
+  generate(messages, params) {
+    if (this.crashed) throw this.crashed;
+    const id = this.nextId++;
+    const queue = [];
+    let wake = null;
+    let ended = false;
+    let failure = null;
+    let resolveDone, rejectDone;
+    const completion = new Promise((res, rej) => { resolveDone = res; rejectDone = rej; });
+    completion.catch(() => {}); // observed through `tokens` as well
+    const notify = () => { wake?.(); wake = null; };
+    this.pending.set(id, {
+      event: (m) => { queue.push(m); notify(); },
+      finish: (m) => { ended = true; resolveDone(m.completion); notify(); },
+      fail: (e) => { ended = true; failure = e; rejectDone(e); notify(); },
+    });
+    this.worker.postMessage({ type: "generate", id, messages, params });
+    const tokens = {
+      [Symbol.asyncIterator]() { return this; },
+      async next() {
+        for (;;) {
+          if (queue.length) return { value: queue.shift(), done: false };
+          if (failure) throw failure;
+          if (ended) return { value: undefined, done: true };
+          await new Promise((r) => { wake = r; });
+        }
+      },
+      async return() { return { value: undefined, done: true }; },
+    };
+    return { tokens, completion, cancel: () => this.worker.postMessage({ type: "cancel", id }) };
+  }
+
+  unload() {
+    this.worker.postMessage({ type: "unload" });
+    this.worker.terminate();
+    const gone = new StraddleError("edge_unavailable", "the model was unloaded");
+    for (const p of this.pending.values()) p.fail(gone);
+    this.pending.clear();
+  }
+}

@@ -1,0 +1,232 @@
+// Types of Straddle's JS API (`import { Straddle } from "straddle"`).
+
+/** Why something failed; stable across versions. */
+export type StraddleErrorCode =
+  | "invalid_request" // a request field is wrong (`param` names it)
+  | "invalid_options" // an option of Straddle.create is wrong
+  | "wasm_unavailable" // the .wasm could not be fetched or compiled
+  | "model_fetch" // the model could not be downloaded
+  | "model_integrity" // the model's SHA-256 did not match `sha256`
+  | "model_invalid" // the file is not a model this engine can run (truncated, hostile, unsupported)
+  | "webgpu_unavailable" // backend "webgpu" was asked for and the browser has none
+  | "edge_unavailable" // no on-device model, and the cloud may not answer
+  | "edge_failed" // the device failed mid-answer (out of memory, device lost)
+  | "privacy_no_route" // the request must stay on the device, and the device cannot answer
+  | "cloud_unavailable" // no worker configured, cloud switched off, or offline
+  | "cloud_unreachable" // the worker did not answer
+  | "timeout" // the worker sent no headers in time
+  | "unauthorized" | "forbidden" | "budget_exhausted" | "rate_limited" | "privacy_refused" | "too_large"
+  | "cloud_rejected" // another 4xx from the worker
+  | "upstream_error" // a 5xx or a malformed answer
+  | "upstream_cut" // the cloud stream broke off after the answer had started
+  | "aborted" // the caller's AbortSignal fired
+  | "unknown_answer"; // feedback for an id this session never returned
+
+export class StraddleError extends Error {
+  readonly name: "StraddleError";
+  readonly code: StraddleErrorCode;
+  /** The HTTP status, for errors that came from the worker. */
+  readonly status?: number;
+  /** The request field at fault, for `invalid_request`. */
+  readonly param?: string;
+}
+
+export type PolicyPreset = "balanced" | "low-latency" | "high-accuracy" | "low-cost";
+
+/** Adjustments over a preset (any field of the router's policy document). */
+export interface PolicyOverrides {
+  preset?: PolicyPreset;
+  version?: string;
+  keep_on_device_at?: "low" | "medium" | "high" | "critical";
+  long_output_tokens?: number;
+  weights?: { latency: number; cost: number; quality: number };
+  cloud_price_in_per_1k?: number;
+  cloud_price_out_per_1k?: number;
+  cloud_tokens_per_s?: number;
+  edge_quality?: number;
+  cloud_quality?: number;
+  cascade?: { window: number; min_mean_logprob: number; max_mean_entropy: number; detect_refusals: boolean };
+  [field: string]: unknown;
+}
+
+export interface LoadProgress {
+  phase: "download" | "cache" | "verify" | "compile" | "ready";
+  loaded: number;
+  total: number;
+  /** null while the total is unknown. */
+  percent: number | null;
+}
+
+export interface StraddleOptions {
+  /** URL of the GGUF model for this device; omit for a cloud-only client. */
+  model?: string;
+  /** Lowercase hex SHA-256 the model must have; a mismatch is `model_integrity`. */
+  sha256?: string;
+  /** The edge worker's base URL; omit for an edge-only client. */
+  worker?: string;
+  /** The tenant token (from the tenant's backend), or a function that fetches a fresh one. */
+  token?: string | (() => string | Promise<string>);
+  policy?: PolicyPreset | PolicyOverrides;
+  /** "auto": WebGPU on a real GPU, the wasm CPU kernels otherwise. */
+  backend?: "auto" | "webgpu" | "cpu";
+  onProgress?: (p: LoadProgress) => void;
+  /** false: never send anything to the cloud. Default true. */
+  cloud?: boolean;
+  /** Replace personal data with placeholders before upload, restoring it locally. Default true. */
+  redact?: boolean;
+  /** Keep the model in the Cache API across reloads. Default true. */
+  cacheModel?: boolean;
+  /** Resolve `create` only once the model is loaded (default), or at once. */
+  waitForModel?: boolean;
+  /** How long the worker may take to send headers before the edge answers instead. Default 15000. */
+  firstByteTimeoutMs?: number;
+  /** `model` sent to the cloud. Default "default". */
+  cloudModel?: string;
+  /** Groups cost records at the worker. Default: a random id per client. */
+  session?: string;
+  /** The product feature these requests serve, for the tenant's cost report. */
+  feature?: string;
+  /** Where the .wasm is, when not next to the package. */
+  wasmUrl?: string | URL;
+}
+
+export interface ChatMessage {
+  role: "system" | "user" | "assistant";
+  content: string;
+}
+
+export interface ChatRequest {
+  messages: ChatMessage[];
+  stream?: boolean;
+  max_tokens?: number;
+  temperature?: number;
+  top_p?: number;
+  seed?: number;
+  stop?: string | string[];
+  signal?: AbortSignal;
+  /** Straddle's extension: insist on a route (the privacy rule still wins). */
+  straddle?: { route?: "auto" | "edge" | "cloud" };
+}
+
+export interface Usage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+}
+
+/** What every response and final chunk says about how it was answered. */
+export interface StraddleMeta {
+  route: "edge" | "cloud";
+  reasons: string[];
+  /** For edge answers, exp(mean log-probability) of the generated tokens. */
+  confidence: number | null;
+  /** Set when the preferred route failed and the other answered: why. */
+  degraded: string | null;
+  cost: { usd: number; prompt_tokens: number; completion_tokens: number };
+  latency_ms: number;
+  ttft_ms: number | null;
+  model_versions: string[];
+  /** Personal data was replaced before upload and restored here. */
+  redacted: boolean;
+  redacted_entities?: string[];
+  /** The edge started, the cascade handed the answer to the cloud. */
+  escalated_mid_stream: boolean;
+  /** What happened to the edge tokens of a mid-stream escalation. */
+  edge_tokens: "discarded" | null;
+  edge_tokens_discarded?: number;
+  /** Prompt tokens the cloud processed again because the history was re-sent. */
+  resent_history_tokens?: number;
+  edge?: { backend: "webgpu" | "cpu"; prefill_ms: number; decode_tokens_per_s: number };
+}
+
+export interface ChatCompletion {
+  id: string;
+  object: "chat.completion";
+  created: number;
+  model: string;
+  choices: [{ index: 0; message: { role: "assistant"; content: string }; finish_reason: "stop" | "length" }];
+  usage: Usage;
+  straddle: StraddleMeta;
+}
+
+export interface ChatCompletionChunk {
+  id: string;
+  object: "chat.completion.chunk";
+  created: number;
+  model: string;
+  choices: [{ index: 0; delta: { role?: "assistant"; content?: string }; finish_reason: "stop" | "length" | null }];
+  /** On the final chunk. */
+  usage?: Usage;
+  /** On the final chunk. */
+  straddle?: StraddleMeta;
+}
+
+export interface RouteDecision {
+  target: "edge" | "cloud";
+  reasons: string[];
+  pii: string[];
+  estimated_latency_ms: number;
+  estimated_cost_usd: number;
+  cascade: { window: number; min_mean_logprob: number; max_mean_entropy: number; detect_refusals: boolean } | null;
+  trace: { signals: { name: string; value: unknown }[]; rule: string | null; scores: [string, number][]; policy_version: string };
+}
+
+export interface RouteStats {
+  requests: number;
+  completion_tokens: number;
+  cost_usd: number;
+  latency_ms: { mean: number; p50: number; max: number };
+}
+
+export interface SessionStats {
+  requests: number;
+  cost_usd: number;
+  routes: Partial<Record<"edge" | "cloud", RouteStats>>;
+  degraded: number;
+  escalated_mid_stream: number;
+  redacted: number;
+  /** Feedback kept in this browser (all sessions), per route. */
+  feedback: Partial<Record<"edge" | "cloud", { count: number; mean_reward: number }>>;
+}
+
+export interface DeviceReport {
+  backend: "webgpu" | "cpu" | null;
+  model?: string | null;
+  sha256?: string;
+  bytes?: number;
+  fromCache?: boolean;
+  loadMs?: number;
+  tokensPerS?: number;
+  gpuError?: string | null;
+  webgpu?: boolean;
+  software?: boolean;
+  maxStorageBufferBytes?: number;
+  maxInvocationsPerWorkgroup?: number;
+  error?: string | null;
+}
+
+export class Straddle {
+  static create(options: StraddleOptions): Promise<Straddle>;
+  /** Resolves when the model has loaded (or failed to, with the cloud to answer). */
+  readonly ready: Promise<void>;
+  readonly session: string;
+  readonly chat: {
+    completions: {
+      create(req: ChatRequest & { stream: true }): Promise<AsyncIterable<ChatCompletionChunk>>;
+      create(req: ChatRequest & { stream?: false }): Promise<ChatCompletion>;
+    };
+  };
+  /** Where a request would run, and why, without running it. */
+  route(req: ChatRequest): RouteDecision;
+  /** How good an answer was, 0–1; kept in IndexedDB. */
+  feedback(id: string, reward: number): Promise<void>;
+  stats(): Promise<SessionStats>;
+  device(): DeviceReport;
+  /** Switches the routing policy for the requests that follow. */
+  setPolicy(policy: PolicyPreset | PolicyOverrides): void;
+  /** Treat the network as down (never use the cloud) until set back. */
+  setOffline(offline: boolean): void;
+  unload(): Promise<void>;
+}
+
+export default Straddle;

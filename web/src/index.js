@@ -1,0 +1,506 @@
+// Straddle's JS API: an OpenAI-shaped client whose every request is routed between the
+// model on this device (in a Web Worker) and the cloud behind the tenant's edge worker.
+import init, { Cascade, piiKinds, policyPreset, redactAll, route as routeWasm, routerVersion, version } from "../pkg/straddle.js";
+import { escalate, measureRtt, resolveToken } from "./cloud.js";
+import { EdgeHost } from "./edge.js";
+import { StraddleError } from "./errors.js";
+import { FeedbackStore, SessionStats } from "./stats.js";
+
+export { StraddleError };
+
+const ROLES = new Set(["system", "user", "assistant"]);
+/** Decode speed assumed before the first edge answer measures it, per backend. */
+const PRIOR_TOKENS_PER_S = { webgpu: 30, cpu: 10 };
+const DEFAULT_MAX_TOKENS = 256;
+const RTT_STALE_MS = 60_000;
+
+let wasmModule = null;
+
+/** Compiles the wasm once per page; the engine worker instantiates the same module. */
+async function loadWasm(url) {
+  if (!wasmModule) {
+    wasmModule = (async () => {
+      const resp = await fetch(url);
+      if (!resp.ok) throw new StraddleError("wasm_unavailable", `could not fetch ${url}: HTTP ${resp.status}`);
+      const module = await WebAssembly.compileStreaming(resp).catch(async () =>
+        // Servers that send the wrong content type defeat streaming compilation.
+        WebAssembly.compile(await (await fetch(url)).arrayBuffer()));
+      await init({ module_or_path: module });
+      return module;
+    })();
+    wasmModule.catch(() => { wasmModule = null; });
+  }
+  return wasmModule;
+}
+
+function invalid(param, message) {
+  return new StraddleError("invalid_request", `${param}: ${message}`, { param });
+}
+
+/** Checks a request the way the cloud would, so the edge path refuses the same things. */
+function validate(req) {
+  if (!req || typeof req !== "object") throw invalid("request", "expected an object");
+  const { messages } = req;
+  if (!Array.isArray(messages) || messages.length === 0) throw invalid("messages", "at least one message is required");
+  messages.forEach((m, i) => {
+    if (!m || !ROLES.has(m.role)) throw invalid(`messages[${i}].role`, "must be system, user or assistant");
+    if (typeof m.content !== "string") throw invalid(`messages[${i}].content`, "must be a string");
+  });
+  const num = (name, lo, hi, int = false) => {
+    const v = req[name];
+    if (v === undefined || v === null) return;
+    if (typeof v !== "number" || !Number.isFinite(v) || v < lo || v > hi || (int && !Number.isInteger(v))) {
+      throw invalid(name, `must be ${int ? "an integer" : "a number"} in ${lo}..${hi}`);
+    }
+  };
+  num("max_tokens", 1, 32768, true);
+  num("temperature", 0, 2);
+  num("top_p", Number.MIN_VALUE, 1);
+  num("seed", 0, Number.MAX_SAFE_INTEGER, true);
+  if (req.stop !== undefined && req.stop !== null) {
+    const stops = typeof req.stop === "string" ? [req.stop] : req.stop;
+    if (!Array.isArray(stops) || stops.length > 4 || stops.some((s) => typeof s !== "string" || !s)) {
+      throw invalid("stop", "must be a string or up to 4 non-empty strings");
+    }
+  }
+  if (req.signal !== undefined && !(req.signal instanceof AbortSignal)) throw invalid("signal", "must be an AbortSignal");
+  const want = req.straddle?.route;
+  if (want !== undefined && !["auto", "edge", "cloud"].includes(want)) throw invalid("straddle.route", "must be auto, edge or cloud");
+}
+
+const newId = () => `chatcmpl-${crypto.randomUUID().replaceAll("-", "").slice(0, 24)}`;
+
+/** A hybrid edge–cloud client; make one with `await Straddle.create(options)`. */
+export class Straddle {
+  /**
+   * Loads the wasm, starts the engine worker and loads the model (progress through
+   * `onProgress`), and measures the way to the worker. See index.d.ts for the options.
+   */
+  static async create(options = {}) {
+    // An option given as `undefined` means "the default", as in most JS APIs.
+    const given = Object.fromEntries(Object.entries(options ?? {}).filter(([, v]) => v !== undefined));
+    const o = { backend: "auto", policy: "balanced", cloud: true, redact: true, cacheModel: true,
+      firstByteTimeoutMs: 15_000, waitForModel: true, ...given };
+    if (!o.model && !o.worker) throw new StraddleError("invalid_options", "give a model, a worker, or both");
+    if (!["auto", "webgpu", "cpu"].includes(o.backend)) throw new StraddleError("invalid_options", "backend must be auto, webgpu or cpu");
+    const wasmUrl = o.wasmUrl ?? new URL("../pkg/straddle_bg.wasm", import.meta.url);
+    const module = await loadWasm(wasmUrl);
+    const s = new Straddle(o, module);
+    s.policyJson = s.resolvePolicy(o.policy);
+    s.feedbackStore = await FeedbackStore.open();
+    if (o.worker) s.refreshRtt();
+    s.ready = o.model ? s.loadModel() : Promise.resolve();
+    if (o.waitForModel) await s.ready;
+    return s;
+  }
+
+  constructor(options, module) {
+    this.options = options;
+    this.module = module;
+    this.worker = options.worker ? String(options.worker).replace(/\/$/, "") : null;
+    this.session = options.session ?? crypto.randomUUID();
+    this.edge = null; // {host, backend, languages, name, tokensPerS}
+    this.edgeError = null;
+    this.rtt = { ms: null, at: 0, probing: null };
+    this.offline = false;
+    this.sessionStats = new SessionStats();
+    this.answers = new Map(); // id -> what feedback needs
+    const completions = { create: (req) => this.createCompletion(req) };
+    this.chat = { completions };
+  }
+
+  resolvePolicy(policy) {
+    try {
+      if (typeof policy === "string") return policyPreset(policy);
+      const base = JSON.parse(policyPreset(policy.preset ?? "balanced"));
+      const { preset, ...rest } = policy;
+      const json = JSON.stringify({ ...base, ...rest });
+      routeWasm("", 1, JSON.stringify({ online: true, edge_available: true, edge_tokens_per_s: 1, rtt_ms: 1, edge_languages: [] }), json);
+      return json;
+    } catch (e) {
+      throw new StraddleError("invalid_options", `policy: ${e.message ?? e}`);
+    }
+  }
+
+  async loadModel() {
+    const o = this.options;
+    try {
+      const host = await EdgeHost.start(this.module);
+      const loaded = await host.load({ url: new URL(o.model, globalThis.location?.href), sha256: o.sha256, backend: o.backend, cache: o.cacheModel }, o.onProgress);
+      this.edge = { host, ...loaded, tokensPerS: PRIOR_TOKENS_PER_S[loaded.backend] ?? 10, measured: false };
+      this.edgeError = null;
+    } catch (e) {
+      this.edgeError = e instanceof StraddleError ? e : new StraddleError("edge_unavailable", String(e.message ?? e));
+      // Without the model the cloud may still answer; with neither, say so now.
+      if (!this.cloudUsable()) throw this.edgeError;
+      console.warn("straddle: the on-device model is unavailable; answers come from the cloud:", this.edgeError.message);
+    }
+  }
+
+  cloudUsable() {
+    return Boolean(this.worker && this.options.cloud !== false && !this.offline && (globalThis.navigator?.onLine ?? true));
+  }
+
+  /** Re-measures the round trip to the worker when the last measurement is stale. */
+  refreshRtt() {
+    if (!this.worker || this.rtt.probing || performance.now() - this.rtt.at < RTT_STALE_MS && this.rtt.at) return;
+    this.rtt.probing = (async () => {
+      const samples = [];
+      for (let i = 0; i < 3; i++) {
+        const ms = await measureRtt(this.worker);
+        if (ms !== null) samples.push(ms);
+      }
+      samples.sort((a, b) => a - b);
+      this.rtt = { ms: samples.length ? samples[Math.floor(samples.length / 2)] : null, at: performance.now(), probing: null, reachable: samples.length > 0 };
+    })();
+  }
+
+  /** Switches the routing policy (a preset name or overrides) for the requests that follow. */
+  setPolicy(policy) {
+    this.policyJson = this.resolvePolicy(policy);
+  }
+
+  /** Treat the network as down (a user's "never use the cloud", a demo's offline switch). */
+  setOffline(offline) {
+    this.offline = Boolean(offline);
+  }
+
+  context() {
+    this.refreshRtt();
+    const conn = globalThis.navigator?.connection;
+    return {
+      online: this.cloudUsable(),
+      edge_available: Boolean(this.edge),
+      edge_tokens_per_s: this.edge?.tokensPerS ?? 0,
+      // Before a probe returns, the Network Information API's estimate, else a guess.
+      rtt_ms: this.rtt.ms ?? conn?.rtt ?? 150,
+      edge_languages: this.edge?.languages ?? [],
+    };
+  }
+
+  /** Where `request` would run, and why, without running it. */
+  route(request) {
+    validate(request);
+    return this.decide(request);
+  }
+
+  decide(req) {
+    const text = req.messages.map((m) => m.content).join("\n");
+    const d = JSON.parse(routeWasm(text, req.max_tokens ?? DEFAULT_MAX_TOKENS, JSON.stringify(this.context()), this.policyJson));
+    const want = req.straddle?.route ?? "auto";
+    // A page may insist on a route, but never past the privacy rule.
+    if (want !== "auto" && want !== d.target && d.trace.rule !== "privacy") {
+      d.reasons = [`the request asked for ${want}`, ...d.reasons];
+      d.target = want;
+      d.cascade = null;
+    }
+    return d;
+  }
+
+  /** `chat.completions.create`: an answer, or with `stream: true` an async iterable of chunks. */
+  async createCompletion(req) {
+    validate(req);
+    const started = performance.now();
+    // One signal for the caller's abort and for a stream consumer that stops reading.
+    const stop = new AbortController();
+    if (req.signal) {
+      if (req.signal.aborted) stop.abort();
+      else req.signal.addEventListener("abort", () => stop.abort(), { once: true });
+    }
+    const id = newId();
+    const created = Math.floor(Date.now() / 1000);
+    if (!req.stream) {
+      let text = "";
+      const end = await this.answer(req, (t) => { text += t; }, started, stop.signal);
+      return {
+        id, object: "chat.completion", created, model: end.model,
+        choices: [{ index: 0, message: { role: "assistant", content: text }, finish_reason: end.finish_reason }],
+        usage: end.usage, straddle: this.finishMeta(id, end, started),
+      };
+    }
+    // Streaming: the answer runs ahead and fills a queue the iterator drains.
+    const queue = [];
+    let wake = null;
+    let outcome = null;
+    const notify = () => { wake?.(); wake = null; };
+    this.answer(req, (t) => { queue.push(t); notify(); }, started, stop.signal).then(
+      (end) => { outcome = { end }; notify(); },
+      (error) => { outcome = { error }; notify(); },
+    );
+    const self = this;
+    let first = true;
+    async function* chunks() {
+      try {
+        yield* drain();
+      } finally {
+        if (!outcome) stop.abort();
+      }
+    }
+    async function* drain() {
+      for (;;) {
+        if (queue.length) {
+          const content = queue.splice(0).join("");
+          const delta = first ? { role: "assistant", content } : { content };
+          first = false;
+          yield { id, object: "chat.completion.chunk", created, model: self.modelName(), choices: [{ index: 0, delta, finish_reason: null }] };
+          continue;
+        }
+        if (outcome?.error) throw outcome.error;
+        if (outcome) {
+          const { end } = outcome;
+          yield { id, object: "chat.completion.chunk", created, model: end.model,
+            choices: [{ index: 0, delta: {}, finish_reason: end.finish_reason }], usage: end.usage,
+            straddle: self.finishMeta(id, end, started) };
+          return;
+        }
+        await new Promise((r) => { wake = r; });
+      }
+    }
+    return chunks();
+  }
+
+  modelName() {
+    return this.edge?.name ?? "straddle";
+  }
+
+  finishMeta(id, end, started) {
+    const meta = { ...end.meta, latency_ms: performance.now() - started, ttft_ms: end.ttft_ms ?? null };
+    this.sessionStats.record(meta, end.usage.completion_tokens);
+    this.answers.set(id, { route: meta.route, task: end.task, policy_version: end.policy_version });
+    return meta;
+  }
+
+  /**
+   * Runs a request to its end, handing answer text to `emit`, and resolves to
+   * `{meta, usage, finish_reason, model}`. Failover lives here: cloud → edge when the
+   * worker fails before answering, edge → cloud when the device cannot, never past privacy.
+   */
+  async answer(req, emit, started, signal) {
+    const decision = this.decide(req);
+    if (signal?.aborted) throw new StraddleError("aborted", "the request was aborted");
+    let firstAt = null;
+    const out = (t) => { if (t) { firstAt ??= performance.now(); emit(t); } };
+    const ctx = { req, decision, signal, emit: out };
+    const privateData = decision.trace.rule === "privacy";
+    const base = { reasons: decision.reasons, policy_version: decision.trace.policy_version, task: decision.trace.signals.find((s) => s.name === "task")?.value };
+    let end;
+    if (decision.target === "cloud") {
+      try {
+        end = await this.runCloud(ctx, { reasons: decision.reasons });
+      } catch (e) {
+        if (e.code === "aborted" || ctx.emitted || !this.edge) throw e;
+        end = await this.runEdge(ctx, { cascade: false });
+        end.meta.degraded = `the cloud failed (${e.code}): ${e.message}`;
+        end.meta.reasons = [...decision.reasons, `fell back to the edge: ${e.code}`];
+      }
+    } else {
+      if (!this.edge && this.options.waitForModel === false && this.ready && privateData) await this.ready;
+      if (!this.edge) {
+        const why = this.edgeError?.message ?? "the on-device model is not loaded";
+        if (privateData || !this.cloudUsable()) {
+          throw new StraddleError(privateData ? "privacy_no_route" : "edge_unavailable",
+            privateData ? `this request must stay on the device (${decision.reasons.join("; ")}), but ${why}` : why);
+        }
+        end = await this.runCloud(ctx, { reasons: [...decision.reasons, "edge unavailable"] });
+        end.meta.degraded = `the edge could not answer: ${why}`;
+      } else {
+        end = await this.runEdge(ctx, { cascade: Boolean(decision.cascade) && this.cloudUsable() });
+      }
+    }
+    end.ttft_ms = firstAt === null ? null : firstAt - started;
+    end.task = base.task;
+    end.policy_version = base.policy_version;
+    end.meta.model_versions = [`straddle/${version()}`, routerVersion(), `policy/${base.policy_version}`, ...(end.meta.model_versions ?? [])];
+    return end;
+  }
+
+  edgeParams(req) {
+    const stop = req.stop === undefined || req.stop === null ? [] : typeof req.stop === "string" ? [req.stop] : req.stop;
+    return { max_tokens: req.max_tokens ?? DEFAULT_MAX_TOKENS, temperature: req.temperature ?? undefined, top_p: req.top_p ?? undefined, seed: req.seed ?? undefined, stop };
+  }
+
+  /** The edge answer, watched by the cascade when the cloud may take over. */
+  async runEdge(ctx, { cascade }) {
+    const { req, decision, signal } = ctx;
+    const gen = this.edge.host.generate(req.messages, this.edgeParams(req));
+    const onAbort = () => gen.cancel();
+    signal?.addEventListener("abort", onAbort, { once: true });
+    const monitor = cascade ? new Cascade(JSON.stringify(decision.cascade)) : null;
+    let held = monitor ? [] : null;
+    let count = 0;
+    let degraded = null;
+    const reasons = [...decision.reasons];
+    let finished = false;
+    try {
+      for await (const t of gen.tokens) {
+        count += 1;
+        if (!held) {
+          ctx.emitted = true;
+          ctx.emit(t.text);
+          continue;
+        }
+        held.push(t.text);
+        const escalateFor = monitor.push(t.text, t.logprob, t.entropy);
+        if (escalateFor) {
+          // The edge keeps generating while the cloud is asked: its tokens are the fallback.
+          try {
+            const end = await this.runCloud(ctx, { reasons: [...decision.reasons, `cascade: ${escalateFor}`], midStream: true });
+            end.meta.escalated_mid_stream = true;
+            end.meta.edge_tokens = "discarded";
+            end.meta.edge_tokens_discarded = count;
+            return end;
+          } catch (e) {
+            if (e.code === "aborted" || ctx.emitted) throw e;
+            degraded = `the cascade asked for the cloud (${escalateFor}) but it failed (${e.code}): ${e.message}`;
+            reasons.push(`cascade: ${escalateFor}; the cloud failed, so the edge answer stands`);
+          }
+        } else if (count < monitor.settles_after) {
+          continue;
+        }
+        ctx.emitted = true;
+        ctx.emit(held.join(""));
+        held = null;
+      }
+      if (held?.length) {
+        ctx.emitted = true;
+        ctx.emit(held.join(""));
+      }
+      finished = true;
+    } catch (e) {
+      if (signal?.aborted) throw new StraddleError("aborted", "the request was aborted");
+      if (e.code === "aborted") throw e;
+      // The device failed (out of memory, device lost): the cloud may still answer.
+      if (!ctx.emitted && this.cloudUsable() && decision.trace.rule !== "privacy" && decision.trace.rule !== "offline") {
+        const end = await this.runCloud(ctx, { reasons: [...decision.reasons, "edge failed"] });
+        end.meta.degraded = `the edge failed (${e.code ?? "edge_failed"}): ${e.message}`;
+        return end;
+      }
+      throw e instanceof StraddleError ? e : new StraddleError("edge_failed", String(e.message ?? e));
+    } finally {
+      // Escalated, aborted or failed: the device stops working on this answer.
+      if (!finished) gen.cancel();
+      signal?.removeEventListener("abort", onAbort);
+      monitor?.free();
+    }
+    const c = await gen.completion;
+    if (signal?.aborted) throw new StraddleError("aborted", "the request was aborted");
+    if (c.tokens > 1 && c.decode_ms > 0) {
+      // Measured speed replaces the prior; later answers smooth it.
+      const speed = c.decode_tokens_per_s;
+      this.edge.tokensPerS = this.edge.measured ? 0.7 * this.edge.tokensPerS + 0.3 * speed : speed;
+      this.edge.measured = true;
+    }
+    return {
+      model: this.edge.name ?? "edge",
+      finish_reason: c.finish === "cancelled" ? "stop" : c.finish,
+      usage: { prompt_tokens: c.prompt_tokens, completion_tokens: c.tokens, total_tokens: c.prompt_tokens + c.tokens },
+      meta: {
+        route: "edge", reasons, confidence: Math.exp(c.mean_logprob), degraded,
+        cost: { usd: 0, prompt_tokens: c.prompt_tokens, completion_tokens: c.tokens },
+        model_versions: [`edge/${this.edge.name ?? "model"}@${this.edge.sha256.slice(0, 12)}`, `backend/${this.edge.backend}`],
+        redacted: false, escalated_mid_stream: false, edge_tokens: null,
+        edge: { backend: this.edge.backend, prefill_ms: c.prefill_ms, decode_tokens_per_s: c.decode_tokens_per_s },
+      },
+    };
+  }
+
+  /** The cloud answer through the worker: redacted when asked, re-identified here. */
+  async runCloud(ctx, { reasons, midStream = false }) {
+    const { req, decision, signal } = ctx;
+    if (!this.cloudUsable()) throw new StraddleError("cloud_unavailable", this.worker ? "the cloud is switched off or the network is down" : "no worker is configured");
+    const found = [...new Set(req.messages.flatMap((m) => piiKinds(m.content)))];
+    const redaction = this.options.redact && found.length ? redactAll(req.messages.map((m) => m.content), []) : null;
+    const messages = redaction ? req.messages.map((m, i) => ({ role: m.role, content: redaction.parts()[i] })) : req.messages.map(({ role, content }) => ({ role, content }));
+    const body = {
+      model: this.options.cloudModel ?? "default", messages, stream: true, stream_options: { include_usage: true },
+      max_tokens: req.max_tokens ?? DEFAULT_MAX_TOKENS,
+      ...(req.temperature !== undefined && { temperature: req.temperature }),
+      ...(req.top_p !== undefined && { top_p: req.top_p }),
+      ...(req.seed !== undefined && { seed: req.seed }),
+      ...(req.stop !== undefined && req.stop !== null && { stop: req.stop }),
+      straddle: {
+        session: this.session, reasons, router_version: routerVersion(), policy_version: decision.trace.policy_version,
+        privacy: { entities: found, redacted: Boolean(redaction) },
+        prompt_tokens_estimate: decision.trace.signals.find((s) => s.name === "prompt_tokens_estimate")?.value,
+        ...(this.options.feature && { feature: this.options.feature }),
+        escalated_mid_stream: midStream,
+      },
+    };
+    const reid = redaction?.stream();
+    try {
+      const token = await resolveToken(this.options.token);
+      const { stream } = await escalate({ worker: this.worker, token, body, signal, firstByteTimeoutMs: this.options.firstByteTimeoutMs });
+      let usage = null;
+      let finish = "stop";
+      let model = "cloud";
+      for await (const chunk of stream) {
+        model = chunk.model ?? model;
+        if (chunk.usage) usage = chunk.usage;
+        const choice = chunk.choices?.[0];
+        if (choice?.finish_reason) finish = choice.finish_reason;
+        const text = choice?.delta?.content;
+        if (text) {
+          const shown = reid ? reid.push(text) : text;
+          if (shown) {
+            ctx.emitted = true;
+            ctx.emit(shown);
+          }
+        }
+      }
+      if (reid) {
+        const rest = reid.finish();
+        if (rest) {
+          ctx.emitted = true;
+          ctx.emit(rest);
+        }
+      }
+      usage ??= { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
+      const policy = JSON.parse(this.policyJson);
+      const usd = (usage.prompt_tokens / 1000) * policy.cloud_price_in_per_1k + (usage.completion_tokens / 1000) * policy.cloud_price_out_per_1k;
+      return {
+        model, finish_reason: finish, usage,
+        meta: {
+          route: "cloud", reasons, confidence: null, degraded: null,
+          cost: { usd, prompt_tokens: usage.prompt_tokens, completion_tokens: usage.completion_tokens },
+          model_versions: [`cloud/${model}`], redacted: Boolean(redaction), redacted_entities: redaction ? found : [],
+          escalated_mid_stream: midStream, edge_tokens: null,
+          // The whole conversation went up again: the cloud cannot reuse the device's KV cache.
+          resent_history_tokens: midStream ? usage.prompt_tokens : 0,
+        },
+      };
+    } finally {
+      reid?.free();
+      redaction?.free();
+    }
+  }
+
+  /** Records how good an answer was (0–1), kept in IndexedDB across sessions. */
+  async feedback(id, reward) {
+    if (typeof reward !== "number" || !(reward >= 0 && reward <= 1)) throw invalid("reward", "must be a number in 0..1");
+    const answer = this.answers.get(id);
+    if (!answer) throw new StraddleError("unknown_answer", `no answer ${id} in this session`);
+    await this.feedbackStore.put({ id, route: answer.route, reward, task: answer.task ?? null, policy_version: answer.policy_version, ts: Date.now() });
+  }
+
+  /** Per-route counts, cost and latency for this session, and the feedback kept so far. */
+  async stats() {
+    return this.sessionStats.snapshot(await this.feedbackStore.summary());
+  }
+
+  /** What the device offers and what was loaded. */
+  device() {
+    const e = this.edge;
+    return e ? { backend: e.backend, model: e.name, sha256: e.sha256, bytes: e.bytes, fromCache: e.fromCache, loadMs: e.ms,
+      tokensPerS: e.tokensPerS, gpuError: e.gpuError, ...e.device } : { backend: null, error: this.edgeError?.message ?? null };
+  }
+
+  /** Frees the model and the worker; the client answers from the cloud afterwards, if allowed. */
+  async unload() {
+    this.edge?.host.unload();
+    this.edge = null;
+    this.edgeError = new StraddleError("edge_unavailable", "the model was unloaded");
+    this.feedbackStore?.close();
+  }
+}
+
+export default Straddle;

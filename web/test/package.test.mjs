@@ -1,0 +1,261 @@
+// The browser package end to end, in Debian's Chromium: the script-tag demo and the module
+// API against the real worker under workerd and the real cloud server, with the real model.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import path from "node:path";
+import { startStack, launch, root, model, cloudBin } from "./stack.mjs";
+import { startWorker, mintToken, admin, TENANT } from "../../worker/test/harness.mjs";
+
+const skip = !model || !cloudBin ? "set STRADDLE_TEST_MODEL and STRADDLE_CLOUD_BIN (cargo xtask test does)" : false;
+const MODEL_URL = "/models/smollm2-135m-instruct-q4_1.gguf";
+const shots = path.join(root, "test", "screenshots");
+const MINUTES = 60_000;
+
+let stack;
+let browser;
+before(async () => {
+  if (skip) return;
+  stack = await startStack();
+  browser = await launch();
+  fs.mkdirSync(shots, { recursive: true });
+});
+after(async () => {
+  await browser?.close();
+  await stack?.close();
+});
+
+/** A fresh context (own Cache API and IndexedDB) with every request the page makes recorded. */
+async function freshPage(b = browser) {
+  const context = await b.newContext();
+  const sent = [];
+  context.on("request", (r) => sent.push({ url: r.url(), body: r.postData() ?? "" }));
+  const page = await context.newPage();
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(String(e)));
+  return { context, page, sent, errors };
+}
+
+/** Opens the demo with `config` overriding what the server hands the page. */
+async function openDemo(page, config = {}) {
+  Object.assign(stack.config, { policy: undefined }, config);
+  await page.goto(`${stack.webUrl}/demo/`);
+  await page.waitForFunction(() => document.body.dataset.ready, null, { timeout: 5 * MINUTES });
+  assert.equal(await page.evaluate(() => document.body.dataset.ready), "1", await page.textContent("#engine"));
+}
+
+async function ask(page, prompt) {
+  const before = await page.locator(".assistant[data-done]").count();
+  await page.fill("#prompt", prompt);
+  await page.click("#send");
+  await page.waitForFunction((n) => document.querySelectorAll(".assistant[data-done]").length > n, before, { timeout: 10 * MINUTES });
+  const el = page.locator(".assistant[data-done]").last();
+  return { route: await el.getAttribute("data-route"), degraded: await el.getAttribute("data-degraded"),
+    error: await el.getAttribute("data-error"), badges: await el.locator(".badges").innerText(),
+    reasons: await el.locator(".reasons").innerText(), text: await el.locator(".text").innerText() };
+}
+
+/** Runs `fn(Straddle, config)` in a page of the stack, with the module API. */
+async function inPage(page, fn, arg) {
+  if (!page.url().startsWith(stack.webUrl)) await page.goto(`${stack.webUrl}/test/blank.html`);
+  return page.evaluate(async ([src, config, arg]) => {
+    const { Straddle, StraddleError } = await import("/src/index.js");
+    // eslint-disable-next-line no-new-func
+    return new Function("Straddle", "StraddleError", "config", "arg", `return (${src})(Straddle, StraddleError, config, arg);`)(Straddle, StraddleError, config, arg);
+  }, [fn.toString(), { ...stack.config, model: "/models/smollm2-135m-instruct-q4_1.gguf" }, arg]);
+}
+
+// A tenant whose cloud model is dear ($1 per 1,000 tokens) and who weighs cost: simple
+// prompts stay on the device by score, not by a rule.
+const DEAR_CLOUD = { preset: "low-cost", cloud_price_in_per_1k: 1, cloud_price_out_per_1k: 1 };
+
+test("the script-tag demo answers a simple prompt on the edge and shows the route", { skip }, async () => {
+  const { context, page, errors } = await freshPage();
+  try {
+    await openDemo(page, { policy: DEAR_CLOUD });
+    assert.equal(await page.evaluate(() => typeof window.Straddle.create), "function", "the script tag defines window.Straddle");
+    const a = await ask(page, "Hello! How are you today?");
+    assert.equal(a.route, "edge", `${a.reasons} ${a.text}`);
+    assert.match(a.badges, /^edge/);
+    assert.match(a.reasons, /score: edge .* vs cloud/);
+    assert.ok(a.text.trim().length > 0, "an answer was generated");
+    assert.match(await page.textContent("#engine"), /^cpu/, "SwiftShader is a software adapter: the CPU kernels answer");
+    assert.equal(await page.textContent("#s-mix"), "1 / 0");
+    await page.screenshot({ path: path.join(shots, "demo-edge.png"), fullPage: true });
+    assert.deepEqual(errors, []);
+  } finally {
+    await context.close();
+  }
+});
+
+test("personal data never leaves the page: a card stays on the device, an e-mail is redacted", { skip }, async () => {
+  const { context, page, sent } = await freshPage();
+  try {
+    await openDemo(page);
+    const card = await ask(page, "My card 4111 1111 1111 1111 was charged twice, email me at jane.doe@example.com. What should I do?");
+    assert.equal(card.route, "edge");
+    assert.match(card.reasons, /privacy: PaymentCard stays on this device/);
+    await page.click("#clear");
+    // An e-mail alone may go to the cloud, but only as a placeholder.
+    const mail = await ask(page, "Write a detailed essay about e-mail etiquette for my colleague jane.doe@example.com.");
+    assert.equal(mail.route, "cloud", mail.reasons);
+    assert.match(mail.badges, /redacted/);
+    await page.screenshot({ path: path.join(shots, "demo-privacy.png"), fullPage: true });
+    const uploads = sent.filter((r) => r.body);
+    assert.ok(uploads.some((r) => r.url.endsWith("/v1/chat/completions") && r.body.includes("[EMAIL_1]")), "the redacted prompt went up");
+    for (const r of sent) {
+      for (const secret of ["4111", "jane.doe@example.com", "jane.doe"]) {
+        assert.ok(!r.url.includes(secret) && !r.body.includes(secret), `${r.url} carried ${secret}`);
+      }
+    }
+  } finally {
+    await context.close();
+  }
+});
+
+test("a long-form prompt escalates and streams from the cloud, with usage, cost and reasons", { skip }, async () => {
+  const { context, page } = await freshPage();
+  try {
+    const r = await inPage(page, async (Straddle, _E, config) => {
+      const s = await Straddle.create(config);
+      const chunks = [];
+      const stream = await s.chat.completions.create({ stream: true, max_tokens: 48,
+        messages: [{ role: "user", content: "Write a detailed essay on the history of the printing press and its effects on European society." }] });
+      for await (const c of stream) chunks.push(c);
+      return { chunks, stats: await s.stats() };
+    });
+    const last = r.chunks.at(-1);
+    assert.ok(r.chunks.length > 2, `streamed in ${r.chunks.length} chunks`);
+    assert.equal(r.chunks[0].choices[0].delta.role, "assistant");
+    assert.equal(last.straddle.route, "cloud");
+    assert.match(last.straddle.reasons.join(" "), /score: edge .* vs cloud/);
+    assert.ok(last.usage.completion_tokens > 0 && last.straddle.cost.usd > 0);
+    assert.ok(last.straddle.model_versions.some((v) => v.startsWith("cloud/")));
+    assert.equal(r.stats.routes.cloud.requests, 1);
+    const text = r.chunks.map((c) => c.choices[0].delta.content ?? "").join("");
+    assert.ok(text.trim().length > 0);
+  } finally {
+    await context.close();
+  }
+});
+
+test("with its worker stopped or out of budget, the page answers on the edge and says it is degraded", { skip }, async () => {
+  const worker = await startWorker({ UPSTREAM_URL: stack.cloudUrl, ALLOWED_ORIGINS: stack.webUrl });
+  const { context, page } = await freshPage();
+  try {
+    const token = mintToken({ origin: stack.webUrl, sid: "degraded-test" });
+    const r = await inPage(page, async (Straddle, _E, config, { worker, token }) => {
+      const s = await Straddle.create({ ...config, worker, token });
+      const ask = async () => (await s.chat.completions.create({ max_tokens: 12,
+        messages: [{ role: "user", content: "Write a detailed essay on the history of the printing press." }] })).straddle;
+      window.__ask = ask;
+      return ask();
+    }, { worker: worker.url, token });
+    assert.equal(r.route, "cloud", "the worker is up at first");
+    // Out of budget: the worker refuses with 402 before anything goes upstream.
+    const put = await admin(worker.url, "PUT", `/v1/tenants/${TENANT}`, { daily_tokens: 0 });
+    assert.equal(put.status, 200);
+    const broke = await page.evaluate(() => window.__ask());
+    assert.equal(broke.route, "edge");
+    assert.match(broke.degraded, /budget_exhausted/);
+    await worker.mf.dispose();
+    const down = await page.evaluate(() => window.__ask());
+    assert.equal(down.route, "edge");
+    assert.match(down.degraded, /cloud_unreachable/);
+  } finally {
+    await context.close();
+    await worker.mf.dispose().catch(() => {});
+  }
+});
+
+test("the cascade hands an unsure edge answer to the cloud mid-stream and says the edge tokens were discarded", { skip }, async () => {
+  const { context, page } = await freshPage();
+  try {
+    // A cascade no answer can satisfy (mean log-probability above −0.001 over 4 tokens).
+    const meta = await inPage(page, async (Straddle, _E, config) => {
+      const s = await Straddle.create({ ...config, policy: { preset: "low-cost", cloud_price_in_per_1k: 1, cloud_price_out_per_1k: 1,
+        cascade: { window: 4, min_mean_logprob: -0.001, max_mean_entropy: 100, detect_refusals: false } } });
+      const r = await s.chat.completions.create({ max_tokens: 16, messages: [{ role: "user", content: "Hello! How are you today?" }] });
+      return r.straddle;
+    });
+    assert.equal(meta.route, "cloud");
+    assert.equal(meta.escalated_mid_stream, true);
+    assert.equal(meta.edge_tokens, "discarded");
+    assert.equal(meta.edge_tokens_discarded, 4);
+    assert.match(meta.reasons.join(" "), /cascade: /);
+  } finally {
+    await context.close();
+  }
+});
+
+test("without WebGPU the package runs the model on its CPU kernels", { skip }, async () => {
+  const noGpu = await launch({ webgpu: false });
+  try {
+    const { page } = await freshPage(noGpu);
+    const r = await inPage(page, async (Straddle, _E, config) => {
+      const s = await Straddle.create({ ...config, worker: undefined });
+      const a = await s.chat.completions.create({ max_tokens: 8, messages: [{ role: "user", content: "Hi" }] });
+      return { device: s.device(), meta: a.straddle };
+    });
+    assert.equal(r.device.webgpu, false);
+    assert.equal(r.device.backend, "cpu");
+    assert.equal(r.meta.route, "edge");
+    assert.match(r.meta.reasons.join(" "), /offline/, "no worker: the router knows only the edge can answer");
+  } finally {
+    await noGpu.close();
+  }
+});
+
+test("a reload takes the model from the Cache API: no second download", { skip }, async () => {
+  const { context, page } = await freshPage();
+  try {
+    const downloads = () => stack.requests.filter((u) => u === MODEL_URL).length;
+    const before = downloads();
+    await openDemo(page);
+    assert.equal(downloads(), before + 1);
+    assert.doesNotMatch(await page.textContent("#engine"), /from cache/);
+    await page.reload();
+    await page.waitForFunction(() => document.body.dataset.ready, null, { timeout: 5 * MINUTES });
+    assert.match(await page.textContent("#engine"), /model from cache/);
+    assert.equal(downloads(), before + 1, "the reload did not fetch the model again");
+  } finally {
+    await context.close();
+  }
+});
+
+test("bad input gets a typed error: a malformed request, a corrupted or truncated model, an abort", { skip }, async () => {
+  const { context, page } = await freshPage();
+  try {
+    const r = await inPage(page, async (Straddle, StraddleError, config) => {
+      const out = {};
+      const code = async (p) => p.then(() => "resolved", (e) => (e instanceof StraddleError ? `${e.code}${e.param ? ":" + e.param : ""}` : `untyped: ${e}`));
+      out.noRoute = await code(Straddle.create({ cloud: false }));
+      out.wrongSha = await code(Straddle.create({ ...config, worker: undefined, sha256: "0".repeat(64) }));
+      out.truncated = await code(Straddle.create({ ...config, worker: undefined, model: "/models/truncated.gguf", cacheModel: false }));
+      // With a cloud to fall back on, a bad model leaves a working client that says why.
+      const s = await Straddle.create({ ...config, model: "/models/truncated.gguf", cacheModel: false });
+      out.fallbackDevice = s.device();
+      const edgeOnly = await Straddle.create({ ...config, worker: undefined });
+      out.badRole = await code(edgeOnly.chat.completions.create({ messages: [{ role: "robot", content: "hi" }] }));
+      out.badTemp = await code(edgeOnly.chat.completions.create({ messages: [{ role: "user", content: "hi" }], temperature: 7 }));
+      out.noMessages = await code(edgeOnly.chat.completions.create({ messages: [] }));
+      const ac = new AbortController();
+      const stream = await edgeOnly.chat.completions.create({ stream: true, max_tokens: 200, signal: ac.signal, messages: [{ role: "user", content: "Count from one to one hundred." }] });
+      out.aborted = await code((async () => { for await (const _ of stream) ac.abort(); })());
+      // The engine is still usable after the abort.
+      out.after = (await edgeOnly.chat.completions.create({ max_tokens: 4, messages: [{ role: "user", content: "Hi" }] })).straddle.route;
+      return out;
+    });
+    assert.equal(r.noRoute, "invalid_options");
+    assert.equal(r.wrongSha, "model_integrity");
+    assert.equal(r.truncated, "model_invalid");
+    assert.match(r.fallbackDevice.error, /could not be loaded/);
+    assert.equal(r.badRole, "invalid_request:messages[0].role");
+    assert.equal(r.badTemp, "invalid_request:temperature");
+    assert.equal(r.noMessages, "invalid_request:messages");
+    assert.equal(r.aborted, "aborted");
+    assert.equal(r.after, "edge");
+  } finally {
+    await context.close();
+  }
+});

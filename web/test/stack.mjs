@@ -1,0 +1,62 @@
+// The whole stack for browser tests, started for real: the cloud server (a process on
+// 127.0.0.1 with the real model), the worker under local workerd (Miniflare), the static
+// server for the package and the demo, and Debian's Chromium driven by playwright-core.
+import fs from "node:fs";
+import path from "node:path";
+import { spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { chromium } from "playwright-core";
+import { createServer } from "../scripts/serve.mjs";
+import { startWorker, mintToken, freePort } from "../../worker/test/harness.mjs";
+
+export const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
+export const model = process.env.STRADDLE_TEST_MODEL;
+export const cloudBin = process.env.STRADDLE_CLOUD_BIN;
+
+export const CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu-sandbox", "--disable-dev-shm-usage", "--disable-background-networking",
+  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"];
+
+const listen = (server) => new Promise((r) => server.listen(0, "127.0.0.1", () => r(`http://127.0.0.1:${server.address().port}`)));
+
+async function waitHealthy(url, ms) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    try { if ((await fetch(url)).ok) return; } catch { /* not up yet */ }
+    if (Date.now() > deadline) throw new Error(`${url} did not come up`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+/** Starts the cloud server and the worker in front of it; `stopWorker` simulates an outage. */
+export async function startStack() {
+  const requests = [];
+  const port = await freePort();
+  const cloud = spawn(cloudBin, ["--model", model, "--listen", `127.0.0.1:${port}`], { stdio: "ignore" });
+  await waitHealthy(`http://127.0.0.1:${port}/health`, 60_000);
+  const models = path.dirname(model);
+  // The page's origin must be known before the worker starts (CORS and the token's origin),
+  // and the worker's URL before the page is served: a config object fills in between.
+  const config = {};
+  // A model cut off after 1 MiB: what a hostile or broken mirror might serve.
+  const files = { "/models/truncated.gguf": fs.readFileSync(model).subarray(0, 1 << 20) };
+  const web = createServer({ root, models, config, files, onRequest: (req) => requests.push(req.url) });
+  const webUrl = await listen(web);
+  const worker = await startWorker({ UPSTREAM_URL: `http://127.0.0.1:${port}`, ALLOWED_ORIGINS: webUrl });
+  config.worker = worker.url;
+  config.token = mintToken({ origin: webUrl, sid: "browser-test" });
+  return {
+    webUrl, workerUrl: worker.url, cloudUrl: `http://127.0.0.1:${port}`, config, requests,
+    async stopWorker() { await worker.mf.dispose(); },
+    async close() {
+      await worker.mf.dispose().catch(() => {});
+      web.close();
+      cloud.kill();
+    },
+  };
+}
+
+/** A Chromium with WebGPU (SwiftShader) unless `webgpu` is false. */
+export function launch({ webgpu = true } = {}) {
+  return chromium.launch({ executablePath: "/usr/bin/chromium", headless: true,
+    args: [...CHROMIUM_ARGS, webgpu ? "--enable-unsafe-webgpu" : "--disable-webgpu"] });
+}
