@@ -86,6 +86,12 @@ export interface StraddleOptions {
   session?: string;
   /** The product feature these requests serve, for the tenant's cost report. */
   feature?: string;
+  /**
+   * Let `feedback` steer routing: a contextual bandit (kept in IndexedDB per policy version)
+   * replaces the fixed score once it has feedback on both routes; rules (privacy, offline)
+   * still decide first. Default false.
+   */
+  learn?: boolean;
   /** Where the .wasm is, when not next to the package. */
   wasmUrl?: string | URL;
 }
@@ -218,12 +224,12 @@ export class Straddle {
   };
   /** Where a request would run, and why, without running it. */
   route(req: ChatRequest): RouteDecision;
-  /** How good an answer was, 0–1; kept in IndexedDB. */
+  /** How good an answer was, 0–1; kept in IndexedDB, and learned from with `learn: true`. */
   feedback(id: string, reward: number): Promise<void>;
   stats(): Promise<SessionStats>;
   device(): DeviceReport;
   /** Switches the routing policy for the requests that follow. */
-  setPolicy(policy: PolicyPreset | PolicyOverrides): void;
+  setPolicy(policy: PolicyPreset | PolicyOverrides): void | Promise<void>;
   /** Treat the network as down (never use the cloud) until set back. */
   setOffline(offline: boolean): void;
   unload(): Promise<void>;

@@ -1,6 +1,6 @@
 // Straddle's JS API: an OpenAI-shaped client whose every request is routed between the
 // model on this device (in a Web Worker) and the cloud behind the tenant's edge worker.
-import init, { Cascade, piiKinds, policyPreset, redactAll, route as routeWasm, routerVersion, version } from "../pkg/straddle.js";
+import init, { Cascade, Learner, piiKinds, policyPreset, redactAll, route as routeWasm, routerVersion, version } from "../pkg/straddle.js";
 import { escalate, measureRtt, resolveToken } from "./cloud.js";
 import { EdgeHost } from "./edge.js";
 import { StraddleError } from "./errors.js";
@@ -80,7 +80,7 @@ export class Straddle {
     // An option given as `undefined` means "the default", as in most JS APIs.
     const given = Object.fromEntries(Object.entries(options ?? {}).filter(([, v]) => v !== undefined));
     const o = { backend: "auto", policy: "balanced", cloud: true, redact: true, cacheModel: true,
-      firstByteTimeoutMs: 15_000, waitForModel: true, ...given };
+      firstByteTimeoutMs: 15_000, waitForModel: true, learn: false, ...given };
     if (!o.model && !o.worker) throw new StraddleError("invalid_options", "give a model, a worker, or both");
     if (!["auto", "webgpu", "cpu"].includes(o.backend)) throw new StraddleError("invalid_options", "backend must be auto, webgpu or cpu");
     const wasmUrl = o.wasmUrl ?? new URL("../pkg/straddle_bg.wasm", import.meta.url);
@@ -88,6 +88,7 @@ export class Straddle {
     const s = new Straddle(o, module);
     s.policyJson = s.resolvePolicy(o.policy);
     s.feedbackStore = await FeedbackStore.open();
+    if (o.learn) await s.restoreLearner();
     if (o.worker) s.refreshRtt();
     s.ready = o.model ? s.loadModel() : Promise.resolve();
     if (o.waitForModel) await s.ready;
@@ -119,6 +120,18 @@ export class Straddle {
       return json;
     } catch (e) {
       throw new StraddleError("invalid_options", `policy: ${e.message ?? e}`);
+    }
+  }
+
+  /** The bandit's state for this policy version, from IndexedDB (a fresh one if unusable). */
+  async restoreLearner() {
+    this.learnerKey = `bandit:${JSON.parse(this.policyJson).version}`;
+    const saved = await this.feedbackStore.getState(this.learnerKey).catch(() => undefined);
+    try {
+      this.learner = new Learner(saved);
+    } catch (e) {
+      console.warn("straddle: saved routing feedback is unusable, starting afresh:", e.message);
+      this.learner = new Learner(undefined);
     }
   }
 
@@ -158,6 +171,8 @@ export class Straddle {
   /** Switches the routing policy (a preset name or overrides) for the requests that follow. */
   setPolicy(policy) {
     this.policyJson = this.resolvePolicy(policy);
+    // What the bandit learned belongs to the policy it learned under.
+    if (this.learner) return this.restoreLearner();
   }
 
   /** Treat the network as down (a user's "never use the cloud", a demo's offline switch). */
@@ -188,6 +203,13 @@ export class Straddle {
     const text = req.messages.map((m) => m.content).join("\n");
     const d = JSON.parse(routeWasm(text, req.max_tokens ?? DEFAULT_MAX_TOKENS, JSON.stringify(this.context()), this.policyJson));
     const want = req.straddle?.route ?? "auto";
+    // With feedback on both targets, the bandit replaces the fixed score (never a rule).
+    const learned = want === "auto" ? this.learner?.choose(JSON.stringify(d)) : undefined;
+    if (learned && learned !== d.target) {
+      d.reasons = [...d.reasons, `learned from feedback: ${learned} has paid off for requests like this`];
+      d.target = learned;
+      d.cascade = learned === "edge" ? JSON.parse(this.policyJson).cascade : null;
+    }
     // A page may insist on a route, but never past the privacy rule.
     if (want !== "auto" && want !== d.target && d.trace.rule !== "privacy") {
       d.reasons = [`the request asked for ${want}`, ...d.reasons];
@@ -266,7 +288,8 @@ export class Straddle {
   finishMeta(id, end, started) {
     const meta = { ...end.meta, latency_ms: performance.now() - started, ttft_ms: end.ttft_ms ?? null };
     this.sessionStats.record(meta, end.usage.completion_tokens);
-    this.answers.set(id, { route: meta.route, task: end.task, policy_version: end.policy_version });
+    this.answers.set(id, { route: meta.route, task: end.task, policy_version: end.policy_version, decision: end.decision,
+      cost_usd: meta.cost.usd, latency_s: meta.latency_ms / 1000 });
     return meta;
   }
 
@@ -309,6 +332,7 @@ export class Straddle {
     }
     end.ttft_ms = firstAt === null ? null : firstAt - started;
     end.task = base.task;
+    end.decision = decision;
     end.policy_version = base.policy_version;
     end.meta.model_versions = [`straddle/${version()}`, routerVersion(), `policy/${base.policy_version}`, ...(end.meta.model_versions ?? [])];
     return end;
@@ -480,6 +504,10 @@ export class Straddle {
     const answer = this.answers.get(id);
     if (!answer) throw new StraddleError("unknown_answer", `no answer ${id} in this session`);
     await this.feedbackStore.put({ id, route: answer.route, reward, task: answer.task ?? null, policy_version: answer.policy_version, ts: Date.now() });
+    if (this.learner) {
+      this.learner.update(JSON.stringify(answer.decision), answer.route, reward, answer.cost_usd, answer.latency_s);
+      await this.feedbackStore.putState(this.learnerKey, this.learner.toJson());
+    }
   }
 
   /** Per-route counts, cost and latency for this session, and the feedback kept so far. */
@@ -500,6 +528,8 @@ export class Straddle {
     this.edge = null;
     this.edgeError = new StraddleError("edge_unavailable", "the model was unloaded");
     this.feedbackStore?.close();
+    this.learner?.free();
+    this.learner = null;
   }
 }
 

@@ -42,18 +42,23 @@ export class SessionStats {
 
 const DB = "straddle";
 const STORE = "feedback";
+const STATE = "state";
 
 function openDb() {
   return new Promise((resolve, reject) => {
     if (typeof indexedDB === "undefined") return resolve(null);
-    const req = indexedDB.open(DB, 1);
-    req.onupgradeneeded = () => req.result.createObjectStore(STORE, { keyPath: "id" });
+    const req = indexedDB.open(DB, 2);
+    req.onupgradeneeded = () => {
+      const db = req.result;
+      if (!db.objectStoreNames.contains(STORE)) db.createObjectStore(STORE, { keyPath: "id" });
+      if (!db.objectStoreNames.contains(STATE)) db.createObjectStore(STATE);
+    };
     req.onsuccess = () => resolve(req.result);
     req.onerror = () => reject(req.error);
   });
 }
 
-/** Feedback records `{id, route, reward, task, policy_version, ts}` in IndexedDB. */
+/** Feedback records `{id, route, reward, task, policy_version, ts}` and learned state, in IndexedDB. */
 export class FeedbackStore {
   static async open() {
     try {
@@ -80,8 +85,28 @@ export class FeedbackStore {
     });
   }
 
+  /** A saved value (the bandit's state), or undefined. */
+  async getState(key) {
+    if (!this.db) return this.memory.get(`state:${key}`);
+    return new Promise((resolve, reject) => {
+      const req = this.db.transaction(STATE).objectStore(STATE).get(key);
+      req.onsuccess = () => resolve(req.result);
+      req.onerror = () => reject(req.error);
+    });
+  }
+
+  async putState(key, value) {
+    if (!this.db) return void this.memory.set(`state:${key}`, value);
+    await new Promise((resolve, reject) => {
+      const tx = this.db.transaction(STATE, "readwrite");
+      tx.objectStore(STATE).put(value, key);
+      tx.oncomplete = resolve;
+      tx.onerror = () => reject(tx.error);
+    });
+  }
+
   async all() {
-    if (!this.db) return [...this.memory.values()];
+    if (!this.db) return [...this.memory.entries()].filter(([k]) => !String(k).startsWith("state:")).map(([, v]) => v);
     return new Promise((resolve, reject) => {
       const req = this.db.transaction(STORE).objectStore(STORE).getAll();
       req.onsuccess = () => resolve(req.result);

@@ -3,6 +3,7 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
+import { execFileSync } from "node:child_process";
 import path from "node:path";
 import { startStack, launch, root, model, cloudBin } from "./stack.mjs";
 import { startWorker, mintToken, admin, TENANT } from "../../worker/test/harness.mjs";
@@ -255,6 +256,55 @@ test("bad input gets a typed error: a malformed request, a corrupted or truncate
     assert.equal(r.noMessages, "invalid_request:messages");
     assert.equal(r.aborted, "aborted");
     assert.equal(r.after, "edge");
+  } finally {
+    await context.close();
+  }
+});
+
+test("the React example (Vite) builds against the package and answers", { skip }, async () => {
+  const example = path.join(root, "examples", "react");
+  execFileSync(path.join(example, "node_modules", ".bin", "vite"), ["build", "--logLevel", "warn"], { cwd: example, stdio: "inherit" });
+  const { context, page, errors } = await freshPage();
+  try {
+    await page.goto(`${stack.webUrl}/examples/react/dist/`);
+    await page.waitForSelector("button", { timeout: 5 * MINUTES });
+    await page.click("button");
+    await page.waitForSelector("#route", { timeout: 10 * MINUTES });
+    assert.match(await page.getAttribute("#route", "data-route"), /^(edge|cloud)$/);
+    assert.ok((await page.textContent("#answer")).trim().length > 0);
+    assert.deepEqual(errors, []);
+  } finally {
+    await context.close();
+  }
+});
+
+test("with learn: true, feedback steers later routing and survives a reload (IndexedDB)", { skip }, async () => {
+  const { context, page } = await freshPage();
+  try {
+    const messages = [{ role: "user", content: "Hello! How are you today?" }];
+    const first = await inPage(page, async (Straddle, _E, config, messages) => {
+      const s = await Straddle.create({ ...config, learn: true });
+      const before = s.route({ messages, max_tokens: 2 });
+      // The user likes the device's answers to this kind of prompt and not the cloud's.
+      for (let i = 0; i < 4; i++) {
+        for (const route of ["edge", "cloud"]) {
+          const r = await s.chat.completions.create({ messages, max_tokens: 2, straddle: { route } });
+          await s.feedback(r.id, route === "edge" ? 1 : 0);
+        }
+      }
+      const after = s.route({ messages, max_tokens: 2 });
+      return { before: before.target, after: after.target, reasons: after.reasons, stats: await s.stats() };
+    }, messages);
+    assert.equal(first.before, "cloud", "the fixed score prefers the cloud on this slow device");
+    assert.equal(first.after, "edge", first.reasons.join("; "));
+    assert.match(first.reasons.join(" "), /learned from feedback/);
+    assert.equal(first.stats.feedback.edge.count, 4);
+    await page.reload();
+    const again = await inPage(page, async (Straddle, _E, config, messages) => {
+      const s = await Straddle.create({ ...config, learn: true });
+      return s.route({ messages, max_tokens: 2 }).target;
+    }, messages);
+    assert.equal(again, "edge", "the learned state came back from IndexedDB");
   } finally {
     await context.close();
   }

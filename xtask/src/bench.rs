@@ -20,8 +20,12 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         "engine" => engine(),
         "cloud" => cloud(),
         "router" => router(),
-        "all" => engine().and_then(|()| cloud()).and_then(|()| router()),
-        other => bail!("unknown benchmark `{other}` (known: engine, cloud, router, all)"),
+        "web" => web(args.iter().any(|a| a == "--release")),
+        "all" => engine()
+            .and_then(|()| cloud())
+            .and_then(|()| router())
+            .and_then(|()| web(false)),
+        other => bail!("unknown benchmark `{other}` (known: engine, cloud, router, web, all)"),
     }
 }
 
@@ -154,6 +158,29 @@ fn router() -> anyhow::Result<()> {
         &format!(
             "Command: `cargo xtask bench router` (native, one thread, 20,000 decisions per row, \
              each timed alone)\n\n{table}"
+        ),
+    )
+}
+
+/// The edge engine in Chromium beside wllama (llama.cpp in wasm), same GGUF, same run.
+fn web(release: bool) -> anyhow::Result<()> {
+    let tools = crate::setup::run()?;
+    let profile = if release { "release" } else { "dev" };
+    crate::build::web_with_profile(&tools, profile)?;
+    let table = util::output(
+        Command::new("node")
+            .arg(root().join("web/bench/browser.mjs"))
+            .arg("--model")
+            .arg(&tools.model)
+            .current_dir(root().join("web")),
+    )?;
+    print!("{table}");
+    write_section(
+        "Browser: edge engine beside wllama",
+        &format!(
+            "Command: `cargo xtask bench web{}` (Debian's Chromium, headless, SwiftShader WebGPU; \
+             wasm built with the `{profile}` profile of wasm-pack.toml; wllama 3.13.0 from npm)\n\n{table}",
+            if release { " --release" } else { "" }
         ),
     )
 }

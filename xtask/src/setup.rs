@@ -55,6 +55,7 @@ pub fn run() -> anyhow::Result<Tools> {
     )?;
     npm_ci(&root().join("web"), &mut did)?;
     npm_ci(&root().join("worker"), &mut did)?;
+    npm_ci(&root().join("web/examples/react"), &mut did)?;
     let model = model(&mut did)?;
     if !did.is_empty() {
         eprintln!(

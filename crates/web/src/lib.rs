@@ -14,8 +14,8 @@ pub use device::DeviceInfo;
 pub use device::probe_device;
 pub use engine::{EdgeEngine, Generation, ModelBuffer};
 pub use routing::{
-    Cascade, Redacted, ReidentifyStream, pii_kinds, policy_preset, redact, redact_all, route,
-    router_version,
+    Cascade, Learner, Redacted, ReidentifyStream, pii_kinds, policy_preset, redact, redact_all,
+    route, router_version,
 };
 
 /// The package version, so the JS side can report `model_versions`.

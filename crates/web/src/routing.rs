@@ -167,6 +167,112 @@ fn preset_json(name: &str) -> Result<String, String> {
     serde_json::to_string(&policy).map_err(|e| e.to_string())
 }
 
+/// The contextual bandit of `straddle_router::bandit`, learning from a page's `feedback`
+/// which target pays off for which kind of request. Its state is JSON, for IndexedDB.
+#[wasm_bindgen]
+pub struct Learner {
+    bandit: straddle_router::bandit::LinUcb,
+    weights: straddle_router::bandit::RewardWeights,
+}
+
+#[wasm_bindgen]
+impl Learner {
+    /// Restores saved state, or starts knowing nothing when `state_json` is absent.
+    #[wasm_bindgen(constructor)]
+    pub fn new(state_json: Option<String>) -> Result<Learner, JsError> {
+        Self::restore(state_json.as_deref()).map_err(|e| JsError::new(&e))
+    }
+
+    fn restore(state_json: Option<&str>) -> Result<Learner, String> {
+        use straddle_router::bandit::LinUcb;
+        let bandit = match state_json {
+            Some(json) => LinUcb::from_json(json).map_err(|e| e.to_string())?,
+            // Forgets slowly (≈ the last 500 answers per target), explores moderately.
+            None => LinUcb::new(1.0, 0.998),
+        };
+        Ok(Learner {
+            bandit,
+            weights: Default::default(),
+        })
+    }
+
+    /// The target the bandit prefers for a scored decision (`decision_json` as `route`
+    /// returns it); `undefined` when a rule decided (privacy, offline, …: not the bandit's
+    /// call) or before it has feedback on both targets.
+    pub fn choose(&self, decision_json: &str) -> Result<Option<String>, JsError> {
+        self.prefer(decision_json).map_err(|e| JsError::new(&e))
+    }
+
+    fn prefer(&self, decision_json: &str) -> Result<Option<String>, String> {
+        use straddle_router::policy::Target;
+        let d = parse_decision(decision_json)?;
+        if d.trace.rule.is_some() || self.bandit.pulls.contains(&0) {
+            return Ok(None);
+        }
+        let x = straddle_router::bandit::features(&d);
+        Ok(self
+            .bandit
+            .choose(&x, &[Target::Edge, Target::Cloud])
+            .map(|t| target_name(t).to_string()))
+    }
+
+    /// Learns from one answer: where it ran, the user's `quality` (0–1), its cost and latency.
+    pub fn update(
+        &mut self,
+        decision_json: &str,
+        target: &str,
+        quality: f64,
+        cost_usd: f64,
+        latency_s: f64,
+    ) -> Result<(), JsError> {
+        self.learn(decision_json, target, quality, cost_usd, latency_s)
+            .map_err(|e| JsError::new(&e))
+    }
+
+    fn learn(
+        &mut self,
+        decision_json: &str,
+        target: &str,
+        quality: f64,
+        cost_usd: f64,
+        latency_s: f64,
+    ) -> Result<(), String> {
+        use straddle_router::policy::Target;
+        let d = parse_decision(decision_json)?;
+        let target = match target {
+            "edge" => Target::Edge,
+            "cloud" => Target::Cloud,
+            other => return Err(format!("unknown target `{other}`")),
+        };
+        let x = straddle_router::bandit::features(&d);
+        let reward = self.weights.reward(quality, cost_usd, latency_s);
+        self.bandit.update(target, &x, reward);
+        Ok(())
+    }
+
+    /// Feedback seen so far per target, `[edge, cloud]`.
+    pub fn pulls(&self) -> Vec<f64> {
+        self.bandit.pulls.iter().map(|&n| n as f64).collect()
+    }
+
+    /// The state to keep.
+    #[wasm_bindgen(js_name = toJson)]
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(&self.bandit).unwrap_or_default()
+    }
+}
+
+fn parse_decision(json: &str) -> Result<straddle_router::policy::Decision, String> {
+    serde_json::from_str(json).map_err(|e| format!("invalid decision: {e}"))
+}
+
+fn target_name(t: straddle_router::policy::Target) -> &'static str {
+    match t {
+        straddle_router::policy::Target::Edge => "edge",
+        straddle_router::policy::Target::Cloud => "cloud",
+    }
+}
+
 /// The router's version, carried in every escalation's envelope and response.
 #[wasm_bindgen(js_name = routerVersion)]
 pub fn router_version() -> String {
@@ -269,6 +375,25 @@ mod tests {
                 .unwrap_err()
                 .contains("unknown policy preset")
         );
+    }
+
+    #[test]
+    fn the_learner_leaves_rules_alone_and_follows_rewards_once_it_has_both_targets() {
+        let ctx = r#"{"online":true,"edge_available":true,"edge_tokens_per_s":30,"rtt_ms":50,"edge_languages":["en"]}"#;
+        let scored = route_json("Hello! How are you?", Some(32), ctx, None).expect("decision");
+        let private = route_json("my card 4111 1111 1111 1111", Some(32), ctx, None).expect("d");
+        let mut l = Learner::restore(None).expect("new");
+        assert_eq!(l.prefer(&scored).expect("ok"), None, "no evidence yet");
+        for _ in 0..20 {
+            l.learn(&scored, "edge", 1.0, 0.0, 0.5).expect("learn");
+            l.learn(&scored, "cloud", 0.2, 0.0001, 0.5).expect("learn");
+        }
+        assert_eq!(l.prefer(&scored).expect("ok").as_deref(), Some("edge"));
+        assert_eq!(l.prefer(&private).expect("ok"), None, "privacy is a rule");
+        let again = Learner::restore(Some(&l.to_json())).expect("restores");
+        assert_eq!(again.pulls(), vec![20.0, 20.0]);
+        assert!(Learner::restore(Some("{}")).is_err());
+        assert!(l.learn(&scored, "moon", 1.0, 0.0, 0.0).is_err());
     }
 
     #[test]

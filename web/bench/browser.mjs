@@ -1,0 +1,97 @@
+// In-browser benchmark: Straddle's edge engine beside wllama (llama.cpp in wasm) on the same
+// GGUF, in the same Chromium, in the same run. Prints a Markdown table.
+// Usage: node bench/browser.mjs --model <file.gguf> [--runs 3] [--tokens 64]
+// Both run single-threaded in the page's worker (no cross-origin isolation, as most pages
+// are) and both on the CPU when the WebGPU adapter is a software one (SwiftShader here).
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { chromium } from "playwright-core";
+import { createServer } from "../scripts/serve.mjs";
+
+const arg = (name, fallback) => {
+  const i = process.argv.indexOf(name);
+  return i >= 0 ? process.argv[i + 1] : fallback;
+};
+const model = arg("--model");
+if (!model) throw new Error("--model <file.gguf> is required");
+const runs = Number(arg("--runs", "3"));
+const maxTokens = Number(arg("--tokens", "64"));
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
+const MODEL_URL = `/models/${path.basename(model)}`;
+const PROMPT = [{ role: "user", content: "Write a short story about a lighthouse keeper who finds a message in a bottle." }];
+
+const server = createServer({ root, models: path.dirname(model) });
+await new Promise((r) => server.listen(0, "127.0.0.1", r));
+const base = `http://127.0.0.1:${server.address().port}`;
+const browser = await chromium.launch({ executablePath: "/usr/bin/chromium", headless: true,
+  args: ["--no-sandbox", "--disable-dev-shm-usage", "--enable-unsafe-webgpu", "--disable-background-networking"] });
+
+/** One load + one answer, timed in the page. `engine` is "straddle" or "wllama". */
+async function measure(page, engine) {
+  return page.evaluate(async ([engine, url, messages, maxTokens]) => {
+    const t0 = performance.now();
+    let first = null;
+    let tokens = 0;
+    let loaded;
+    if (engine === "straddle") {
+      const { Straddle } = await import("/src/index.js");
+      const s = await Straddle.create({ model: url });
+      loaded = performance.now();
+      const stream = await s.chat.completions.create({ messages, max_tokens: maxTokens, temperature: 0, stream: true });
+      let usage;
+      for await (const c of stream) {
+        if (c.choices[0].delta.content) first ??= performance.now();
+        if (c.usage) usage = c.usage;
+      }
+      tokens = usage.completion_tokens;
+      const end = performance.now();
+      const backend = s.device().backend;
+      await s.unload();
+      return { load: loaded - t0, ttft: first - t0, decode: (tokens - 1) / ((end - first) / 1000), tokens, backend };
+    }
+    const { Wllama } = await import("/node_modules/@wllama/wllama/esm/index.js");
+    const w = new Wllama({ default: "/node_modules/@wllama/wllama/esm/wasm/wllama.wasm" }, { suppressNativeLog: true, logger: { debug() {}, log() {}, warn() {}, error: console.error } });
+    await w.loadModelFromUrl(new URL(url, location.href).href, { useCache: true, n_ctx: 1024, n_threads: 1, n_gpu_layers: 0 });
+    loaded = performance.now();
+    const stream = await w.createChatCompletion({ messages, max_tokens: maxTokens, temperature: 0, stream: true });
+    for await (const c of stream) {
+      if (c.choices?.[0]?.delta?.content) {
+        first ??= performance.now();
+        tokens += 1;
+      }
+    }
+    const end = performance.now();
+    await w.exit();
+    return { load: loaded - t0, ttft: first - t0, decode: (tokens - 1) / ((end - first) / 1000), tokens, backend: "cpu" };
+  }, [engine, MODEL_URL, PROMPT, maxTokens]);
+}
+
+const rows = [];
+for (const engine of ["straddle", "wllama"]) {
+  const samples = { cold: [], warm: [] };
+  for (let i = 0; i < runs; i++) {
+    // A fresh context has an empty cache: the first load is over the network (localhost).
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    page.on("pageerror", (e) => console.error(`${engine}: ${e}`));
+    await page.goto(`${base}/test/blank.html`);
+    samples.cold.push(await measure(page, engine));
+    await page.reload();
+    samples.warm.push(await measure(page, engine));
+    await context.close();
+  }
+  const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)];
+  const m = (kind, key) => median(samples[kind].map((s) => s[key]));
+  rows.push({ engine, backend: samples.warm[0].backend, coldLoad: m("cold", "load"), coldTtft: m("cold", "ttft"),
+    warmLoad: m("warm", "load"), warmTtft: m("warm", "ttft"), decode: m("warm", "decode"), tokens: m("warm", "tokens") });
+}
+await browser.close();
+server.close();
+
+const ms = (v) => `${(v / 1000).toFixed(2)} s`;
+console.log(`| engine | backend | cold load | cold: create → first token | warm load (cache) | warm: create → first token | decode tok/s | tokens |`);
+console.log(`|---|---|---|---|---|---|---|---|`);
+for (const r of rows) {
+  console.log(`| ${r.engine} | ${r.backend} | ${ms(r.coldLoad)} | ${ms(r.coldTtft)} | ${ms(r.warmLoad)} | ${ms(r.warmTtft)} | ${r.decode.toFixed(1)} | ${r.tokens} |`);
+}
+console.log(`\nMedian of ${runs} runs each; greedy, ${maxTokens} new tokens at most, one prompt of ${PROMPT[0].content.length} characters.`);
