@@ -146,3 +146,32 @@ async fn real_model_on_webgpu_agrees_with_llama_cpp() {
     console_log!("webgpu: {clear_steps} clear-margin steps agree with llama.cpp");
     assert_eq!(clear_steps, 5);
 }
+
+/// The wasm SIMD128 kernels of the CPU engine (what the page runs on a software adapter or
+/// without WebGPU) agree with the portable loops they replace.
+#[wasm_bindgen_test]
+fn simd_kernels_match_the_portable_dot_products() {
+    use straddle_engine::qmatrix::{QActs, QMatrix};
+    use straddle_engine::quant::{TensorType, encode};
+    let (rows, cols) = (37, 160);
+    let w: Vec<f32> = (0..rows * cols)
+        .map(|i| ((i * 7919 % 211) as f32 - 105.0) / 60.0)
+        .collect();
+    let x: Vec<f32> = (0..cols)
+        .map(|i| ((i * 31 % 23) as f32 / 7.0) - 1.6)
+        .collect();
+    let acts = QActs::quantize(&x);
+    for (ty, bytes) in [
+        (TensorType::Q4_1, encode::q4_1(&w)),
+        (TensorType::Q8_0, encode::q8_0(&w)),
+    ] {
+        let m = QMatrix::from_gguf(ty, &bytes, rows, cols).expect("matrix");
+        for r in 0..rows {
+            let (fast, portable) = (m.dot_row(r, &acts), m.dot_row_portable(r, &acts));
+            assert!(
+                (fast - portable).abs() <= 1e-4 * portable.abs().max(1.0),
+                "{ty:?} row {r}: {fast} vs {portable}"
+            );
+        }
+    }
+}
