@@ -207,6 +207,21 @@ test("without WebGPU the package runs the model on its CPU kernels", { skip }, a
   }
 });
 
+test("with backend: \"webgpu\" the model loads onto WebGPU inside the engine's Web Worker", { skip }, async () => {
+  const { context, page } = await freshPage();
+  try {
+    // Loading only: generating on SwiftShader's GPU emulation takes minutes (BENCHMARKS.md).
+    const device = await inPage(page, async (Straddle, _E, config) => {
+      const s = await Straddle.create({ ...config, worker: undefined, backend: "webgpu" });
+      return s.device();
+    });
+    assert.equal(device.backend, "webgpu");
+    assert.equal(device.webgpu, true);
+  } finally {
+    await context.close();
+  }
+});
+
 test("a reload takes the model from the Cache API: no second download", { skip }, async () => {
   const { context, page } = await freshPage();
   try {
