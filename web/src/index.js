@@ -310,6 +310,10 @@ export class Straddle {
     if (decision.target === "cloud") {
       try {
         end = await this.runCloud(ctx, { reasons: decision.reasons });
+        // The device was meant to take part and could not: say so, as for any failover.
+        if (decision.trace.rule === "edge_unavailable" && this.edgeError) {
+          end.meta.degraded = `the on-device model is unavailable (${this.edgeError.code}): ${this.edgeError.message}`;
+        }
       } catch (e) {
         if (e.code === "aborted" || ctx.emitted || !this.edge) throw e;
         end = await this.runEdge(ctx, { cascade: false });

@@ -251,6 +251,7 @@ test("bad input gets a typed error: a malformed request, a corrupted or truncate
       // With a cloud to fall back on, a bad model leaves a working client that says why.
       const s = await Straddle.create({ ...config, model: "/models/truncated.gguf", cacheModel: false });
       out.fallbackDevice = s.device();
+      out.fallbackAnswer = (await s.chat.completions.create({ max_tokens: 4, messages: [{ role: "user", content: "Hi" }] })).straddle;
       const edgeOnly = await Straddle.create({ ...config, worker: undefined });
       out.badRole = await code(edgeOnly.chat.completions.create({ messages: [{ role: "robot", content: "hi" }] }));
       out.badTemp = await code(edgeOnly.chat.completions.create({ messages: [{ role: "user", content: "hi" }], temperature: 7 }));
@@ -266,6 +267,8 @@ test("bad input gets a typed error: a malformed request, a corrupted or truncate
     assert.equal(r.wrongSha, "model_integrity");
     assert.equal(r.truncated, "model_invalid");
     assert.match(r.fallbackDevice.error, /could not be loaded/);
+    assert.equal(r.fallbackAnswer.route, "cloud");
+    assert.match(r.fallbackAnswer.degraded, /on-device model is unavailable \(model_invalid\)/);
     assert.equal(r.badRole, "invalid_request:messages[0].role");
     assert.equal(r.badTemp, "invalid_request:temperature");
     assert.equal(r.noMessages, "invalid_request:messages");
