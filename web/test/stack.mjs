@@ -3,11 +3,10 @@
 // server for the package and the demo, and Debian's Chromium driven by playwright-core.
 import fs from "node:fs";
 import path from "node:path";
-import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
 import { createServer } from "../scripts/serve.mjs";
-import { startWorker, mintToken, freePort } from "../../worker/test/harness.mjs";
+import { startWorker, mintToken, startCloud } from "../../worker/test/harness.mjs";
 
 export const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 export const model = process.env.STRADDLE_TEST_MODEL;
@@ -18,21 +17,10 @@ export const CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu-sandbox", "--disabl
 
 const listen = (server) => new Promise((r) => server.listen(0, "127.0.0.1", () => r(`http://127.0.0.1:${server.address().port}`)));
 
-async function waitHealthy(url, ms) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    try { if ((await fetch(url)).ok) return; } catch { /* not up yet */ }
-    if (Date.now() > deadline) throw new Error(`${url} did not come up`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
-
 /** Starts the cloud server and the worker in front of it; `stopWorker` simulates an outage. */
 export async function startStack() {
   const requests = [];
-  const port = await freePort();
-  const cloud = spawn(cloudBin, ["--model", model, "--listen", `127.0.0.1:${port}`], { stdio: "ignore" });
-  await waitHealthy(`http://127.0.0.1:${port}/health`, 60_000);
+  const cloud = await startCloud(cloudBin, model);
   const models = path.dirname(model);
   // The page's origin must be known before the worker starts (CORS and the token's origin),
   // and the worker's URL before the page is served: a config object fills in between.
@@ -41,11 +29,11 @@ export async function startStack() {
   const files = { "/models/truncated.gguf": fs.readFileSync(model).subarray(0, 1 << 20) };
   const web = createServer({ root, models, config, files, onRequest: (req) => requests.push(req.url) });
   const webUrl = await listen(web);
-  const worker = await startWorker({ UPSTREAM_URL: `http://127.0.0.1:${port}`, ALLOWED_ORIGINS: webUrl });
+  const worker = await startWorker({ UPSTREAM_URL: cloud.url, ALLOWED_ORIGINS: webUrl });
   config.worker = worker.url;
   config.token = mintToken({ origin: webUrl, sid: "browser-test" });
   return {
-    webUrl, workerUrl: worker.url, cloudUrl: `http://127.0.0.1:${port}`, config, requests,
+    webUrl, workerUrl: worker.url, cloudUrl: cloud.url, config, requests,
     async stopWorker() { await worker.mf.dispose(); },
     async close() {
       await worker.mf.dispose().catch(() => {});

@@ -9,6 +9,7 @@ mod error;
 mod privacy;
 mod upstream;
 mod upstreams;
+mod verify;
 
 use error::error_response;
 
@@ -48,6 +49,8 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
     } else if req.method() == Method::Post && req.path() == "/v1/chat/completions" {
         // Outside the router: streaming settles in `ctx.wait_until`.
         upstream::chat(req, &env, &ctx).await?
+    } else if req.method() == Method::Post && req.path() == "/v1/verify" {
+        verify::verify(req, &env).await?
     } else {
         routes(req, env.clone()).await?
     };

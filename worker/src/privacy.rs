@@ -2,16 +2,15 @@
 //! device, but a page can be modified, so the same detector runs again here and anything
 //! the policy keeps on device is refused before a byte goes upstream.
 
-use straddle_protocol::{ApiError, ChatRequest, ErrorKind};
+use straddle_protocol::{ApiError, ErrorKind, Message};
 use straddle_router::pii::{self, EntityKind, Sensitivity};
 
 /// Until per-tenant policies land, the default policy's threshold applies to everyone.
 const KEEP_ON_DEVICE_AT: Sensitivity = Sensitivity::High;
 
 /// A 451 naming the entity classes (never their values), or `None` when the request may go.
-pub fn recheck(req: &ChatRequest) -> Option<ApiError> {
-    let mut kinds: Vec<EntityKind> = req
-        .messages
+pub fn recheck(messages: &[Message]) -> Option<ApiError> {
+    let mut kinds: Vec<EntityKind> = messages
         .iter()
         .flat_map(|m| pii::detect(&m.content))
         .map(|s| s.kind)
@@ -38,13 +37,10 @@ pub fn recheck(req: &ChatRequest) -> Option<ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use straddle_protocol::{Message, Role};
+    use straddle_protocol::Role;
 
-    fn req(text: &str) -> ChatRequest {
-        ChatRequest {
-            messages: vec![Message::new(Role::User, text)],
-            ..Default::default()
-        }
+    fn req(text: &str) -> Vec<Message> {
+        vec![Message::new(Role::User, text)]
     }
 
     #[test]

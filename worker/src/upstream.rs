@@ -34,7 +34,7 @@ const DEFAULT_MAX_TOKENS: u32 = 1024;
 /// An unsettled hold is reclaimed after this long (a worker that died mid-request).
 const HOLD_TTL_MS: i64 = 5 * 60 * 1000;
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     js_sys::Date::now() as i64
 }
 
@@ -54,6 +54,26 @@ fn price(env: &Env, name: &str) -> f64 {
         .and_then(|v| v.to_string().parse().ok())
         .filter(|p: &f64| p.is_finite() && *p >= 0.0)
         .unwrap_or(0.0)
+}
+
+/// The configured upstreams. A single `UPSTREAM_URL` serves `/v1/verify` when
+/// `UPSTREAM_SUPPORTS_VERIFY` is `true` (Straddle's cloud server does).
+pub(crate) fn upstream_list(env: &Env) -> std::result::Result<Vec<Upstream>, String> {
+    let var = |name: &str| env.var(name).map(|v| v.to_string()).ok();
+    let mut list = upstreams::configured(
+        var("UPSTREAMS").as_deref(),
+        var("UPSTREAM_URL").as_deref(),
+        price(env, "PRICE_IN_PER_1K"),
+        price(env, "PRICE_OUT_PER_1K"),
+    )?;
+    if var("UPSTREAMS").is_none_or(|u| u.trim().is_empty())
+        && var("UPSTREAM_SUPPORTS_VERIFY").as_deref() == Some("true")
+    {
+        for u in &mut list {
+            u.supports_verify = true;
+        }
+    }
+    Ok(list)
 }
 
 /// The tenant's budget object.
@@ -81,7 +101,7 @@ pub async fn budget_call<T: serde::de::DeserializeOwned>(
 }
 
 /// Replaces the hold with what was spent and writes the record.
-async fn settle(stub: Stub, hold_id: String, record: Record) {
+pub(crate) async fn settle(stub: Stub, hold_id: String, record: Record) {
     let body = serde_json::to_string(&(hold_id, record)).unwrap_or_default();
     // One retry: the record must not be lost to a transient error.
     for _ in 0..2 {
@@ -94,36 +114,76 @@ async fn settle(stub: Stub, hold_id: String, record: Record) {
     }
 }
 
+/// A JSON body of at most `MAX_BODY` bytes: the raw bytes (forwarded unchanged) with the
+/// parsed value, or the error response to send.
+pub(crate) async fn json_body<T: serde::de::DeserializeOwned>(
+    req: &mut Request,
+) -> Result<std::result::Result<(Vec<u8>, T), Response>> {
+    let body = req.bytes().await?;
+    if body.len() > MAX_BODY {
+        return error_response(&ApiError::new(
+            ErrorKind::TooLarge,
+            format!("body over {MAX_BODY} bytes"),
+        ))
+        .map(Err);
+    }
+    match serde_json::from_slice(&body) {
+        Ok(parsed) => Ok(Ok((body, parsed))),
+        Err(e) => error_response(&ApiError::from_json_error(&e)).map(Err),
+    }
+}
+
+/// Holds the worst case of `tokens_in` and `tokens_out` in the tenant's budget, priced at the
+/// dearest upstream the request might end up on: the hold, or the refusal to send.
+pub(crate) async fn hold_worst_case(
+    stub: &Stub,
+    list: &[Upstream],
+    tokens_in: i64,
+    tokens_out: i64,
+) -> Result<std::result::Result<Hold, Response>> {
+    let price_in = list.iter().map(|u| u.price_in_per_1k).fold(0.0, f64::max);
+    let price_out = list.iter().map(|u| u.price_out_per_1k).fold(0.0, f64::max);
+    let started = now_ms();
+    let hold = Hold {
+        id: format!(
+            "{started}-{:016x}",
+            (js_sys::Math::random() * 2f64.powi(53)) as u64
+        ),
+        usd: tokens_in as f64 / 1000.0 * price_in + tokens_out as f64 / 1000.0 * price_out,
+        tokens: tokens_in + tokens_out,
+        expires_ms: started + HOLD_TTL_MS,
+        now_ms: started,
+    };
+    let answer: HoldAnswer = budget_call(
+        stub,
+        Method::Post,
+        "/hold",
+        Some(serde_json::to_string(&hold)?),
+    )
+    .await?;
+    if !answer.admitted {
+        return refused(&answer).map(Err);
+    }
+    Ok(Ok(hold))
+}
+
 /// `POST /v1/chat/completions`.
 pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response> {
     let claims = match crate::auth::tenant(&req, env) {
         Ok(c) => c,
         Err(e) => return error_response(&e),
     };
-    let body = req.bytes().await?;
-    if body.len() > MAX_BODY {
-        return error_response(&ApiError::new(
-            ErrorKind::TooLarge,
-            format!("body over {MAX_BODY} bytes"),
-        ));
-    }
-    let parsed: ChatRequest = match serde_json::from_slice(&body) {
-        Ok(r) => r,
-        Err(e) => return error_response(&ApiError::from_json_error(&e)),
+    let (body, parsed) = match json_body::<ChatRequest>(&mut req).await? {
+        Ok(got) => got,
+        Err(refusal) => return Ok(refusal),
     };
     if let Err(e) = parsed.validate() {
         return error_response(&e);
     }
-    if let Some(refusal) = crate::privacy::recheck(&parsed) {
+    if let Some(refusal) = crate::privacy::recheck(&parsed.messages) {
         return error_response(&refusal);
     }
-    let var = |name: &str| env.var(name).map(|v| v.to_string()).ok();
-    let list = match upstreams::configured(
-        var("UPSTREAMS").as_deref(),
-        var("UPSTREAM_URL").as_deref(),
-        price(env, "PRICE_IN_PER_1K"),
-        price(env, "PRICE_OUT_PER_1K"),
-    ) {
+    let list = match upstream_list(env) {
         Ok(l) => l,
         Err(message) => return error_response(&ApiError::new(ErrorKind::Unavailable, message)),
     };
@@ -139,31 +199,13 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
             format!("this tenant allows at most {cap}"),
         ));
     }
-    // The hold prices at the dearest upstream the request might end up on.
-    let price_in = list.iter().map(|u| u.price_in_per_1k).fold(0.0, f64::max);
-    let price_out = list.iter().map(|u| u.price_out_per_1k).fold(0.0, f64::max);
     let prompt_bound = prompt_tokens_bound(&parsed);
-    let started = now_ms();
-    let hold = Hold {
-        id: format!(
-            "{started}-{:016x}",
-            (js_sys::Math::random() * 2f64.powi(53)) as u64
-        ),
-        usd: prompt_bound as f64 / 1000.0 * price_in + f64::from(max_tokens) / 1000.0 * price_out,
-        tokens: prompt_bound + i64::from(max_tokens),
-        expires_ms: started + HOLD_TTL_MS,
-        now_ms: started,
+    let hold = match hold_worst_case(&stub, &list, prompt_bound, i64::from(max_tokens)).await? {
+        Ok(h) => h,
+        Err(refusal) => return Ok(refusal),
     };
-    let answer: HoldAnswer = budget_call(
-        &stub,
-        Method::Post,
-        "/hold",
-        Some(serde_json::to_string(&hold)?),
-    )
-    .await?;
-    if !answer.admitted {
-        return refused(&answer);
-    }
+    let started = hold.now_ms;
+    let envelope = parsed.straddle.as_ref();
 
     let record =
         |upstream: &Upstream, outcome: &str, tokens_in: i64, tokens_out: i64, ttfb_ms: i64| {
@@ -175,8 +217,12 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
                 feature: claims.feat.clone().unwrap_or_default(),
                 model: parsed.model.clone(),
                 upstream: upstream.name.clone(),
-                route_reason: String::new(),
-                policy_version: String::new(),
+                // What the page's router said, for the tenant's cost report (the envelope
+                // is the page's claim; the worker's own checks do not depend on it).
+                route_reason: envelope.map(|e| e.reasons.join("; ")).unwrap_or_default(),
+                policy_version: envelope
+                    .and_then(|e| e.policy_version.clone())
+                    .unwrap_or_default(),
                 tokens_in,
                 tokens_out,
                 usd: tokens_in as f64 / 1000.0 * upstream.price_in_per_1k
@@ -187,7 +233,7 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
             }
         };
 
-    let (upstream, mut resp) = match forward(&list, &body).await {
+    let (upstream, mut resp) = match forward(&list, &body, CHAT_PATH).await {
         Ok(found) => found,
         Err(failure) => {
             let nobody = Upstream {
@@ -212,15 +258,7 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
             record(&upstream, "upstream_status", 0, 0, ttfb),
         )
         .await;
-        // The upstream's own 4xx (a request it refused) is the caller's to see; its 5xx
-        // and 429 are ours to report as a bad gateway.
-        if (400..500).contains(&status) && status != 429 {
-            return Ok(resp);
-        }
-        return error_response(&ApiError::new(
-            ErrorKind::UpstreamError,
-            format!("upstream answered {status}"),
-        ));
+        return relay_failure(resp).await;
     }
     if !parsed.stream {
         let text = resp.text().await?;
@@ -319,14 +357,39 @@ fn refused(answer: &HoldAnswer) -> Result<Response> {
     ))
 }
 
+/// What to answer for an upstream's non-200: its own 4xx (a request it refused) is the
+/// caller's to see; its 5xx and 429 are ours to report as a bad gateway.
+pub(crate) async fn relay_failure(resp: Response) -> Result<Response> {
+    let status = resp.status_code();
+    if (400..500).contains(&status) && status != 429 {
+        return passthrough(resp).await;
+    }
+    error_response(&ApiError::new(
+        ErrorKind::UpstreamError,
+        format!("upstream answered {status}"),
+    ))
+}
+
+/// An upstream's answer re-made as the worker's own: a fetched response's headers are
+/// immutable, and CORS must still be added to it.
+async fn passthrough(mut resp: Response) -> Result<Response> {
+    let status = resp.status_code();
+    let content_type = resp.headers().get("content-type")?;
+    let mut out = Response::from_bytes(resp.bytes().await?)?.with_status(status);
+    if let Some(ct) = content_type {
+        out.headers_mut().set("content-type", &ct)?;
+    }
+    Ok(out)
+}
+
 /// Why no upstream answered.
-struct Failure {
+pub(crate) struct Failure {
     attempts: Vec<String>,
     all_timed_out: bool,
 }
 
 impl Failure {
-    fn outcome(&self) -> &'static str {
+    pub(crate) fn outcome(&self) -> &'static str {
         if self.all_timed_out {
             "upstream_timeout"
         } else {
@@ -334,7 +397,7 @@ impl Failure {
         }
     }
 
-    fn into_api_error(self) -> ApiError {
+    pub(crate) fn into_api_error(self) -> ApiError {
         let kind = if self.all_timed_out {
             ErrorKind::UpstreamTimeout
         } else {
@@ -349,10 +412,14 @@ impl Failure {
     }
 }
 
-/// Tries the upstreams in order until one answers with headers that are not a 5xx or 429.
-async fn forward(
+const CHAT_PATH: &str = "/v1/chat/completions";
+
+/// Tries the upstreams in order until one answers `path` with headers that are not a 5xx or
+/// 429.
+pub(crate) async fn forward(
     list: &[Upstream],
     body: &[u8],
+    path: &str,
 ) -> std::result::Result<(Upstream, Response), Failure> {
     let mut failure = Failure {
         attempts: Vec::new(),
@@ -363,7 +430,7 @@ async fn forward(
         if !BREAKERS.with(|b| b.borrow_mut().allow(&up.name, now_ms())) {
             continue;
         }
-        let problem = match send(up, body).await {
+        let problem = match send(up, body, path).await {
             Ok(resp) if resp.status_code() >= 500 || resp.status_code() == 429 => {
                 failure.all_timed_out = false;
                 format!("{} answered {}", up.name, resp.status_code())
@@ -396,7 +463,7 @@ enum Sent {
 }
 
 /// One attempt, abandoned (and aborted) when the headers take too long.
-async fn send(up: &Upstream, body: &[u8]) -> std::result::Result<Response, Sent> {
+async fn send(up: &Upstream, body: &[u8], path: &str) -> std::result::Result<Response, Sent> {
     let build = || -> Result<Request> {
         let headers = Headers::new();
         headers.set("content-type", "application/json")?;
@@ -404,10 +471,7 @@ async fn send(up: &Upstream, body: &[u8]) -> std::result::Result<Response, Sent>
         init.with_method(Method::Post)
             .with_headers(headers)
             .with_body(Some(js_sys::Uint8Array::from(body).into()));
-        Request::new_with_init(
-            &format!("{}/v1/chat/completions", up.url.trim_end_matches('/')),
-            &init,
-        )
+        Request::new_with_init(&format!("{}{path}", up.url.trim_end_matches('/')), &init)
     };
     let request = build().map_err(|e| Sent::Error(e.to_string()))?;
     let controller = AbortController::default();

@@ -2,8 +2,7 @@
 // real model). Skips with a message when the binary or the model is not given.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import { startWorker, chat, admin, freePort } from "./harness.mjs";
+import { startWorker, chat, admin, freePort, startCloud } from "./harness.mjs";
 
 const cloudBin = process.env.STRADDLE_CLOUD_BIN;
 const model = process.env.STRADDLE_TEST_MODEL;
@@ -12,15 +11,8 @@ const skip = !cloudBin || !model ? "set STRADDLE_CLOUD_BIN and STRADDLE_TEST_MOD
 let cloud, worker, deadWorker;
 before(async () => {
   if (skip) return;
-  const port = await freePort();
-  cloud = spawn(cloudBin, ["--model", model, "--listen", `127.0.0.1:${port}`], { stdio: "ignore" });
-  const deadline = Date.now() + 60_000;
-  for (;;) {
-    try { if ((await fetch(`http://127.0.0.1:${port}/health`)).ok) break; } catch { /* not up yet */ }
-    if (Date.now() > deadline) throw new Error("cloud server did not start");
-    await new Promise((r) => setTimeout(r, 200));
-  }
-  worker = await startWorker({ UPSTREAM_URL: `http://127.0.0.1:${port}` });
+  cloud = await startCloud(cloudBin, model);
+  worker = await startWorker({ UPSTREAM_URL: cloud.url });
   // An upstream port where nothing listens.
   deadWorker = await startWorker({ UPSTREAM_URL: `http://127.0.0.1:${await freePort()}` });
 });

@@ -5,6 +5,7 @@ import path from "node:path";
 import net from "node:net";
 import crypto from "node:crypto";
 import { fileURLToPath } from "node:url";
+import { spawn } from "node:child_process";
 import { Miniflare } from "miniflare";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -68,3 +69,20 @@ export function admin(url, method, route, body, key = ADMIN_KEY) {
 export const freePort = () => new Promise((resolve) => {
   const s = net.createServer().listen(0, "127.0.0.1", () => { const { port } = s.address(); s.close(() => resolve(port)); });
 });
+
+/** The real cloud server on a free port of 127.0.0.1, once it answers /health. */
+export async function startCloud(bin, model) {
+  const port = await freePort();
+  const proc = spawn(bin, ["--model", model, "--listen", `127.0.0.1:${port}`], { stdio: "ignore" });
+  const url = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    try { if ((await fetch(`${url}/health`)).ok) break; } catch { /* not up yet */ }
+    if (Date.now() > deadline) {
+      proc.kill();
+      throw new Error("cloud server did not start");
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  return { url, kill: () => proc.kill() };
+}

@@ -1,0 +1,193 @@
+//! `POST /v1/verify`: an edge-drafted continuation checked by an upstream that supports it
+//! (speculative decoding), under the same tenant auth and budget as chat: the prefix and the
+//! draft are billed as input tokens, the accepted tokens and the verifier's own as output.
+
+use straddle_protocol::{ApiError, ErrorKind, VerifyRequest, VerifyResponse};
+use worker::{Env, Request, Response, Result};
+
+use crate::budget::Record;
+use crate::error::error_response;
+use crate::upstream::{
+    budget_stub, forward, hold_worst_case, json_body, now_ms, relay_failure, settle, upstream_list,
+};
+
+/// Drafts longer than this are refused: adaptive drafting stays within 16.
+const MAX_DRAFT: usize = 64;
+
+/// What the request asks the verifier to read, as a token bound: the prefix's ids when given
+/// (exact), else two bytes a token of the messages, plus the draft.
+fn input_tokens_bound(req: &VerifyRequest) -> i64 {
+    let prefix = match &req.prefix_tokens {
+        Some(ids) => ids.len() as i64,
+        None => req
+            .messages
+            .iter()
+            .map(|m| m.content.len().div_ceil(2) as i64 + 8)
+            .sum(),
+    };
+    prefix + req.draft_tokens.len() as i64
+}
+
+fn check(req: &VerifyRequest) -> std::result::Result<(), ApiError> {
+    if req.draft_tokens.is_empty() || req.draft_tokens.len() > MAX_DRAFT {
+        return Err(ApiError::invalid(
+            "draft_tokens",
+            format!("between 1 and {MAX_DRAFT} drafted tokens are verified per call"),
+        ));
+    }
+    let has_prefix = req.prefix_tokens.as_ref().is_some_and(|p| !p.is_empty());
+    if !has_prefix && req.messages.is_empty() {
+        return Err(ApiError::invalid(
+            "prefix_tokens",
+            "give the prefix as prefix_tokens or messages",
+        ));
+    }
+    if !req.draft_probs.is_empty() && req.draft_probs.len() != req.draft_tokens.len() {
+        return Err(ApiError::invalid(
+            "draft_probs",
+            "one probability per drafted token, or none",
+        ));
+    }
+    Ok(())
+}
+
+/// `POST /v1/verify`.
+pub async fn verify(mut req: Request, env: &Env) -> Result<Response> {
+    let claims = match crate::auth::tenant(&req, env) {
+        Ok(c) => c,
+        Err(e) => return error_response(&e),
+    };
+    let (body, parsed) = match json_body::<VerifyRequest>(&mut req).await? {
+        Ok(got) => got,
+        Err(refusal) => return Ok(refusal),
+    };
+    if let Err(e) = check(&parsed) {
+        return error_response(&e);
+    }
+    // Token ids cannot be scanned here; messages can, and are.
+    if let Some(refusal) = crate::privacy::recheck(&parsed.messages) {
+        return error_response(&refusal);
+    }
+    let list: Vec<_> = match upstream_list(env) {
+        Ok(l) => l.into_iter().filter(|u| u.supports_verify).collect(),
+        Err(message) => return error_response(&ApiError::new(ErrorKind::Unavailable, message)),
+    };
+    if list.is_empty() {
+        return error_response(
+            &ApiError::new(
+                ErrorKind::Unavailable,
+                "no configured upstream supports /v1/verify",
+            )
+            .with_code("verify_unsupported"),
+        );
+    }
+
+    let stub = budget_stub(env, &claims.ten)?;
+    let tokens_in = input_tokens_bound(&parsed);
+    // At most every drafted token accepted plus the verifier's own.
+    let tokens_out = parsed.draft_tokens.len() as i64 + 1;
+    let hold = match hold_worst_case(&stub, &list, tokens_in, tokens_out).await? {
+        Ok(h) => h,
+        Err(refusal) => return Ok(refusal),
+    };
+    let started = hold.now_ms;
+
+    let record = |upstream: &str, outcome: &str, t_in: i64, t_out: i64, p: (f64, f64)| Record {
+        id: hold.id.clone(),
+        ts_ms: started,
+        user: claims.sub.clone(),
+        session: claims.sid.clone(),
+        feature: claims.feat.clone().unwrap_or_default(),
+        model: parsed.model.clone(),
+        upstream: upstream.into(),
+        route_reason: "speculative".into(),
+        policy_version: String::new(),
+        tokens_in: t_in,
+        tokens_out: t_out,
+        usd: t_in as f64 / 1000.0 * p.0 + t_out as f64 / 1000.0 * p.1,
+        ttfb_ms: now_ms() - started,
+        total_ms: now_ms() - started,
+        outcome: outcome.into(),
+    };
+    let (upstream, mut resp) = match forward(&list, &body, "/v1/verify").await {
+        Ok(found) => found,
+        Err(failure) => {
+            settle(
+                stub,
+                hold.id.clone(),
+                record("none", failure.outcome(), 0, 0, (0.0, 0.0)),
+            )
+            .await;
+            return error_response(&failure.into_api_error());
+        }
+    };
+    let prices = (upstream.price_in_per_1k, upstream.price_out_per_1k);
+    let status = resp.status_code();
+    if status != 200 {
+        settle(
+            stub,
+            hold.id.clone(),
+            record(&upstream.name, "upstream_status", 0, 0, prices),
+        )
+        .await;
+        // A 409 (the tokenizers differ) or a 400 reaches the caller as the upstream said it.
+        return relay_failure(resp).await;
+    }
+    let text = resp.text().await?;
+    let (t_in, t_out) = match serde_json::from_str::<VerifyResponse>(&text) {
+        Ok(v) => (
+            i64::from(v.usage.prompt_tokens),
+            i64::from(v.usage.completion_tokens),
+        ),
+        // An answer without usage is billed at the worst case held.
+        Err(_) => (tokens_in, tokens_out),
+    };
+    settle(
+        stub,
+        hold.id.clone(),
+        record(&upstream.name, "ok", t_in, t_out, prices),
+    )
+    .await;
+    let mut out = Response::ok(text)?;
+    out.headers_mut().set("content-type", "application/json")?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use straddle_protocol::{Message, Role};
+
+    #[test]
+    fn drafts_and_prefixes_are_checked_before_anything_is_held() {
+        let ok = VerifyRequest {
+            prefix_tokens: Some(vec![1, 2, 3]),
+            draft_tokens: vec![4, 5],
+            ..Default::default()
+        };
+        assert!(check(&ok).is_ok());
+        assert_eq!(input_tokens_bound(&ok), 5);
+        let empty = VerifyRequest {
+            draft_tokens: vec![],
+            ..ok.clone()
+        };
+        assert!(check(&empty).is_err());
+        let no_prefix = VerifyRequest {
+            prefix_tokens: None,
+            ..ok.clone()
+        };
+        assert!(check(&no_prefix).is_err());
+        let bad_probs = VerifyRequest {
+            draft_probs: vec![0.5],
+            ..ok.clone()
+        };
+        assert!(check(&bad_probs).is_err());
+        let by_messages = VerifyRequest {
+            prefix_tokens: None,
+            messages: vec![Message::new(Role::User, "abcd")],
+            ..ok
+        };
+        assert!(check(&by_messages).is_ok());
+        assert_eq!(input_tokens_bound(&by_messages), 2 + 8 + 2);
+    }
+}
