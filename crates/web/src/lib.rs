@@ -30,9 +30,18 @@ unsafe extern "C" {
 #[cfg(target_arch = "wasm32")]
 #[wasm_bindgen(start)]
 fn start() {
-    // SAFETY: wasm-ld synthesizes this function; it runs each constructor, and `start` runs
-    // once, when the module is instantiated, before any other export.
-    unsafe { __wasm_call_ctors() }
+    run_constructors_once();
+}
+
+/// Runs the module's static constructors (burn's kernel registry is filled by them), once.
+/// The start function calls it; wasm-bindgen-test does not run start functions, so tests
+/// that use the engine call it themselves.
+#[cfg(target_arch = "wasm32")]
+pub fn run_constructors_once() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    // SAFETY: wasm-ld synthesizes this function; it runs each constructor, and the `Once`
+    // keeps it to a single run before the engine is used.
+    ONCE.call_once(|| unsafe { __wasm_call_ctors() });
 }
 
 /// The package version, so the JS side can report `model_versions`.

@@ -83,6 +83,7 @@ async fn fetch_bytes(url: &str) -> Vec<u8> {
 /// within `LOGIT_TOL`.
 #[wasm_bindgen_test]
 async fn real_model_on_webgpu_agrees_with_llama_cpp() {
+    straddle_web::run_constructors_once();
     const STEPS: usize = 8;
     const TIE_MARGIN: f64 = 1.6;
     const LOGIT_TOL: f64 = 1.5;
