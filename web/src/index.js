@@ -438,7 +438,8 @@ export class Straddle {
     if (!this.cloudUsable()) throw new StraddleError("cloud_unavailable", this.worker ? "the cloud is switched off or the network is down" : "no worker is configured");
     const found = [...new Set(req.messages.flatMap((m) => piiKinds(m.content)))];
     const redaction = this.options.redact && found.length ? redactAll(req.messages.map((m) => m.content), []) : null;
-    const messages = redaction ? req.messages.map((m, i) => ({ role: m.role, content: redaction.parts()[i] })) : req.messages.map(({ role, content }) => ({ role, content }));
+    const parts = redaction?.parts();
+    const messages = req.messages.map(({ role, content }, i) => ({ role, content: parts ? parts[i] : content }));
     const body = {
       model: this.options.cloudModel ?? "default", messages, stream: true, stream_options: { include_usage: true },
       max_tokens: req.max_tokens ?? DEFAULT_MAX_TOKENS,
