@@ -68,6 +68,9 @@ function validate(req) {
   if (want !== undefined && !["auto", "edge", "cloud"].includes(want)) throw invalid("straddle.route", "must be auto, edge or cloud");
 }
 
+/** A signal's value from a decision's trace. */
+const traceValue = (decision, name) => decision.trace.signals.find((s) => s.name === name)?.value;
+
 const newId = () => `chatcmpl-${crypto.randomUUID().replaceAll("-", "").slice(0, 24)}`;
 
 /** A hybrid edge–cloud client; make one with `await Straddle.create(options)`. */
@@ -86,7 +89,7 @@ export class Straddle {
     const wasmUrl = o.wasmUrl ?? new URL("../pkg/straddle_bg.wasm", import.meta.url);
     const module = await loadWasm(wasmUrl);
     const s = new Straddle(o, module);
-    s.policyJson = s.resolvePolicy(o.policy);
+    s.setPolicyNow(o.policy);
     s.feedbackStore = await FeedbackStore.open();
     if (o.learn) await s.restoreLearner();
     if (o.worker) s.refreshRtt();
@@ -125,7 +128,7 @@ export class Straddle {
 
   /** The bandit's state for this policy version, from IndexedDB (a fresh one if unusable). */
   async restoreLearner() {
-    this.learnerKey = `bandit:${JSON.parse(this.policyJson).version}`;
+    this.learnerKey = `bandit:${this.policy.version}`;
     const saved = await this.feedbackStore.getState(this.learnerKey).catch(() => undefined);
     try {
       this.learner = new Learner(saved);
@@ -168,9 +171,14 @@ export class Straddle {
     })();
   }
 
+  setPolicyNow(policy) {
+    this.policyJson = this.resolvePolicy(policy);
+    this.policy = JSON.parse(this.policyJson);
+  }
+
   /** Switches the routing policy (a preset name or overrides) for the requests that follow. */
   setPolicy(policy) {
-    this.policyJson = this.resolvePolicy(policy);
+    this.setPolicyNow(policy);
     // What the bandit learned belongs to the policy it learned under.
     if (this.learner) return this.restoreLearner();
   }
@@ -208,7 +216,7 @@ export class Straddle {
     if (learned && learned !== d.target) {
       d.reasons = [...d.reasons, `learned from feedback: ${learned} has paid off for requests like this`];
       d.target = learned;
-      d.cascade = learned === "edge" ? JSON.parse(this.policyJson).cascade : null;
+      d.cascade = learned === "edge" ? this.policy.cascade : null;
     }
     // A page may insist on a route, but never past the privacy rule.
     if (want !== "auto" && want !== d.target && d.trace.rule !== "privacy") {
@@ -288,8 +296,7 @@ export class Straddle {
   finishMeta(id, end, started) {
     const meta = { ...end.meta, latency_ms: performance.now() - started, ttft_ms: end.ttft_ms ?? null };
     this.sessionStats.record(meta, end.usage.completion_tokens);
-    this.answers.set(id, { route: meta.route, task: end.task, policy_version: end.policy_version, decision: end.decision,
-      cost_usd: meta.cost.usd, latency_s: meta.latency_ms / 1000 });
+    this.answers.set(id, { route: meta.route, decision: end.decision, cost_usd: meta.cost.usd, latency_s: meta.latency_ms / 1000 });
     return meta;
   }
 
@@ -305,7 +312,6 @@ export class Straddle {
     const out = (t) => { if (t) { firstAt ??= performance.now(); emit(t); } };
     const ctx = { req, decision, signal, emit: out };
     const privateData = decision.trace.rule === "privacy";
-    const base = { reasons: decision.reasons, policy_version: decision.trace.policy_version, task: decision.trace.signals.find((s) => s.name === "task")?.value };
     let end;
     if (decision.target === "cloud") {
       try {
@@ -335,10 +341,8 @@ export class Straddle {
       }
     }
     end.ttft_ms = firstAt === null ? null : firstAt - started;
-    end.task = base.task;
     end.decision = decision;
-    end.policy_version = base.policy_version;
-    end.meta.model_versions = [`straddle/${version()}`, routerVersion(), `policy/${base.policy_version}`, ...(end.meta.model_versions ?? [])];
+    end.meta.model_versions = [`straddle/${version()}`, routerVersion(), `policy/${decision.trace.policy_version}`, ...(end.meta.model_versions ?? [])];
     return end;
   }
 
@@ -450,7 +454,7 @@ export class Straddle {
       straddle: {
         session: this.session, reasons, router_version: routerVersion(), policy_version: decision.trace.policy_version,
         privacy: { entities: found, redacted: Boolean(redaction) },
-        prompt_tokens_estimate: decision.trace.signals.find((s) => s.name === "prompt_tokens_estimate")?.value,
+        prompt_tokens_estimate: traceValue(decision, "prompt_tokens_estimate"),
         ...(this.options.feature && { feature: this.options.feature }),
         escalated_mid_stream: midStream,
       },
@@ -484,8 +488,7 @@ export class Straddle {
         }
       }
       usage ??= { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
-      const policy = JSON.parse(this.policyJson);
-      const usd = (usage.prompt_tokens / 1000) * policy.cloud_price_in_per_1k + (usage.completion_tokens / 1000) * policy.cloud_price_out_per_1k;
+      const usd = (usage.prompt_tokens / 1000) * this.policy.cloud_price_in_per_1k + (usage.completion_tokens / 1000) * this.policy.cloud_price_out_per_1k;
       return {
         model, finish_reason: finish, usage,
         meta: {
@@ -508,7 +511,9 @@ export class Straddle {
     if (typeof reward !== "number" || !(reward >= 0 && reward <= 1)) throw invalid("reward", "must be a number in 0..1");
     const answer = this.answers.get(id);
     if (!answer) throw new StraddleError("unknown_answer", `no answer ${id} in this session`);
-    await this.feedbackStore.put({ id, route: answer.route, reward, task: answer.task ?? null, policy_version: answer.policy_version, ts: Date.now() });
+    const { decision } = answer;
+    await this.feedbackStore.put({ id, route: answer.route, reward, task: traceValue(decision, "task") ?? null,
+      policy_version: decision.trace.policy_version, ts: Date.now() });
     if (this.learner) {
       this.learner.update(JSON.stringify(answer.decision), answer.route, reward, answer.cost_usd, answer.latency_s);
       await this.feedbackStore.putState(this.learnerKey, this.learner.toJson());
