@@ -11,7 +11,7 @@ use straddle_protocol::{ApiError, ErrorKind, ModelInfo, ModelList};
 
 mod chat;
 pub mod scheduler;
-mod verify;
+pub mod verify;
 
 /// What the server knows about the model it serves.
 #[derive(Debug, Clone)]
@@ -29,6 +29,8 @@ pub struct AppState {
     pub engine: Option<Arc<straddle_engine::Engine>>,
     /// The batching decode loop over `engine`.
     pub scheduler: Option<scheduler::Scheduler>,
+    /// Speculative-decoding sessions of `/v1/verify`.
+    pub verify_sessions: Arc<verify::Sessions>,
 }
 
 impl ModelCard {
@@ -132,7 +134,7 @@ async fn verify_route(State(state): State<Arc<AppState>>, body: axum::body::Byte
         )
         .into_response();
     };
-    crate::verify::verify(engine, req).await
+    crate::verify::verify(engine, state.verify_sessions.clone(), req).await
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
@@ -165,6 +167,7 @@ mod tests {
             },
             engine: None,
             scheduler: None,
+            verify_sessions: Default::default(),
         }))
     }
 

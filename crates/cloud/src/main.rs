@@ -22,6 +22,13 @@ struct Args {
     /// Sequences decoded together in one batched step.
     #[arg(long, env = "STRADDLE_CLOUD_MAX_BATCH", default_value_t = 32)]
     max_batch: usize,
+    /// Seconds a `/v1/verify` session keeps its KV cache while idle (its tokens stay ten
+    /// times longer, so a later call re-prefills instead of failing).
+    #[arg(long, env = "STRADDLE_CLOUD_VERIFY_IDLE", default_value_t = 60)]
+    verify_idle: u64,
+    /// `/v1/verify` sessions that may hold a KV cache at once (the least recent give theirs up).
+    #[arg(long, env = "STRADDLE_CLOUD_VERIFY_SESSIONS", default_value_t = 16)]
+    verify_sessions: usize,
 }
 
 #[tokio::main]
@@ -69,6 +76,10 @@ async fn main() -> anyhow::Result<()> {
         model: card,
         engine: Some(engine),
         scheduler: Some(scheduler),
+        verify_sessions: Arc::new(straddle_cloud::verify::Sessions::new(
+            std::time::Duration::from_secs(args.verify_idle),
+            args.verify_sessions,
+        )),
     }));
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())

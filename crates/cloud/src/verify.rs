@@ -1,99 +1,120 @@
-//! `/v1/verify`: one forward pass over an edge draft; greedy verification only.
+//! `/v1/verify`: one forward pass over an edge draft, greedy or sampled, with sessions that
+//! keep a generation's KV cache between calls so each call carries only the new draft.
 //!
-//! Each call prefills the prefix afresh; keeping a sequence's KV cache between calls of one
-//! generation (sessions) is future work of the speculative-decoding issue.
+//! A session's token list outlives its KV cache: the cache (tens of MB) is dropped after
+//! `kv_idle` or when more than `max_live` sessions hold one, and the next call re-prefills it
+//! from the tokens without the client noticing. Only when the session itself is gone (idle
+//! for `token_idle`, or the server restarted) does a continuing call get a 409
+//! `session_unknown`, on which the client re-sends its prefix.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::response::{IntoResponse, Response};
-use straddle_engine::{ChatMessage, Engine, Prompt};
+use straddle_engine::kv::KvCache;
+use straddle_engine::sample::Rng;
+use straddle_engine::{ChatMessage, Engine, Prompt, SamplingParams};
 use straddle_protocol::{ApiError, ErrorKind, Usage, VerifyRequest, VerifyResponse};
 
 use crate::ErrorResponse;
 
-/// Checks a draft against the served model.
-pub async fn verify(engine: Arc<Engine>, req: VerifyRequest) -> Response {
-    if req.temperature.is_some_and(|t| t > 0.0) {
-        return ErrorResponse(ApiError::invalid(
-            "temperature",
-            "only greedy verification (temperature 0) is supported",
-        ))
-        .into_response();
+/// Drafts longer than this are refused: the verify pass is one batched forward.
+const MAX_DRAFT: usize = 64;
+/// Positions a session's cache grows by beyond what it needs now.
+const HEADROOM: usize = 64;
+
+/// One generation's state between verify calls.
+struct Session {
+    /// Prefix and every token emitted so far; the last is pending (not in the cache yet).
+    tokens: Vec<u32>,
+    /// Holds `tokens` but the last, while live.
+    cache: Option<KvCache>,
+    params: SamplingParams,
+    rng: Rng,
+    last_used: Instant,
+}
+
+/// The verify sessions of a server.
+pub struct Sessions {
+    map: Mutex<HashMap<String, Session>>,
+    kv_idle: Duration,
+    token_idle: Duration,
+    max_live: usize,
+}
+
+impl std::fmt::Debug for Sessions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sessions")
+            .field("kv_idle", &self.kv_idle)
+            .field("max_live", &self.max_live)
+            .finish_non_exhaustive()
     }
-    if req.draft_tokens.is_empty() || req.draft_tokens.len() > 64 {
-        return ErrorResponse(ApiError::invalid(
-            "draft_tokens",
-            "must hold 1 to 64 tokens",
-        ))
-        .into_response();
+}
+
+impl Default for Sessions {
+    fn default() -> Self {
+        Self::new(Duration::from_secs(60), 16)
     }
-    let result = tokio::task::spawn_blocking(move || -> Result<VerifyResponse, ApiError> {
-        let e = &*engine;
-        if let Some(theirs) = req
-            .tokenizer_hash
-            .as_ref()
-            .filter(|h| **h != e.tokenizer.hash)
-        {
-            return Err(ApiError::new(
-                ErrorKind::Conflict,
-                format!(
-                    "tokenizer mismatch: request {theirs}, server {}",
-                    e.tokenizer.hash
-                ),
-            )
-            .with_code("tokenizer_mismatch"));
+}
+
+impl Sessions {
+    /// Sessions whose caches are dropped after `kv_idle` or beyond `max_live` live ones; their
+    /// token lists are kept ten times longer.
+    pub fn new(kv_idle: Duration, max_live: usize) -> Self {
+        Self {
+            map: Mutex::new(HashMap::new()),
+            kv_idle,
+            token_idle: kv_idle * 10,
+            max_live: max_live.max(1),
         }
-        let vocab = e.tokenizer.vocab_size() as u32;
-        let prefix = match &req.prefix_tokens {
-            Some(t) => t.clone(),
-            None => {
-                let msgs: Vec<ChatMessage> = req
-                    .messages
-                    .iter()
-                    .map(|m| ChatMessage::new(m.role.as_str(), m.content.clone()))
-                    .collect();
-                e.prompt_tokens(Prompt::Messages(&msgs))
-                    .map_err(|err| ApiError::invalid("messages", err.to_string()))?
+    }
+
+    /// Sessions currently holding a KV cache.
+    pub fn live(&self) -> usize {
+        self.lock().values().filter(|s| s.cache.is_some()).count()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Session>> {
+        // A panic elsewhere while holding the lock leaves a map that is still consistent.
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn take(&self, id: &str) -> Option<Session> {
+        self.lock().remove(id)
+    }
+
+    fn put(&self, id: String, session: Session) {
+        let now = Instant::now();
+        let mut map = self.lock();
+        map.insert(id, session);
+        map.retain(|_, s| now.duration_since(s.last_used) < self.token_idle);
+        for s in map.values_mut() {
+            if now.duration_since(s.last_used) >= self.kv_idle {
+                s.cache = None;
             }
-        };
-        if prefix.is_empty() {
-            return Err(ApiError::invalid("prefix_tokens", "must not be empty"));
         }
-        if let Some(bad) = prefix
-            .iter()
-            .chain(&req.draft_tokens)
-            .find(|&&t| t >= vocab)
-        {
-            return Err(ApiError::invalid(
-                "draft_tokens",
-                format!("token id {bad} is outside the vocabulary of {vocab}"),
-            ));
+        let mut live: Vec<(Instant, &mut Session)> = map
+            .values_mut()
+            .filter(|s| s.cache.is_some())
+            .map(|s| (s.last_used, s))
+            .collect();
+        if live.len() > self.max_live {
+            live.sort_by_key(|(t, _)| *t);
+            let excess = live.len() - self.max_live;
+            for (_, s) in live.into_iter().take(excess) {
+                s.cache = None;
+            }
         }
-        let context = prefix.len() + req.draft_tokens.len() + 1;
-        if context > straddle_engine::generate::DEFAULT_CONTEXT {
-            return Err(
-                ApiError::invalid("prefix_tokens", "prefix and draft exceed the context")
-                    .with_code("context_length_exceeded"),
-            );
-        }
-        let mut cache = e.new_cache(context);
-        let logits = e
-            .model
-            .forward(&prefix, &mut cache, false)
-            .map_err(|err| ApiError::new(ErrorKind::Internal, err.to_string()))?;
-        let last = logits
-            .last()
-            .ok_or_else(|| ApiError::new(ErrorKind::Internal, "no logits"))?;
-        let v = e
-            .verify(&mut cache, last, &req.draft_tokens, &Default::default())
-            .map_err(|err| ApiError::new(ErrorKind::Internal, err.to_string()))?;
-        Ok(VerifyResponse {
-            accepted: v.accepted as u32,
-            next_token: v.next_token,
-            usage: Usage::new((prefix.len() + req.draft_tokens.len()) as u32, 1),
-        })
-    })
-    .await;
+    }
+}
+
+/// Checks a draft against the served model.
+pub async fn verify(engine: Arc<Engine>, sessions: Arc<Sessions>, req: VerifyRequest) -> Response {
+    if let Err(e) = check(&req) {
+        return ErrorResponse(e).into_response();
+    }
+    let result = tokio::task::spawn_blocking(move || run(&engine, &sessions, req)).await;
     match result {
         Ok(Ok(v)) => axum::Json(v).into_response(),
         Ok(Err(e)) => ErrorResponse(e).into_response(),
@@ -103,4 +124,228 @@ pub async fn verify(engine: Arc<Engine>, req: VerifyRequest) -> Response {
         ))
         .into_response(),
     }
+}
+
+fn check(req: &VerifyRequest) -> Result<(), ApiError> {
+    if req
+        .temperature
+        .is_some_and(|t| !t.is_finite() || !(0.0..=2.0).contains(&t))
+    {
+        return Err(ApiError::invalid("temperature", "must be between 0 and 2"));
+    }
+    if req
+        .top_p
+        .is_some_and(|p| !p.is_finite() || p <= 0.0 || p > 1.0)
+    {
+        return Err(ApiError::invalid("top_p", "must be in (0, 1]"));
+    }
+    if req.draft_tokens.is_empty() || req.draft_tokens.len() > MAX_DRAFT {
+        return Err(ApiError::invalid(
+            "draft_tokens",
+            format!("must hold 1 to {MAX_DRAFT} tokens"),
+        ));
+    }
+    // Exactness at temperature > 0 rests on a deterministic draft (see the engine's
+    // `speculative` module); a sampled draft would need its whole distribution.
+    if req.temperature.is_some_and(|t| t > 0.0) && req.draft_probs.iter().any(|&p| p < 1.0) {
+        return Err(ApiError::invalid(
+            "draft_probs",
+            "sampled verification needs a greedy draft: leave draft_probs empty or all 1.0",
+        ));
+    }
+    if req
+        .session
+        .as_ref()
+        .is_some_and(|s| s.is_empty() || s.len() > 128)
+    {
+        return Err(ApiError::invalid("session", "must be 1 to 128 characters"));
+    }
+    if req.continues_session() && req.session_length.is_none() {
+        return Err(ApiError::invalid(
+            "session_length",
+            "a call that continues a session must say how many tokens it holds",
+        ));
+    }
+    Ok(())
+}
+
+fn internal(err: impl std::fmt::Display) -> ApiError {
+    ApiError::new(ErrorKind::Internal, err.to_string())
+}
+
+fn session_error(code: &str, message: String) -> ApiError {
+    ApiError::new(ErrorKind::Conflict, message).with_code(code)
+}
+
+fn run(e: &Engine, sessions: &Sessions, req: VerifyRequest) -> Result<VerifyResponse, ApiError> {
+    if let Some(theirs) = req
+        .tokenizer_hash
+        .as_ref()
+        .filter(|h| **h != e.tokenizer.hash)
+    {
+        return Err(ApiError::new(
+            ErrorKind::Conflict,
+            format!(
+                "tokenizer mismatch: request {theirs}, server {}",
+                e.tokenizer.hash
+            ),
+        )
+        .with_code("tokenizer_mismatch"));
+    }
+    let vocab = e.tokenizer.vocab_size() as u32;
+    if let Some(bad) = req.draft_tokens.iter().find(|&&t| t >= vocab) {
+        return Err(ApiError::invalid(
+            "draft_tokens",
+            format!("token id {bad} is outside the vocabulary of {vocab}"),
+        ));
+    }
+    let context = straddle_engine::generate::DEFAULT_CONTEXT;
+    let draft = &req.draft_tokens;
+
+    let (mut session, fresh) = if req.continues_session() {
+        let id = req.session.as_deref().unwrap_or_default();
+        let s = sessions.take(id).ok_or_else(|| {
+            session_error(
+                "session_unknown",
+                format!("no verify session {id:?} (expired or never started): send the prefix"),
+            )
+        })?;
+        let theirs = req.session_length.unwrap_or_default() as usize;
+        if theirs != s.tokens.len() {
+            // The session is dropped: after a lost response the client's view and ours
+            // differ, and only a restart from the client's prefix is exact.
+            return Err(session_error(
+                "session_out_of_sync",
+                format!(
+                    "session holds {} tokens, request says {theirs}: send the prefix",
+                    s.tokens.len()
+                ),
+            ));
+        }
+        (s, false)
+    } else {
+        let prefix = prefix_tokens(e, &req)?;
+        if let Some(bad) = prefix.iter().find(|&&t| t >= vocab) {
+            return Err(ApiError::invalid(
+                "prefix_tokens",
+                format!("token id {bad} is outside the vocabulary of {vocab}"),
+            ));
+        }
+        let params = SamplingParams {
+            temperature: req.temperature.unwrap_or(0.0),
+            top_p: req.top_p.unwrap_or(1.0),
+            seed: req.seed.unwrap_or(0),
+            ..Default::default()
+        };
+        let session = Session {
+            tokens: prefix,
+            cache: None,
+            rng: Rng::new(params.seed),
+            params,
+            last_used: Instant::now(),
+        };
+        (session, true)
+    };
+    if session.tokens.len() + draft.len() + 1 > context {
+        return Err(
+            ApiError::invalid("draft_tokens", "prefix and draft exceed the context")
+                .with_code("context_length_exceeded"),
+        );
+    }
+
+    let needed = (session.tokens.len() + draft.len() + 1 + HEADROOM).min(context);
+    // Tokens this call brings to the model: the prefix of a fresh session, or the pending
+    // token of a continuing one, and the draft.
+    let mut forwarded = 0;
+    let verdict = if fresh {
+        // The whole prefix is read here; its last position's logits judge draft[0].
+        let mut cache = e.model.new_cache(needed);
+        let logits = e
+            .model
+            .forward(&session.tokens, &mut cache, false)
+            .map_err(internal)?
+            .pop()
+            .ok_or_else(|| internal("no logits"))?;
+        forwarded += session.tokens.len() + draft.len();
+        let v = e
+            .model
+            .verify(
+                &mut cache,
+                &logits,
+                draft,
+                &session.params,
+                &session.tokens,
+                &mut session.rng,
+            )
+            .map_err(internal)?;
+        session.cache = Some(cache);
+        v
+    } else {
+        let (pending, held) = session
+            .tokens
+            .split_last()
+            .ok_or_else(|| internal("empty session"))?;
+        let mut cache = match session.cache.take() {
+            Some(c) => c,
+            None => {
+                // Dropped for memory or idleness: rebuilt from the tokens, transparently.
+                // Not billed: the caller asked for a continuation, and a budget holds only
+                // the new tokens of one.
+                let mut c = e.model.new_cache(needed);
+                e.model.forward(held, &mut c, false).map_err(internal)?;
+                tracing::debug!(tokens = held.len(), "verify session re-prefilled");
+                c
+            }
+        };
+        cache.reserve(needed);
+        forwarded += 1 + draft.len();
+        let v = e
+            .model
+            .verify_after(
+                &mut cache,
+                *pending,
+                draft,
+                &session.params,
+                held,
+                &mut session.rng,
+            )
+            .map_err(internal)?;
+        session.cache = Some(cache);
+        v
+    };
+    session.tokens.extend_from_slice(&draft[..verdict.accepted]);
+    session.tokens.push(verdict.next_token);
+    session.last_used = Instant::now();
+    let session_length = req.session.as_ref().map(|_| session.tokens.len() as u32);
+    if let Some(id) = req.session {
+        sessions.put(id, session);
+    }
+    Ok(VerifyResponse {
+        accepted: verdict.accepted as u32,
+        next_token: verdict.next_token,
+        session_length,
+        usage: Usage::new(forwarded as u32, 1),
+    })
+}
+
+fn prefix_tokens(e: &Engine, req: &VerifyRequest) -> Result<Vec<u32>, ApiError> {
+    let prefix = match &req.prefix_tokens {
+        Some(t) => t.clone(),
+        None => {
+            let msgs: Vec<ChatMessage> = req
+                .messages
+                .iter()
+                .map(|m| ChatMessage::new(m.role.as_str(), m.content.clone()))
+                .collect();
+            e.prompt_tokens(Prompt::Messages(&msgs))
+                .map_err(|err| ApiError::invalid("messages", err.to_string()))?
+        }
+    };
+    if prefix.is_empty() {
+        return Err(ApiError::invalid(
+            "prefix_tokens",
+            "give the prefix as prefix_tokens or messages (or continue a session)",
+        ));
+    }
+    Ok(prefix)
 }

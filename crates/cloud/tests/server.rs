@@ -36,6 +36,10 @@ fn model() -> Option<std::path::PathBuf> {
 }
 
 fn start() -> Option<Server> {
+    start_with(&[])
+}
+
+fn start_with(extra: &[&str]) -> Option<Server> {
     let model = model()?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -46,6 +50,7 @@ fn start() -> Option<Server> {
         .arg(model)
         .arg("--listen")
         .arg(format!("127.0.0.1:{port}"))
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -192,6 +197,122 @@ fn verify_accepts_the_greedy_continuation_and_corrects_a_wrong_token() {
     assert_eq!(status, 409, "{text}");
     let body = serde_json::json!({"prefix_tokens": prefix, "draft_tokens": [999999]}).to_string();
     assert_eq!(http(p, "POST", "/v1/verify", &body).expect("verify").0, 400);
+}
+
+fn post_verify(port: u16, body: serde_json::Value) -> (u16, serde_json::Value) {
+    let (status, text) = http(port, "POST", "/v1/verify", &body.to_string()).expect("verify");
+    (status, serde_json::from_str(&text).expect("json"))
+}
+
+/// The greedy continuation of `prefix`, one stateless verify call per token.
+fn greedy_tokens(port: u16, prefix: &[u32], n: usize) -> Vec<u32> {
+    let mut out = Vec::new();
+    while out.len() < n {
+        let mut pre = prefix.to_vec();
+        pre.extend(&out);
+        let (status, v) = post_verify(
+            port,
+            serde_json::json!({"prefix_tokens": pre, "draft_tokens": [0]}),
+        );
+        assert_eq!(status, 200, "{v}");
+        if v["accepted"] == 1 {
+            out.push(0);
+        }
+        out.push(v["next_token"].as_u64().expect("next") as u32);
+    }
+    out.truncate(n);
+    out
+}
+
+#[test]
+fn a_verify_session_carries_only_new_drafts_and_survives_losing_its_cache() {
+    // One live KV cache at a time: a second session takes it from the first, which must then
+    // be re-prefilled from its tokens without the client noticing.
+    let Some(server) = start_with(&["--verify-sessions", "1"]) else {
+        return;
+    };
+    let p = server.port;
+    let prefix: Vec<u32> = vec![504, 1782, 4683, 359, 260];
+    let g = greedy_tokens(p, &prefix, 9);
+
+    let (status, v) = post_verify(
+        p,
+        serde_json::json!({"session": "a", "prefix_tokens": prefix, "draft_tokens": g[..3]}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        (v["accepted"].as_u64(), v["next_token"].as_u64()),
+        (Some(3), Some(g[3] as u64))
+    );
+    let mut held = prefix.len() + 4;
+    assert_eq!(v["session_length"], held);
+    assert_eq!(v["usage"]["prompt_tokens"], prefix.len() + 3);
+
+    // The continuation sends the draft alone; the second drafted token is wrong.
+    let wrong = if g[5] == 7 { 8 } else { 7 };
+    let (status, v) = post_verify(
+        p,
+        serde_json::json!({"session": "a", "session_length": held, "draft_tokens": [g[4], wrong]}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        (v["accepted"].as_u64(), v["next_token"].as_u64()),
+        (Some(1), Some(g[5] as u64))
+    );
+    held += 2;
+    assert_eq!(v["session_length"], held);
+    assert_eq!(
+        v["usage"]["prompt_tokens"], 3,
+        "the pending token and the draft"
+    );
+
+    // Another session takes the only live cache; "a" continues from its tokens.
+    let (status, _) = post_verify(
+        p,
+        serde_json::json!({"session": "b", "prefix_tokens": [1, 2, 3], "draft_tokens": [4]}),
+    );
+    assert_eq!(status, 200);
+    let (status, v) = post_verify(
+        p,
+        serde_json::json!({"session": "a", "session_length": held, "draft_tokens": g[6..9]}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["accepted"], 3, "{v}");
+
+    // A client whose count differs is told so, and the session is gone after it.
+    let (status, v) = post_verify(
+        p,
+        serde_json::json!({"session": "a", "session_length": 3, "draft_tokens": [1]}),
+    );
+    assert_eq!(status, 409, "{v}");
+    assert_eq!(v["error"]["code"], "session_out_of_sync");
+    let (status, v) = post_verify(
+        p,
+        serde_json::json!({"session": "a", "session_length": held + 4, "draft_tokens": [1]}),
+    );
+    assert_eq!(status, 409, "{v}");
+    assert_eq!(v["error"]["code"], "session_unknown");
+    let (status, v) = post_verify(p, serde_json::json!({"session": "b", "draft_tokens": [1]}));
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["error"]["param"], "session_length");
+}
+
+#[test]
+fn sampled_verification_is_seeded_and_refuses_sampled_drafts() {
+    let Some(server) = start() else { return };
+    let p = server.port;
+    let body = serde_json::json!({"prefix_tokens": [504, 1782, 4683], "draft_tokens": [359, 260, 10],
+        "temperature": 0.8, "seed": 11});
+    let (status, first) = post_verify(p, body.clone());
+    assert_eq!(status, 200, "{first}");
+    let (_, again) = post_verify(p, body);
+    assert_eq!(first, again, "one seed, one verdict");
+    let (status, v) = post_verify(
+        p,
+        serde_json::json!({"prefix_tokens": [1], "draft_tokens": [2], "temperature": 0.8, "draft_probs": [0.4]}),
+    );
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["error"]["param"], "draft_probs");
 }
 
 fn metric(port: u16, name: &str) -> f64 {

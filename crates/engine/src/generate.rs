@@ -26,8 +26,6 @@ pub enum EngineError {
     Gguf(#[from] crate::gguf::GgufError),
     #[error("prompt is empty")]
     EmptyPrompt,
-    #[error("{0}")]
-    Unsupported(String),
     #[error("prompt of {prompt} tokens leaves no room in a context of {context}")]
     PromptTooLong { prompt: usize, context: usize },
 }
@@ -444,7 +442,7 @@ impl Engine {
 
 /// How much of `text` is safe to show: up to a stop string (and whether one was found),
 /// holding back an incomplete UTF-8 character or a possible start of a stop string.
-fn stable_text(text: &str, stops: &[String]) -> (usize, bool) {
+pub(crate) fn stable_text(text: &str, stops: &[String]) -> (usize, bool) {
     let mut first_stop = None;
     for s in stops.iter().filter(|s| !s.is_empty()) {
         if let Some(i) = text.find(s.as_str()) {

@@ -42,6 +42,18 @@ impl KvCache {
         2 * self.keys.len() * self.capacity * self.kv_dim * 4
     }
 
+    /// Grows the cache to hold at least `capacity` positions, keeping what it holds (a
+    /// speculative session starts small and grows with its generation).
+    pub fn reserve(&mut self, capacity: usize) {
+        if capacity <= self.capacity {
+            return;
+        }
+        for slab in self.keys.iter_mut().chain(self.values.iter_mut()) {
+            slab.resize(capacity * self.kv_dim, 0.0);
+        }
+        self.capacity = capacity;
+    }
+
     /// Forgets positions from `len` on (after a rejected speculative draft, or a new prompt
     /// that shares only a prefix with the old one).
     pub fn truncate(&mut self, len: usize) {

@@ -210,6 +210,14 @@ impl QMatrix {
                     // SAFETY: AVX2 and FMA were detected at run time; slices hold nb blocks each.
                     return unsafe { avx2::dot_q4_1(d, m, qs, x) };
                 }
+                QMatrix::Q4_0 { d, qs, .. } => {
+                    let (d, qs) = (
+                        &d[r * nb..(r + 1) * nb],
+                        &qs[r * nb * 16..(r + 1) * nb * 16],
+                    );
+                    // SAFETY: as above.
+                    return unsafe { avx2::dot_q4_0(d, qs, x) };
+                }
                 QMatrix::Q8_0 { d, qs, .. } => {
                     let (d, qs) = (
                         &d[r * nb..(r + 1) * nb],
@@ -381,6 +389,31 @@ mod avx2 {
             mins += m[b] * x.sum[b];
         }
         hsum(acc) + mins
+    }
+
+    /// Σ over blocks of d·dx·Σ((q − 8)·qx), for one Q4_0 row.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot_q4_0(d: &[f32], qs: &[u8], x: &QActs) -> f32 {
+        let mask = _mm256_set1_epi8(0x0F);
+        let ones = _mm256_set1_epi16(1);
+        let ones8 = _mm256_set1_epi8(1);
+        let eight = _mm256_set1_epi32(8);
+        let mut acc = _mm256_setzero_ps();
+        for (b, &db) in d.iter().enumerate() {
+            // SAFETY: block b lies inside `qs` (16 bytes a block) and `x.qs` (32 a block).
+            let (raw, xv) = unsafe {
+                (
+                    _mm_loadu_si128(qs.as_ptr().add(b * 16) as *const __m128i),
+                    _mm256_loadu_si256(x.qs.as_ptr().add(b * BLOCK) as *const __m256i),
+                )
+            };
+            let w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), mask);
+            let qx = _mm256_madd_epi16(_mm256_maddubs_epi16(w, xv), ones);
+            let sx = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, xv), ones);
+            let sum32 = _mm256_sub_epi32(qx, _mm256_mullo_epi32(sx, eight));
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum32), _mm256_set1_ps(db * x.d[b]), acc);
+        }
+        hsum(acc)
     }
 
     /// Σ over blocks of d·dx·Σ(q·qx), for one Q8_0 row.

@@ -82,6 +82,7 @@ fn greedy_verify_of_a_corrupted_draft_reproduces_plain_greedy_decoding() {
     // Speculative loop: drafts are the true greedy tokens with every third one corrupted,
     // so the verifier must reject there and supply the greedy token itself.
     let mut cache = e.new_cache(256);
+    let mut rng = straddle_engine::sample::Rng::new(0);
     let mut logits = e
         .model
         .forward(&prompt, &mut cache, false)
@@ -102,7 +103,15 @@ fn greedy_verify_of_a_corrupted_draft_reproduces_plain_greedy_decoding() {
             })
             .collect();
         let v = e
-            .verify(&mut cache, &logits, &draft, &Default::default())
+            .model
+            .verify(
+                &mut cache,
+                &logits,
+                &draft,
+                &Default::default(),
+                &[],
+                &mut rng,
+            )
             .expect("verify");
         passes += 1;
         out.extend_from_slice(&draft[..v.accepted]);
@@ -139,20 +148,38 @@ fn a_greedy_draft_from_the_same_model_is_accepted_whole() {
         .expect("logits");
     let mut rng = straddle_engine::sample::Rng::new(0);
     let d = e
-        .draft(&mut draft_cache, &logits, 5, &Default::default(), &mut rng)
+        .model
+        .draft(&mut draft_cache, &logits, 5, 0.0)
         .expect("draft");
-    assert_eq!(draft_cache.len(), prompt.len() + 5);
+    assert_eq!(d.tokens.len(), 5);
+    assert_eq!(draft_cache.len(), prompt.len() + 4);
     assert!(d.probs.iter().all(|&p| p > 0.0 && p <= 1.0));
     let mut verify_cache = e.new_cache(64);
     let v = e
-        .verify(&mut verify_cache, &logits, &[], &Default::default())
+        .model
+        .verify(
+            &mut verify_cache,
+            &logits,
+            &[],
+            &Default::default(),
+            &[],
+            &mut rng,
+        )
         .expect("empty draft");
     assert_eq!(v.accepted, 0);
     e.model
         .forward(&prompt, &mut verify_cache, false)
         .expect("prefill");
     let v = e
-        .verify(&mut verify_cache, &logits, &d.tokens, &Default::default())
+        .model
+        .verify(
+            &mut verify_cache,
+            &logits,
+            &d.tokens,
+            &Default::default(),
+            &[],
+            &mut rng,
+        )
         .expect("verify");
     assert_eq!(v.accepted, 5);
     assert_eq!(verify_cache.len(), prompt.len() + 5);

@@ -20,16 +20,32 @@ pub struct VerifyRequest {
     /// The draft model's probability of each drafted token (for rejection sampling).
     #[serde(default)]
     pub draft_probs: Vec<f32>,
+    /// Sampling of the verifier (0 or absent: greedy). With a session, the call that starts it
+    /// fixes `temperature`, `top_p` and `seed` for the whole generation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
     /// The edge tokenizer's hash; a mismatch is a 409.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokenizer_hash: Option<String>,
-    /// Lets the server keep this sequence's KV cache between calls.
+    /// Lets the server keep this sequence between calls: a call with a prefix (re)starts the
+    /// session; a call without one continues it and carries only the new draft.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
+    /// On a continuing call, the tokens the client holds for the session (prefix and every
+    /// token emitted so far); a mismatch with the server's count is a 409, never a guess.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_length: Option<u32>,
+}
+
+impl VerifyRequest {
+    /// Whether this call continues a session rather than giving the prefix.
+    pub fn continues_session(&self) -> bool {
+        self.session.is_some() && self.prefix_tokens.is_none() && self.messages.is_empty()
+    }
 }
 
 /// The verdict on a draft.
@@ -39,5 +55,8 @@ pub struct VerifyResponse {
     pub accepted: u32,
     /// The token the verifier emits after the accepted prefix.
     pub next_token: u32,
+    /// Tokens the session holds after this call, `next_token` included (sessions only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_length: Option<u32>,
     pub usage: Usage,
 }
