@@ -48,6 +48,7 @@ fn main() {
         edge_tokens_per_s: 20.0,
         rtt_ms: 80.0,
         edge_languages: vec!["en".into()],
+        cloud_verifies: false,
     };
     let policy = Policy::default();
     let prompts = [

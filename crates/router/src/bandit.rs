@@ -124,7 +124,8 @@ impl LinUcb {
     fn arm(target: Target) -> usize {
         match target {
             Target::Edge => 0,
-            Target::Cloud => 1,
+            // A speculative answer is the cloud's answer: it teaches the cloud arm.
+            Target::Cloud | Target::Speculative => 1,
         }
     }
 

@@ -17,6 +17,9 @@ use crate::task::{self, TaskType};
 pub enum Target {
     Edge,
     Cloud,
+    /// The edge drafts, the cloud verifies each draft in one pass: the cloud's answer, token
+    /// for token, for a fraction of its forward passes and output-token price.
+    Speculative,
 }
 
 /// What the caller knows about the device and the network (measured by the web crate).
@@ -31,6 +34,10 @@ pub struct Context {
     pub rtt_ms: f32,
     /// Languages the edge model handles (GGUF `general.languages`).
     pub edge_languages: Vec<String>,
+    /// The cloud can verify edge drafts: the worker's upstream serves `/v1/verify` and the
+    /// tokenizer hash its `/v1/models` reports equals the edge model's.
+    #[serde(default)]
+    pub cloud_verifies: bool,
 }
 
 /// Scenario weights of the composite score (larger means that term matters more).
@@ -97,6 +104,14 @@ pub struct Policy {
     /// When an edge answer hands over to the cloud mid-stream.
     #[serde(default)]
     pub cascade: CascadeRule,
+    /// Output tokens one verify call yields when speculating (accepted draft plus the
+    /// verifier's own); `cargo xtask bench speculative` measures it.
+    #[serde(default = "default_tokens_per_verify")]
+    pub speculative_tokens_per_call: f32,
+}
+
+fn default_tokens_per_verify() -> f32 {
+    3.0
 }
 
 /// Expected answer quality (0–1) of each target for one kind of task.
@@ -148,6 +163,7 @@ impl Default for Policy {
             cloud_quality: 0.85,
             task_quality: default_task_quality(),
             cascade: CascadeRule::default(),
+            speculative_tokens_per_call: default_tokens_per_verify(),
         }
     }
 }
@@ -242,6 +258,16 @@ pub fn decide(prompt: &str, max_tokens: Option<u32>, ctx: &Context, policy: &Pol
         + f64::from(out.tokens) / f64::from(policy.cloud_tokens_per_s.max(1.0));
     let cloud_cost = f64::from(prompt_tokens) / 1000.0 * policy.cloud_price_in_per_1k
         + f64::from(out.tokens) / 1000.0 * policy.cloud_price_out_per_1k;
+    // Speculative: one round trip and one cloud pass per verify call, the edge drafting every
+    // output token; the prompt and the drafts are billed as input, one token a call as output.
+    let verify_calls =
+        (f64::from(out.tokens) / f64::from(policy.speculative_tokens_per_call.max(1.0))).ceil();
+    let speculative_latency = verify_calls
+        * (f64::from(ctx.rtt_ms) / 1000.0 + 1.0 / f64::from(policy.cloud_tokens_per_s.max(1.0)))
+        + edge_latency;
+    let speculative_cost = f64::from(prompt_tokens + out.tokens) / 1000.0
+        * policy.cloud_price_in_per_1k
+        + verify_calls / 1000.0 * policy.cloud_price_out_per_1k;
     // The task's priors count as much as the classifier is sure of the task.
     let confidence = f64::from(task.confidence);
     let prior = policy
@@ -274,6 +300,7 @@ pub fn decide(prompt: &str, max_tokens: Option<u32>, ctx: &Context, policy: &Pol
         sig("edge_available", ctx.edge_available.into()),
         sig("edge_tokens_per_s", f64::from(ctx.edge_tokens_per_s).into()),
         sig("rtt_ms", f64::from(ctx.rtt_ms).into()),
+        sig("cloud_verifies", ctx.cloud_verifies.into()),
     ];
     let decision = |target: Target,
                     rule: Option<&str>,
@@ -283,15 +310,15 @@ pub fn decide(prompt: &str, max_tokens: Option<u32>, ctx: &Context, policy: &Pol
         reasons,
         pii: pii.clone(),
         estimated_latency_ms: 1000.0
-            * if target == Target::Edge {
-                edge_latency
-            } else {
-                cloud_latency
+            * match target {
+                Target::Edge => edge_latency,
+                Target::Cloud => cloud_latency,
+                Target::Speculative => speculative_latency,
             },
-        estimated_cost_usd: if target == Target::Edge {
-            0.0
-        } else {
-            cloud_cost
+        estimated_cost_usd: match target {
+            Target::Edge => 0.0,
+            Target::Cloud => cloud_cost,
+            Target::Speculative => speculative_cost,
         },
         // Only a scored edge decision may escalate: a rule that chose the edge (privacy,
         // offline) forbids the cloud.
@@ -344,29 +371,50 @@ pub fn decide(prompt: &str, max_tokens: Option<u32>, ctx: &Context, policy: &Pol
             vec![],
         );
     }
-    if out.tokens > policy.long_output_tokens {
-        return decision(
-            Target::Cloud,
-            Some("long_output"),
-            vec![format!(
-                "expected {} output tokens ({}) exceeds {}",
-                out.tokens, out.basis, policy.long_output_tokens
-            )],
-            vec![],
-        );
-    }
     let w = policy.weights;
-    let edge_score = w.latency * edge_latency - w.quality * edge_quality;
     let cloud_score =
         w.latency * cloud_latency + w.cost * cloud_cost * 100.0 - w.quality * cloud_quality;
-    let scores = vec![(Target::Edge, edge_score), (Target::Cloud, cloud_score)];
+    // The cloud's own answer either way: speculation is worth it when its latency and price
+    // beat plain streaming under the tenant's weights.
+    let speculative_score = w.latency * speculative_latency + w.cost * speculative_cost * 100.0
+        - w.quality * cloud_quality;
+    let speculate = ctx.cloud_verifies && speculative_score < cloud_score;
+    let speculative_reason = || {
+        format!(
+            "speculative: edge drafts, cloud verifies ({speculative_score:.3} vs plain cloud \
+             {cloud_score:.3})"
+        )
+    };
+    if out.tokens > policy.long_output_tokens {
+        let mut reasons = vec![format!(
+            "expected {} output tokens ({}) exceeds {}",
+            out.tokens, out.basis, policy.long_output_tokens
+        )];
+        let target = if speculate {
+            reasons.push(speculative_reason());
+            Target::Speculative
+        } else {
+            Target::Cloud
+        };
+        return decision(target, Some("long_output"), reasons, vec![]);
+    }
+    let edge_score = w.latency * edge_latency - w.quality * edge_quality;
+    let mut scores = vec![(Target::Edge, edge_score), (Target::Cloud, cloud_score)];
+    if ctx.cloud_verifies {
+        scores.push((Target::Speculative, speculative_score));
+    }
+    let mut reasons = vec![format!(
+        "score: edge {edge_score:.3} vs cloud {cloud_score:.3} (lower wins)"
+    )];
     let target = if edge_score <= cloud_score {
         Target::Edge
+    } else if speculate {
+        reasons.push(speculative_reason());
+        Target::Speculative
     } else {
         Target::Cloud
     };
-    let reason = format!("score: edge {edge_score:.3} vs cloud {cloud_score:.3} (lower wins)");
-    decision(target, None, vec![reason], scores)
+    decision(target, None, reasons, scores)
 }
 
 fn sig(name: &str, value: serde_json::Value) -> SignalValue {
@@ -387,7 +435,44 @@ mod tests {
             edge_tokens_per_s: 40.0,
             rtt_ms: 60.0,
             edge_languages: vec!["en".into()],
+            cloud_verifies: false,
         }
+    }
+
+    #[test]
+    fn speculation_is_chosen_only_where_the_cloud_verifies_and_the_weights_favour_it() {
+        let essay = "Write a detailed 2000-word essay on the history of the printing press.";
+        let verifies = Context {
+            cloud_verifies: true,
+            ..ctx()
+        };
+        // Latency-weighted: drafting in series with a round trip a call loses to streaming.
+        let d = decide(essay, None, &verifies, &Policy::default());
+        assert_eq!(d.target, Target::Cloud, "{:?}", d.reasons);
+        // A price-weighted tenant with an expensive cloud model: one output token a call.
+        let thrifty = Policy {
+            weights: Weights {
+                latency: 0.01,
+                cost: 8.0,
+                quality: 4.0,
+            },
+            cloud_price_out_per_1k: 0.015,
+            ..Policy::default()
+        };
+        let d = decide(essay, None, &verifies, &thrifty);
+        assert_eq!(d.target, Target::Speculative, "{:?}", d.reasons);
+        assert!(d.estimated_cost_usd > 0.0);
+        let plain = decide(essay, None, &ctx(), &thrifty);
+        assert_eq!(plain.target, Target::Cloud, "no verifier, no speculation");
+        assert!(d.estimated_cost_usd < plain.estimated_cost_usd);
+        // Privacy still decides first.
+        let private = decide(
+            "Write a detailed essay; my card is 4111 1111 1111 1111",
+            None,
+            &verifies,
+            &thrifty,
+        );
+        assert_eq!(private.target, Target::Edge);
     }
 
     #[test]

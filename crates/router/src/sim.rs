@@ -146,6 +146,19 @@ impl World {
                     + out / 1000.0 * self.cloud_price_out_per_1k,
                 self.rtt_ms / 1000.0 + self.cloud_queue_s + out / self.cloud_tokens_per_s,
             ),
+            // The cloud's answer, drafted by the edge: one round trip and one output token
+            // billed per verify call of three tokens.
+            Target::Speculative => {
+                let calls = (out / 3.0).ceil();
+                (
+                    self.cloud_skill - self.cloud_difficulty_penalty * request.difficulty,
+                    (prompt + out) / 1000.0 * self.cloud_price_in_per_1k
+                        + calls / 1000.0 * self.cloud_price_out_per_1k,
+                    calls * (self.rtt_ms / 1000.0 + 1.0 / self.cloud_tokens_per_s)
+                        + self.cloud_queue_s
+                        + out / self.edge_tokens_per_s,
+                )
+            }
         };
         let quality = f64::from(rng.next_f64() < p_good.clamp(0.0, 1.0));
         let breach = request.personal && target == Target::Cloud;
@@ -171,6 +184,7 @@ impl World {
             edge_tokens_per_s: self.edge_tokens_per_s as f32,
             rtt_ms: self.rtt_ms as f32,
             edge_languages: vec!["en".into()],
+            cloud_verifies: false,
         }
     }
 }

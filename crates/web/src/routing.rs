@@ -270,6 +270,7 @@ fn target_name(t: straddle_router::policy::Target) -> &'static str {
     match t {
         straddle_router::policy::Target::Edge => "edge",
         straddle_router::policy::Target::Cloud => "cloud",
+        straddle_router::policy::Target::Speculative => "speculative",
     }
 }
 
