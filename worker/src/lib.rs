@@ -63,16 +63,8 @@ async fn routes(req: Request, env: Env) -> Result<Response> {
         .get("/health", |_, _| {
             Response::from_json(&serde_json::json!({"status": "ok", "service": "straddle-worker"}))
         })
-        .get("/v1/models", |_, ctx| {
-            let model = ctx
-                .env
-                .var("UPSTREAM_MODEL")
-                .map(|v| v.to_string())
-                .unwrap_or_else(|_| "default".into());
-            Response::from_json(&serde_json::json!({
-                "object": "list",
-                "data": [{"id": model, "object": "model", "owned_by": "straddle"}],
-            }))
+        .get_async("/v1/models", |_, ctx| async move {
+            upstream::models(&ctx.env).await
         })
         .put_async("/v1/tenants/:id", |mut req, ctx| async move {
             let Some(tenant) = admin_tenant(&req, &ctx) else {

@@ -233,7 +233,7 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
             }
         };
 
-    let (upstream, mut resp) = match forward(&list, &body, CHAT_PATH).await {
+    let (upstream, mut resp) = match forward(&list, &body, CHAT_PATH, None).await {
         Ok(found) => found,
         Err(failure) => {
             let nobody = Upstream {
@@ -415,17 +415,23 @@ impl Failure {
 const CHAT_PATH: &str = "/v1/chat/completions";
 
 /// Tries the upstreams in order until one answers `path` with headers that are not a 5xx or
-/// 429.
+/// 429. Requests with an `affinity` key (a verify session) draw the same order every time, so
+/// they reach the upstream that holds their state while it is healthy.
 pub(crate) async fn forward(
     list: &[Upstream],
     body: &[u8],
     path: &str,
+    affinity: Option<&str>,
 ) -> std::result::Result<(Upstream, Response), Failure> {
     let mut failure = Failure {
         attempts: Vec::new(),
         all_timed_out: true,
     };
-    for i in upstreams::order(list, js_sys::Math::random) {
+    let order = match affinity {
+        Some(key) => upstreams::order(list, upstreams::keyed_random(key)),
+        None => upstreams::order(list, js_sys::Math::random),
+    };
+    for i in order {
         let up = &list[i];
         if !BREAKERS.with(|b| b.borrow_mut().allow(&up.name, now_ms())) {
             continue;
@@ -490,6 +496,62 @@ async fn send(up: &Upstream, body: &[u8], path: &str) -> std::result::Result<Res
             Err(Sent::TimedOut)
         }
     }
+}
+
+/// `GET /v1/models`: the model the worker serves, and whether it can verify edge drafts: when
+/// an upstream supports `/v1/verify`, its own `/v1/models` supplies the tokenizer hash a
+/// browser compares with its edge model's before it speculates.
+pub async fn models(env: &Env) -> Result<Response> {
+    let id = env
+        .var("UPSTREAM_MODEL")
+        .map(|v| v.to_string())
+        .unwrap_or_else(|_| "default".into());
+    let verifier = upstream_list(env)
+        .ok()
+        .and_then(|l| l.into_iter().find(|u| u.supports_verify));
+    let mut tokenizer_hash = None;
+    if let Some(up) = &verifier {
+        match get_json::<straddle_protocol::ModelList>(up, "/v1/models").await {
+            Ok(list) => tokenizer_hash = list.data.into_iter().find_map(|m| m.tokenizer_hash),
+            Err(e) => worker::console_warn!("verify upstream {} has no model list: {e}", up.name),
+        }
+    }
+    Response::from_json(&serde_json::json!({
+        "object": "list",
+        "data": [{
+            "id": id, "object": "model", "owned_by": "straddle",
+            // Speculation needs both: a verifier, and its tokenizer to compare.
+            "supports_verify": verifier.is_some() && tokenizer_hash.is_some(),
+            "tokenizer_hash": tokenizer_hash,
+        }],
+    }))
+}
+
+/// GETs `path` from `up` as JSON, within the upstream's first-byte timeout.
+async fn get_json<T: serde::de::DeserializeOwned>(
+    up: &Upstream,
+    path: &str,
+) -> std::result::Result<T, String> {
+    let url = format!("{}{path}", up.url.trim_end_matches('/'));
+    let request = Request::new(&url, Method::Get).map_err(|e| e.to_string())?;
+    let controller = AbortController::default();
+    let signal = controller.signal();
+    let fetch = Fetch::Request(request);
+    let sending = Box::pin(fetch.send_with_signal(&signal));
+    let timer = Box::pin(Delay::from(std::time::Duration::from_millis(
+        up.first_byte_timeout_ms,
+    )));
+    let mut resp = match futures_util::future::select(sending, timer).await {
+        futures_util::future::Either::Left((result, _)) => result.map_err(|e| e.to_string())?,
+        futures_util::future::Either::Right(_) => {
+            controller.abort();
+            return Err(format!("no answer within {} ms", up.first_byte_timeout_ms));
+        }
+    };
+    if resp.status_code() != 200 {
+        return Err(format!("answered {}", resp.status_code()));
+    }
+    resp.json::<T>().await.map_err(|e| e.to_string())
 }
 
 /// What a streamed answer held.

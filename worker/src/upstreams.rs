@@ -162,6 +162,22 @@ pub fn order(list: &[Upstream], mut random: impl FnMut() -> f64) -> Vec<usize> {
     out
 }
 
+/// A uniform [0, 1) stream determined by `key` (FNV-1a seeding SplitMix64), for orders that
+/// must repeat for the same key.
+pub fn keyed_random(key: &str) -> impl FnMut() -> f64 {
+    let mut state = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    move || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,6 +248,22 @@ mod tests {
         }
         // `big` carries three quarters of the first tries.
         let share = firsts[1] as f64 / 4000.0;
+        assert!((share - 0.75).abs() < 0.04, "{share}");
+    }
+
+    #[test]
+    fn a_keyed_order_repeats_for_its_key_and_keys_still_spread_by_weight() {
+        let list = [up("big", 3.0, 0), up("small", 1.0, 0)];
+        for key in ["session-1", "s2", "x"] {
+            assert_eq!(
+                order(&list, keyed_random(key)),
+                order(&list, keyed_random(key))
+            );
+        }
+        let big_first = (0..4000)
+            .filter(|i| order(&list, keyed_random(&format!("s{i}")))[0] == 0)
+            .count();
+        let share = big_first as f64 / 4000.0;
         assert!((share - 0.75).abs() < 0.04, "{share}");
     }
 

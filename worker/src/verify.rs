@@ -15,8 +15,12 @@ use crate::upstream::{
 const MAX_DRAFT: usize = 64;
 
 /// What the request asks the verifier to read, as a token bound: the prefix's ids when given
-/// (exact), else two bytes a token of the messages, plus the draft.
+/// (exact), else two bytes a token of the messages, or on a continuing session call the one
+/// pending token; plus the draft.
 fn input_tokens_bound(req: &VerifyRequest) -> i64 {
+    if req.continues_session() {
+        return 1 + req.draft_tokens.len() as i64;
+    }
     let prefix = match &req.prefix_tokens {
         Some(ids) => ids.len() as i64,
         None => req
@@ -36,10 +40,17 @@ fn check(req: &VerifyRequest) -> std::result::Result<(), ApiError> {
         ));
     }
     let has_prefix = req.prefix_tokens.as_ref().is_some_and(|p| !p.is_empty());
-    if !has_prefix && req.messages.is_empty() {
+    if req.continues_session() {
+        if req.session_length.is_none() {
+            return Err(ApiError::invalid(
+                "session_length",
+                "a call that continues a session must say how many tokens it holds",
+            ));
+        }
+    } else if !has_prefix && req.messages.is_empty() {
         return Err(ApiError::invalid(
             "prefix_tokens",
-            "give the prefix as prefix_tokens or messages",
+            "give the prefix as prefix_tokens or messages, or continue a session",
         ));
     }
     if !req.draft_probs.is_empty() && req.draft_probs.len() != req.draft_tokens.len() {
@@ -109,18 +120,19 @@ pub async fn verify(mut req: Request, env: &Env) -> Result<Response> {
         total_ms: now_ms() - started,
         outcome: outcome.into(),
     };
-    let (upstream, mut resp) = match forward(&list, &body, "/v1/verify").await {
-        Ok(found) => found,
-        Err(failure) => {
-            settle(
-                stub,
-                hold.id.clone(),
-                record("none", failure.outcome(), 0, 0, (0.0, 0.0)),
-            )
-            .await;
-            return error_response(&failure.into_api_error());
-        }
-    };
+    let (upstream, mut resp) =
+        match forward(&list, &body, "/v1/verify", parsed.session.as_deref()).await {
+            Ok(found) => found,
+            Err(failure) => {
+                settle(
+                    stub,
+                    hold.id.clone(),
+                    record("none", failure.outcome(), 0, 0, (0.0, 0.0)),
+                )
+                .await;
+                return error_response(&failure.into_api_error());
+            }
+        };
     let prices = (upstream.price_in_per_1k, upstream.price_out_per_1k);
     let status = resp.status_code();
     if status != 200 {
@@ -189,5 +201,22 @@ mod tests {
         };
         assert!(check(&by_messages).is_ok());
         assert_eq!(input_tokens_bound(&by_messages), 2 + 8 + 2);
+        let continuing = VerifyRequest {
+            prefix_tokens: None,
+            session: Some("s".into()),
+            session_length: Some(40),
+            ..by_messages.clone()
+        };
+        let continuing = VerifyRequest {
+            messages: vec![],
+            ..continuing
+        };
+        assert!(check(&continuing).is_ok());
+        assert_eq!(input_tokens_bound(&continuing), 1 + 2);
+        let without_length = VerifyRequest {
+            session_length: None,
+            ..continuing
+        };
+        assert!(check(&without_length).is_err());
     }
 }

@@ -49,6 +49,28 @@ test("a draft is verified through the worker: the cloud's greedy token, then a d
   assert.ok(ok.usd > 0, "billed at the upstream's price");
 });
 
+test("a verify session continues through the worker with the draft alone, billed for what it sends", { skip }, async () => {
+  const session = `s-${Date.now()}`;
+  const first = await verify(worker.url, { messages, draft_tokens: [0], session });
+  assert.equal(first.status, 200);
+  const a = await first.json();
+  assert.ok(a.session_length > 1);
+  // The continuation carries no prefix: the worker must not ask for one, and holds only
+  // the pending token and the draft.
+  const second = await verify(worker.url, { session, session_length: a.session_length, draft_tokens: [0, 0] });
+  assert.equal(second.status, 200, await second.clone().text());
+  const b = await second.json();
+  assert.equal(b.usage.prompt_tokens, 3, "the pending token and two drafted");
+  assert.equal(b.session_length, a.session_length + b.accepted + 1);
+  // A continuation the cloud no longer knows is a 409 the client answers with its prefix.
+  const lost = await verify(worker.url, { session: `${session}-gone`, session_length: 9, draft_tokens: [1] });
+  assert.equal(lost.status, 409);
+  assert.equal((await lost.json()).error.code, "session_unknown");
+  const unsized = await verify(worker.url, { session, draft_tokens: [1] });
+  assert.equal(unsized.status, 400);
+  assert.equal((await unsized.json()).error.param, "session_length");
+});
+
 test("verify is refused without a token, with a bad draft, without a verify upstream, and past the budget", { skip }, async () => {
   assert.equal((await verify(worker.url, { messages, draft_tokens: [1] }, "")).status, 401);
   const empty = await verify(worker.url, { messages, draft_tokens: [] });
