@@ -1,4 +1,4 @@
-//! `cargo xtask bench [engine|cloud|router|all]`: runs benchmarks beside their peers in the same run and
+//! `cargo xtask bench [engine|cloud|router|web|speculative|all]`: runs benchmarks beside their peers in the same run and
 //! writes the table to BENCHMARKS.md.
 
 use std::process::Command;
@@ -21,11 +21,14 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         "cloud" => cloud(),
         "router" => router(),
         "web" => web(args.iter().any(|a| a == "--release")),
+        "speculative" => speculative(),
         "all" => engine()
             .and_then(|()| cloud())
             .and_then(|()| router())
             .and_then(|()| web(false)),
-        other => bail!("unknown benchmark `{other}` (known: engine, cloud, router, web, all)"),
+        other => bail!(
+            "unknown benchmark `{other}` (known: engine, cloud, router, web, speculative, all)"
+        ),
     }
 }
 
@@ -339,5 +342,99 @@ fn cloud() -> anyhow::Result<()> {
     write_section(
         "Cloud server",
         &format!("Command: `cargo xtask bench cloud`\n\n{table}"),
+    )
+}
+
+/// `cargo xtask bench speculative`: edge-draft / cloud-verify beside plain cloud streaming at
+/// simulated round-trip times, with the default model as the verifier and two drafters: the
+/// same file, and a lower-precision Q4_0 copy of it (same tokenizer, different numbers).
+fn speculative() -> anyhow::Result<()> {
+    let tools = setup::run()?;
+    // The test profile: the engine and every dependency at opt-level 3 (as fast as the `fast`
+    // profile for this workload: 40 tokens/s either way here), without a second burn build.
+    util::run(
+        util::cargo()
+            .args(["build", "--quiet", "--workspace", "--bins"])
+            .current_dir(root()),
+    )?;
+    let straddle = util::target_dir().join("debug/straddle");
+    let q4_0 = tools
+        .model
+        .with_file_name("smollm2-135m-instruct-q4_0-requant.gguf");
+    if !q4_0.is_file() {
+        util::run(
+            Command::new(&straddle)
+                .arg("requant")
+                .arg(&tools.model)
+                .arg(&q4_0)
+                .args(["--from", "q4-1", "--to", "q4-0"]),
+        )?;
+    }
+    let port = 18092u16;
+    let mut child = Command::new(util::target_dir().join("debug/straddle-cloud"))
+        .arg("--model")
+        .arg(&tools.model)
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let base = format!("http://127.0.0.1:{port}");
+    let runs = [
+        (
+            "Q4_0 copy (lower precision), adaptive k",
+            &q4_0,
+            ["4", "1", "16"],
+        ),
+        (
+            "Q4_0 copy (lower precision), fixed k = 8",
+            &q4_0,
+            ["8", "8", "8"],
+        ),
+        (
+            "the verifier's own file, adaptive k",
+            &tools.model,
+            ["4", "1", "16"],
+        ),
+    ];
+    let result = (|| -> anyhow::Result<String> {
+        wait_health(&format!("{base}/health"), &mut child)?;
+        let mut body = String::new();
+        for (name, drafter, [k, min, max]) in runs {
+            let table = util::output(
+                Command::new(&straddle)
+                    .arg("bench-speculative")
+                    .arg("--model")
+                    .arg(drafter)
+                    .args([
+                        "--cloud",
+                        &base,
+                        "--draft",
+                        k,
+                        "--min-draft",
+                        min,
+                        "--max-draft",
+                        max,
+                    ])
+                    .current_dir(root()),
+            )?;
+            println!("### Drafter: {name}\n\n{table}");
+            body.push_str(&format!("### Drafter: {name}\n\n{table}\n"));
+        }
+        Ok(body)
+    })();
+    let _ = child.kill();
+    let _ = child.wait();
+    let body = result?;
+    write_section(
+        "Speculative decoding: edge draft, cloud verify",
+        &format!(
+            "Command: `cargo xtask bench speculative` (20 prompts of four kinds from \
+             `crates/cli/data/speculative-prompts.jsonl`, 64 tokens each, greedy; verifier: \
+             `straddle-cloud` with the default SmolLM2-135M Q4_1 on 127.0.0.1, reached through a \
+             delay proxy adding the RTT; drafter: the native engine in the same process as the \
+             client; plain = `/v1/chat/completions` streaming through the same proxy; both on \
+             the same 2 cores, one after the other)\n\n{body}"
+        ),
     )
 }

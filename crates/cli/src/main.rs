@@ -1,6 +1,11 @@
 //! `straddle`: the command-line face of the engine and the router.
 
+mod bench_speculative;
+mod chat;
+mod delay_proxy;
+mod requant;
 mod routellm;
+mod speculative;
 #[cfg(test)]
 mod test_support;
 mod train_router;
@@ -26,6 +31,16 @@ enum Command {
         /// Also list every tensor.
         #[arg(long)]
         tensors: bool,
+    },
+    /// Rewrite a GGUF's weight matrices of one block type in another (e.g. a lower-precision
+    /// copy of a model to draft for it).
+    Requant {
+        input: PathBuf,
+        output: PathBuf,
+        #[arg(long, value_enum, default_value = "q4-1")]
+        from: requant::Target,
+        #[arg(long, value_enum)]
+        to: requant::Target,
     },
     /// Scan text for personal data and print the entity classes found.
     Pii { text: String },
@@ -66,6 +81,67 @@ enum Command {
         #[arg(long, default_value_t = 900)]
         ttl: u64,
     },
+    /// Answer a prompt on the edge engine, from the cloud, or speculatively (the edge drafts,
+    /// the cloud verifies); the text streams to standard output, a summary to standard error.
+    Chat {
+        /// The prompt (read from standard input when absent).
+        prompt: Option<String>,
+        /// The edge model (default: the model fetched by `cargo xtask setup`).
+        #[arg(long, env = "STRADDLE_MODEL")]
+        model: Option<PathBuf>,
+        /// The worker or cloud server to escalate to.
+        #[arg(long, env = "STRADDLE_CLOUD")]
+        cloud: Option<String>,
+        /// A tenant token for the worker (`straddle token`).
+        #[arg(long, env = "STRADDLE_TOKEN")]
+        token: Option<String>,
+        #[arg(long, value_enum, default_value = "edge")]
+        mode: chat::Mode,
+        /// Shorthand for `--mode speculative`.
+        #[arg(long)]
+        speculative: bool,
+        #[arg(long)]
+        system: Option<String>,
+        #[arg(long, default_value_t = 256)]
+        max_tokens: usize,
+        #[arg(long, default_value_t = 0.0)]
+        temperature: f32,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Tokens drafted per verify call at first (adapted as acceptance is measured).
+        #[arg(long, default_value_t = 4)]
+        draft: usize,
+        /// Longest draft.
+        #[arg(long, default_value_t = 16)]
+        max_draft: usize,
+        /// Seconds one cloud call may take.
+        #[arg(long, default_value_t = 60)]
+        timeout: u64,
+    },
+    /// Benchmark speculative decoding beside plain cloud streaming at simulated round-trip
+    /// times (what `cargo xtask bench speculative` runs).
+    BenchSpeculative {
+        /// The drafting (edge) model.
+        #[arg(long, env = "STRADDLE_MODEL")]
+        model: Option<PathBuf>,
+        /// The cloud server (http://host:port), reached through a delay proxy.
+        #[arg(long)]
+        cloud: String,
+        #[arg(long, default_value = "crates/cli/data/speculative-prompts.jsonl")]
+        prompts: PathBuf,
+        /// Round-trip times to simulate, in ms.
+        #[arg(long, value_delimiter = ',', default_value = "0,20,50,80")]
+        rtt: Vec<u64>,
+        #[arg(long, default_value_t = 64)]
+        max_tokens: usize,
+        #[arg(long, default_value_t = 4)]
+        draft: usize,
+        /// Shortest draft (set equal to --max-draft for a fixed k).
+        #[arg(long, default_value_t = 1)]
+        min_draft: usize,
+        #[arg(long, default_value_t = 16)]
+        max_draft: usize,
+    },
     /// Evaluate the router on benchmark data.
     Eval {
         #[command(subcommand)]
@@ -102,8 +178,85 @@ enum Eval {
 }
 
 fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     match Cli::parse().command {
+        Command::Chat {
+            prompt,
+            model,
+            cloud,
+            token,
+            mode,
+            speculative,
+            system,
+            max_tokens,
+            temperature,
+            seed,
+            draft,
+            max_draft,
+            timeout,
+        } => chat::run(
+            &chat::ChatArgs {
+                model: model.unwrap_or_else(straddle_engine::default_model_path),
+                cloud,
+                token,
+                mode: if speculative {
+                    chat::Mode::Speculative
+                } else {
+                    mode
+                },
+                system,
+                max_tokens,
+                temperature,
+                seed,
+                draft,
+                max_draft,
+                timeout: std::time::Duration::from_secs(timeout),
+            },
+            prompt,
+        ),
         Command::Gguf { path, tensors } => gguf(&path, tensors),
+        Command::BenchSpeculative {
+            model,
+            cloud,
+            prompts,
+            rtt,
+            max_tokens,
+            draft,
+            min_draft,
+            max_draft,
+        } => {
+            let table = bench_speculative::run(&bench_speculative::BenchArgs {
+                model: model.unwrap_or_else(straddle_engine::default_model_path),
+                cloud,
+                prompts,
+                rtts_ms: rtt,
+                max_tokens,
+                draft,
+                min_draft,
+                max_draft,
+            })?;
+            print!("{table}");
+            Ok(())
+        }
+        Command::Requant {
+            input,
+            output,
+            from,
+            to,
+        } => {
+            let n = requant::run(&input, &output, from, to)?;
+            println!(
+                "{n} tensors rewritten as {to:?}; wrote {}",
+                output.display()
+            );
+            Ok(())
+        }
         Command::Pii { text } => {
             for span in straddle_router::pii::detect(&text) {
                 println!(

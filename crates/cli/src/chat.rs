@@ -1,0 +1,249 @@
+//! `straddle chat`: one prompt answered on the edge engine, by the cloud (through the worker
+//! or a cloud server), or by both with speculative decoding.
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use straddle_engine::speculative::DraftLength;
+use straddle_engine::{ChatMessage, Engine, Flow, GenerateParams, Prompt, SamplingParams};
+use straddle_protocol::sse::{DONE, Parser};
+use straddle_protocol::{ChatChunk, ChatRequest, Message, Role, StreamOptions};
+
+use crate::speculative::{self, RemoteVerifier};
+
+/// Where the answer comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// The local engine alone.
+    Edge,
+    /// Plain streaming from the cloud.
+    Cloud,
+    /// The local engine drafts, the cloud verifies.
+    Speculative,
+}
+
+/// Settings of `straddle chat`.
+pub struct ChatArgs {
+    pub model: std::path::PathBuf,
+    pub cloud: Option<String>,
+    pub token: Option<String>,
+    pub mode: Mode,
+    pub system: Option<String>,
+    pub max_tokens: usize,
+    pub temperature: f32,
+    pub seed: u64,
+    pub draft: usize,
+    pub max_draft: usize,
+    pub timeout: Duration,
+}
+
+/// Loads the edge model from `path`.
+pub fn load_engine(path: &Path) -> anyhow::Result<Engine> {
+    let source = straddle_engine::gguf::FileSource::open(path).with_context(|| {
+        format!(
+            "opening model {} (run `cargo xtask setup`, or pass --model)",
+            path.display()
+        )
+    })?;
+    Engine::load(source, straddle_engine::generate::DEFAULT_CONTEXT)
+        .with_context(|| format!("loading model {}", path.display()))
+}
+
+/// Answers `prompt` (or standard input when it is absent), streaming to standard output and
+/// a summary to standard error.
+pub fn run(args: &ChatArgs, prompt: Option<String>) -> anyhow::Result<()> {
+    let prompt = match prompt {
+        Some(p) => p,
+        None => {
+            let mut s = String::new();
+            std::io::stdin()
+                .read_to_string(&mut s)
+                .context("reading the prompt from standard input")?;
+            s
+        }
+    };
+    if prompt.trim().is_empty() {
+        anyhow::bail!("the prompt is empty");
+    }
+    let mut messages = Vec::new();
+    if let Some(s) = &args.system {
+        messages.push(ChatMessage::new("system", s.clone()));
+    }
+    messages.push(ChatMessage::new("user", prompt));
+    let params = GenerateParams {
+        sampling: SamplingParams {
+            temperature: args.temperature,
+            seed: args.seed,
+            ..Default::default()
+        },
+        max_tokens: args.max_tokens,
+        ..Default::default()
+    };
+    let mut out = std::io::stdout().lock();
+    let mut print = |t: &str| {
+        // A closed pipe (`| head`) ends the output, not the program with a panic.
+        let _ = out.write_all(t.as_bytes());
+        let _ = out.flush();
+    };
+    let cloud = || {
+        args.cloud
+            .as_deref()
+            .context("--cloud URL is needed for this mode (the worker or a cloud server)")
+    };
+    match args.mode {
+        Mode::Edge => {
+            let engine = load_engine(&args.model)?;
+            let c = engine.generate(Prompt::Messages(&messages), &params, |ev| {
+                print(&ev.text);
+                Flow::Continue
+            })?;
+            println!();
+            eprintln!(
+                "edge: {} tokens, prefill {:.0} ms, {:.1} tokens/s",
+                c.tokens.len(),
+                c.prefill_ms,
+                c.decode_tokens_per_s()
+            );
+        }
+        Mode::Cloud => {
+            let streamed = stream_cloud(
+                cloud()?,
+                args.token.as_deref(),
+                &messages,
+                &params,
+                args.timeout,
+                print,
+            )?;
+            println!();
+            eprintln!(
+                "cloud: {} tokens in {:.2} s",
+                streamed.completion_tokens,
+                streamed.elapsed.as_secs_f64()
+            );
+        }
+        Mode::Speculative => {
+            let engine = load_engine(&args.model)?;
+            let mut verifier =
+                RemoteVerifier::new(cloud()?, args.token.clone(), &engine, &params, args.timeout);
+            let lengths = DraftLength::new(args.draft, 1, args.max_draft);
+            let o =
+                speculative::generate(&engine, &messages, &params, lengths, &mut verifier, print)?;
+            println!();
+            let n = o.tokens.len().max(1) as f64;
+            eprintln!(
+                "speculative: {} tokens in {:.2} s ({:.1} tokens/s); {} verify calls ({:.2} per \
+                 token), {} of {} drafted tokens accepted, k now {}{}",
+                o.tokens.len(),
+                o.elapsed.as_secs_f64(),
+                n / o.elapsed.as_secs_f64(),
+                o.stats.calls,
+                o.stats.calls as f64 / n,
+                o.stats.accepted,
+                o.stats.drafted,
+                o.final_k,
+                match &o.degraded {
+                    Some(why) => format!(
+                        "; degraded: {} tokens from the edge alone ({why})",
+                        o.stats.edge_alone
+                    ),
+                    None => String::new(),
+                }
+            );
+        }
+    }
+    Ok(())
+}
+
+/// What a plain cloud stream delivered.
+#[derive(Debug, Clone)]
+pub struct Streamed {
+    pub text: String,
+    pub completion_tokens: u32,
+    pub elapsed: Duration,
+}
+
+/// Streams an answer from `/v1/chat/completions` at `base`.
+pub fn stream_cloud(
+    base: &str,
+    token: Option<&str>,
+    messages: &[ChatMessage],
+    params: &GenerateParams,
+    timeout: Duration,
+    mut on_text: impl FnMut(&str),
+) -> anyhow::Result<Streamed> {
+    let started = Instant::now();
+    let agent = ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .http_status_as_error(false)
+        .build()
+        .new_agent();
+    let messages = messages
+        .iter()
+        .map(|m| {
+            let role = match m.role.as_str() {
+                "system" => Role::System,
+                "assistant" => Role::Assistant,
+                _ => Role::User,
+            };
+            Message::new(role, m.content.clone())
+        })
+        .collect();
+    let req = ChatRequest {
+        messages,
+        stream: true,
+        stream_options: Some(StreamOptions {
+            include_usage: true,
+        }),
+        max_tokens: Some(params.max_tokens as u32),
+        temperature: Some(params.sampling.temperature),
+        seed: Some(params.sampling.seed),
+        ..Default::default()
+    };
+    let url = format!("{}/v1/chat/completions", base.trim_end_matches('/'));
+    let mut request = agent.post(&url).header("content-type", "application/json");
+    if let Some(t) = token {
+        request = request.header("authorization", &format!("Bearer {t}"));
+    }
+    let mut resp = request
+        .send(&serde_json::to_vec(&req)?[..])
+        .with_context(|| format!("POST {url}"))?;
+    let status = resp.status().as_u16();
+    if status != 200 {
+        let body = resp.body_mut().read_to_string().unwrap_or_default();
+        anyhow::bail!("{url} answered {status}: {body}");
+    }
+    let mut reader = resp.into_body().into_reader();
+    let mut parser = Parser::new(1 << 20);
+    let mut buf = [0u8; 4096];
+    let mut out = Streamed {
+        text: String::new(),
+        completion_tokens: 0,
+        elapsed: Duration::ZERO,
+    };
+    'read: loop {
+        let n = reader.read(&mut buf).context("reading the stream")?;
+        if n == 0 {
+            break;
+        }
+        for ev in parser.push(&buf[..n])? {
+            if ev.data == DONE {
+                break 'read;
+            }
+            let chunk: ChatChunk = serde_json::from_str(&ev.data)
+                .with_context(|| format!("an unreadable chunk: {}", ev.data))?;
+            if let Some(u) = &chunk.usage {
+                out.completion_tokens = u.completion_tokens;
+            }
+            for c in &chunk.choices {
+                if let Some(t) = &c.delta.content {
+                    on_text(t);
+                    out.text.push_str(t);
+                }
+            }
+        }
+    }
+    out.elapsed = started.elapsed();
+    Ok(out)
+}

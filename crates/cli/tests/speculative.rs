@@ -1,0 +1,294 @@
+//! `straddle chat --speculative` against the real cloud server with the real model: the
+//! output is the cloud's greedy output token for token, and a verifier that dies mid-answer
+//! leaves the edge to finish without repeating or dropping a token.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+fn model() -> Option<PathBuf> {
+    let path = std::env::var_os("STRADDLE_TEST_MODEL")
+        .map_or_else(straddle_engine::default_model_path, PathBuf::from);
+    if path.is_file() {
+        return Some(path);
+    }
+    eprintln!(
+        "skipping: no model at {} (run `cargo xtask setup`)",
+        path.display()
+    );
+    None
+}
+
+/// The cloud server binary: `STRADDLE_CLOUD_BIN`, else beside this test's binary directory
+/// (a workspace build puts it there).
+fn cloud_bin() -> Option<PathBuf> {
+    let path = std::env::var_os("STRADDLE_CLOUD_BIN")
+        .map(PathBuf::from)
+        .or_else(|| {
+            let exe = std::env::current_exe().ok()?;
+            Some(exe.parent()?.parent()?.join("straddle-cloud"))
+        })?;
+    if path.is_file() {
+        return Some(path);
+    }
+    // Under `cargo xtask test` (which names the model) a missing server is a failure, not a
+    // reason to skip.
+    assert!(
+        std::env::var_os("STRADDLE_TEST_MODEL").is_none(),
+        "no straddle-cloud binary at {}",
+        path.display()
+    );
+    eprintln!("skipping: no straddle-cloud binary at {}", path.display());
+    None
+}
+
+struct Cloud {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Cloud {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+fn start_cloud(bin: &PathBuf, model: &PathBuf) -> Cloud {
+    let port = free_port();
+    let child = Command::new(bin)
+        .arg("--model")
+        .arg(model)
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn cloud");
+    let cloud = Cloud { child, port };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            // Listening comes before the model is loaded; /health answers after.
+            if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
+                let _ =
+                    s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+                let mut text = String::new();
+                let _ = s.read_to_string(&mut text);
+                if text.starts_with("HTTP/1.1 200") {
+                    return cloud;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("the cloud server did not come up");
+}
+
+fn chat(args: &[&str], prompt: &str) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_straddle"))
+        .arg("chat")
+        .args(args)
+        .arg(prompt)
+        .output()
+        .expect("run straddle chat")
+}
+
+fn stdout(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "straddle chat failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// "N verify calls" from a speculative run's summary.
+fn verify_calls(o: &Output) -> usize {
+    let err = String::from_utf8_lossy(&o.stderr);
+    err.split(" verify calls")
+        .next()
+        .and_then(|s| s.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no verify count in {err}"))
+}
+
+const PROMPTS: [&str; 8] = [
+    "Write a Python function that returns the n-th Fibonacci number.",
+    "What is the capital of France?",
+    "Return a JSON object with the fields name and age for a fictional person.",
+    "Write a haiku about autumn leaves.",
+    "List three primary colors.",
+    "Explain in two sentences why the sky is blue.",
+    "Write a polite email asking a colleague to review a document.",
+    "Give a YAML config with a server host and port.",
+];
+
+#[test]
+fn speculative_output_equals_the_clouds_greedy_output_on_eight_prompts() {
+    let (Some(model), Some(bin)) = (model(), cloud_bin()) else {
+        return;
+    };
+    let cloud = start_cloud(&bin, &model);
+    let url = format!("http://127.0.0.1:{}", cloud.port);
+    // A lower-precision copy drafts, so drafts are often, not always, right.
+    let drafter = std::env::temp_dir().join(format!("straddle-q4_0-{}.gguf", std::process::id()));
+    let made = Command::new(env!("CARGO_BIN_EXE_straddle"))
+        .arg("requant")
+        .arg(&model)
+        .arg(&drafter)
+        .args(["--to", "q4-0"])
+        .output()
+        .expect("requant");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let drafter_arg = drafter.to_string_lossy().into_owned();
+    let (mut calls, mut rejected_somewhere) = (0, false);
+    for prompt in PROMPTS {
+        let plain = stdout(&chat(
+            &["--mode", "cloud", "--cloud", &url, "--max-tokens", "32"],
+            prompt,
+        ));
+        let spec_out = chat(
+            &[
+                "--speculative",
+                "--cloud",
+                &url,
+                "--model",
+                &drafter_arg,
+                "--max-tokens",
+                "32",
+            ],
+            prompt,
+        );
+        assert_eq!(stdout(&spec_out), plain, "prompt {prompt:?}");
+        calls += verify_calls(&spec_out);
+        let err = String::from_utf8_lossy(&spec_out.stderr);
+        rejected_somewhere |= err
+            .split(" drafted tokens accepted")
+            .next()
+            .and_then(|s| {
+                let mut w = s.rsplit(' ');
+                let drafted: usize = w.next()?.parse().ok()?;
+                let _of = w.next();
+                let accepted: usize = w.next()?.parse().ok()?;
+                Some(accepted < drafted)
+            })
+            .unwrap_or(false);
+    }
+    let _ = std::fs::remove_file(&drafter);
+    assert!(
+        rejected_somewhere,
+        "the Q4_0 drafter never disagreed: the test proves nothing"
+    );
+    assert!(
+        calls < 8 * 32,
+        "{calls} verify calls for 256 tokens: no batching"
+    );
+}
+
+/// Test double: a proxy to the cloud that forwards `answers` HTTP responses, then cuts every
+/// connection and refuses new ones (a verifier that dies mid-answer).
+fn dying_proxy(upstream: u16, answers: usize) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let dead = Arc::new(AtomicBool::new(false));
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { break };
+            if dead.load(Ordering::SeqCst) {
+                let _ = client.shutdown(Shutdown::Both);
+                continue;
+            }
+            let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                break;
+            };
+            let (mut c_in, mut s_out) = (
+                client.try_clone().expect("clone"),
+                server.try_clone().expect("clone"),
+            );
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut c_in, &mut s_out);
+            });
+            let (seen, dead) = (seen.clone(), dead.clone());
+            let (mut s_in, mut c_out) = (server, client);
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 8192];
+                while let Ok(n) = s_in.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    let chunk = &buf[..n];
+                    let mut cut = None;
+                    for (i, w) in chunk.windows(9).enumerate() {
+                        if w == b"HTTP/1.1 " && seen.fetch_add(1, Ordering::SeqCst) >= answers {
+                            cut = Some(i);
+                            break;
+                        }
+                    }
+                    let end = cut.unwrap_or(n);
+                    if c_out.write_all(&chunk[..end]).is_err() || cut.is_some() {
+                        dead.store(true, Ordering::SeqCst);
+                        let _ = c_out.shutdown(Shutdown::Both);
+                        let _ = s_in.shutdown(Shutdown::Both);
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+#[test]
+fn a_verifier_that_dies_mid_answer_leaves_the_edge_to_finish_without_losing_a_token() {
+    let (Some(model), Some(bin)) = (model(), cloud_bin()) else {
+        return;
+    };
+    let cloud = start_cloud(&bin, &model);
+    let url = format!("http://127.0.0.1:{}", cloud.port);
+    let prompt = "Write a short story about a lighthouse keeper.";
+    let plain = stdout(&chat(
+        &["--mode", "cloud", "--cloud", &url, "--max-tokens", "40"],
+        prompt,
+    ));
+    // Two verify answers get through, then the verifier is gone. The edge model is the cloud's
+    // own file, so any repeated or dropped token would show in the text.
+    let proxy = dying_proxy(cloud.port, 2);
+    let model_arg = model.to_string_lossy().into_owned();
+    let out = chat(
+        &[
+            "--speculative",
+            "--cloud",
+            &format!("http://127.0.0.1:{proxy}"),
+            "--model",
+            &model_arg,
+            "--max-tokens",
+            "40",
+            "--draft",
+            "2",
+            "--max-draft",
+            "2",
+        ],
+        prompt,
+    );
+    assert_eq!(stdout(&out), plain);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("2 verify calls"), "{err}");
+    assert!(err.contains("from the edge alone"), "{err}");
+}
