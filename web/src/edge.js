@@ -63,6 +63,19 @@ export class EdgeHost {
    * iterator of `{text, logprob, entropy}` and `completion` resolves when the worker is done.
    */
   generate(messages, params) {
+    return this.stream({ type: "generate", messages, params });
+  }
+
+  /**
+   * Starts a speculative reply (this model drafts, `verify.url`'s `/v1/verify` checks): the
+   * same shape as `generate`, its stream also carrying `{type: "degraded", reason}` when the
+   * verifier failed and the edge went on alone.
+   */
+  speculate(messages, params, verify) {
+    return this.stream({ type: "speculate", messages, params, verify });
+  }
+
+  stream(request) {
     if (this.crashed) throw this.crashed;
     const id = this.nextId++;
     const queue = [];
@@ -78,7 +91,7 @@ export class EdgeHost {
       finish: (m) => { ended = true; resolveDone(m.completion); notify(); },
       fail: (e) => { ended = true; failure = e; rejectDone(e); notify(); },
     });
-    this.worker.postMessage({ type: "generate", id, messages, params });
+    this.worker.postMessage({ ...request, id });
     const tokens = {
       [Symbol.asyncIterator]() { return this; },
       async next() {

@@ -3,6 +3,8 @@
 //   init {module}                     -> ready
 //   load {id, url, sha256, backend, cache} -> progress* then loaded | error
 //   generate {id, messages, params}   -> token* then done | error
+//   speculate {id, messages, params, verify: {url, token, tokenizerHash, timeoutMs}}
+//                                     -> (token | degraded)* then done | error
 //   cancel {id}                       (the reply ends as "cancelled")
 //   unload                            (frees the model)
 import init, { EdgeEngine, ModelBuffer, probeDevice } from "../pkg/straddle.js";
@@ -26,6 +28,8 @@ self.onmessage = async ({ data: m }) => {
       post({ type: "loaded", id: m.id, ...(await load(m)) });
     } else if (m.type === "generate") {
       await generate(m);
+    } else if (m.type === "speculate") {
+      await speculate(m);
     } else if (m.type === "cancel") {
       cancelled.add(m.id);
     } else if (m.type === "unload") {
@@ -114,7 +118,7 @@ async function load({ id, url, sha256, backend, cache: useCache }) {
   }
   progress("ready", got.bytes, got.bytes);
   return {
-    backend: engine.backend(), languages: engine.languages(), name: engine.name() ?? null,
+    backend: engine.backend(), languages: engine.languages(), name: engine.name() ?? null, tokenizerHash: engine.tokenizerHash(),
     sha256: got.digest, fromCache: got.fromCache, bytes: got.bytes, ms: performance.now() - t0,
     gpuError, device: { webgpu: device.webgpu, software: device.software,
       maxStorageBufferBytes: device.max_storage_buffer_bytes, maxInvocationsPerWorkgroup: device.max_invocations_per_workgroup },
@@ -139,5 +143,85 @@ async function generate({ id, messages, params }) {
   } finally {
     cancelled.delete(id);
     gen.free();
+  }
+}
+
+/**
+ * Speculative decoding: the model here drafts, the worker's `/v1/verify` checks each draft in
+ * one cloud pass, and the shown text is the cloud's own. The cloud keeps the sequence between
+ * calls (a session), so each call carries only the new draft. If a call fails, the edge goes on
+ * alone from exactly the tokens shown (never repeating or dropping one) and says so.
+ */
+async function speculate({ id, messages, params, verify }) {
+  if (!engine) throw new StraddleError("edge_unavailable", "no model is loaded on this device");
+  const spec = engine.speculate(JSON.stringify(messages), JSON.stringify(params));
+  const session = `web-${crypto.randomUUID()}`;
+  let started = false;
+  let restarts = 0;
+  let degraded = null;
+  let wasCancelled = false;
+  const call = async (draft) => {
+    const body = {
+      draft_tokens: Array.from(draft), session, tokenizer_hash: verify.tokenizerHash,
+      temperature: params.temperature ?? 0, seed: params.seed ?? 0,
+      ...(params.top_p !== undefined && { top_p: params.top_p }),
+    };
+    if (started) body.session_length = spec.prompt().length + spec.tokens().length;
+    else body.prefix_tokens = [...spec.prompt(), ...spec.tokens()];
+    let resp;
+    try {
+      resp = await fetch(`${verify.url.replace(/\/$/, "")}/v1/verify`, {
+        method: "POST",
+        headers: { "content-type": "application/json", ...(verify.token && { authorization: `Bearer ${verify.token}` }) },
+        body: JSON.stringify(body),
+        signal: AbortSignal.timeout(verify.timeoutMs ?? 30000),
+      });
+    } catch (e) {
+      throw new StraddleError(e.name === "TimeoutError" ? "cloud_timeout" : "cloud_unreachable", `the verify call failed: ${e.message ?? e}`);
+    }
+    const text = await resp.text();
+    if (resp.status === 409 && started) {
+      // The cloud lost the session (restart, expiry): once more with the whole prefix.
+      started = false;
+      restarts += 1;
+      return call(draft);
+    }
+    if (!resp.ok) {
+      let error = {};
+      try { error = JSON.parse(text).error ?? {}; } catch { /* not JSON */ }
+      throw new StraddleError(error.code ?? `http_${resp.status}`, error.message ?? `the verify call answered ${resp.status}`);
+    }
+    started = true;
+    return JSON.parse(text);
+  };
+  try {
+    for (;;) {
+      if (cancelled.delete(id)) {
+        wasCancelled = true;
+        break;
+      }
+      let text;
+      if (!degraded) {
+        const draft = spec.draft();
+        if (draft === undefined) break;
+        try {
+          const v = await call(draft);
+          text = spec.settle(v.accepted, v.next_token);
+        } catch (e) {
+          degraded = `verification failed (${e.code ?? "error"}): ${e.message ?? e}`;
+          post({ type: "degraded", id, reason: degraded });
+          continue;
+        }
+      } else {
+        text = spec.stepAlone();
+        if (text === undefined) break;
+        await yieldToEvents();
+      }
+      if (text) post({ type: "token", id, text });
+    }
+    post({ type: "done", id, completion: { ...JSON.parse(spec.summary()), degraded, restarts, cancelled: wasCancelled } });
+  } finally {
+    cancelled.delete(id);
+    spec.free();
   }
 }

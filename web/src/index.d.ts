@@ -92,6 +92,11 @@ export interface StraddleOptions {
    * still decide first. Default false.
    */
   learn?: boolean;
+  /**
+   * Let the router choose speculative decoding (this device drafts, the cloud verifies) when
+   * the worker's cloud verifies drafts with the same tokenizer. Default true.
+   */
+  speculative?: boolean;
   /** Where the .wasm is, when not next to the package. */
   wasmUrl?: string | URL;
 }
@@ -111,7 +116,7 @@ export interface ChatRequest {
   stop?: string | string[];
   signal?: AbortSignal;
   /** Straddle's extension: insist on a route (the privacy rule still wins). */
-  straddle?: { route?: "auto" | "edge" | "cloud" };
+  straddle?: { route?: "auto" | "edge" | "cloud" | "speculative" };
 }
 
 export interface Usage {
@@ -122,7 +127,8 @@ export interface Usage {
 
 /** What every response and final chunk says about how it was answered. */
 export interface StraddleMeta {
-  route: "edge" | "cloud";
+  /** "speculative": the edge drafted, the cloud verified; the text is the cloud's. */
+  route: "edge" | "cloud" | "speculative";
   reasons: string[];
   /** For edge answers, exp(mean log-probability) of the generated tokens. */
   confidence: number | null;
@@ -143,6 +149,14 @@ export interface StraddleMeta {
   /** Prompt tokens the cloud processed again because the history was re-sent. */
   resent_history_tokens?: number;
   edge?: { backend: "webgpu" | "cpu"; prefill_ms: number; decode_tokens_per_s: number };
+  /** Speculative answers: what drafting and verification did. */
+  speculative?: {
+    verify_calls: number; drafted: number; accepted: number; acceptance: number;
+    /** Tokens the edge wrote alone after a verify call failed (see `degraded`). */
+    edge_alone_tokens: number;
+    /** Times the cloud had lost the session and the prefix was sent again. */
+    session_restarts: number;
+  };
 }
 
 export interface ChatCompletion {
@@ -168,7 +182,7 @@ export interface ChatCompletionChunk {
 }
 
 export interface RouteDecision {
-  target: "edge" | "cloud";
+  target: "edge" | "cloud" | "speculative";
   reasons: string[];
   pii: string[];
   estimated_latency_ms: number;
@@ -187,7 +201,7 @@ export interface RouteStats {
 export interface SessionStats {
   requests: number;
   cost_usd: number;
-  routes: Partial<Record<"edge" | "cloud", RouteStats>>;
+  routes: Partial<Record<"edge" | "cloud" | "speculative", RouteStats>>;
   degraded: number;
   escalated_mid_stream: number;
   redacted: number;

@@ -65,7 +65,9 @@ function validate(req) {
   }
   if (req.signal !== undefined && !(req.signal instanceof AbortSignal)) throw invalid("signal", "must be an AbortSignal");
   const want = req.straddle?.route;
-  if (want !== undefined && !["auto", "edge", "cloud"].includes(want)) throw invalid("straddle.route", "must be auto, edge or cloud");
+  if (want !== undefined && !["auto", "edge", "cloud", "speculative"].includes(want)) {
+    throw invalid("straddle.route", "must be auto, edge, cloud or speculative");
+  }
 }
 
 /** A signal's value from a decision's trace. */
@@ -145,11 +147,28 @@ export class Straddle {
       const loaded = await host.load({ url: new URL(o.model, globalThis.location?.href), sha256: o.sha256, backend: o.backend, cache: o.cacheModel }, o.onProgress);
       this.edge = { host, ...loaded, tokensPerS: PRIOR_TOKENS_PER_S[loaded.backend] ?? 10, measured: false };
       this.edgeError = null;
+      await this.probeVerifier();
     } catch (e) {
       this.edgeError = e instanceof StraddleError ? e : new StraddleError("edge_unavailable", String(e.message ?? e));
       // Without the model the cloud may still answer; with neither, say so now.
       if (!this.cloudUsable()) throw this.edgeError;
       console.warn("straddle: the on-device model is unavailable; answers come from the cloud:", this.edgeError.message);
+    }
+  }
+
+  /**
+   * Whether the worker's cloud can verify this model's drafts: it says it supports
+   * `/v1/verify` and its tokenizer hash is ours. Asked once, after the model loads.
+   */
+  async probeVerifier() {
+    this.cloudVerifies = false;
+    if (!this.worker || !this.edge || this.options.speculative === false) return;
+    try {
+      const resp = await fetch(`${this.worker}/v1/models`, { signal: AbortSignal.timeout(5000) });
+      const model = resp.ok ? (await resp.json()).data?.[0] : null;
+      this.cloudVerifies = Boolean(model?.supports_verify && model.tokenizer_hash === this.edge.tokenizerHash && this.edge.backend === "cpu");
+    } catch {
+      // No answer: no speculation; plain cloud streaming still works.
     }
   }
 
@@ -174,6 +193,7 @@ export class Straddle {
   setPolicyNow(policy) {
     this.policyJson = this.resolvePolicy(policy);
     this.policy = JSON.parse(this.policyJson);
+    this.speculativeMeasured = false;
   }
 
   /** Switches the routing policy (a preset name or overrides) for the requests that follow. */
@@ -198,6 +218,7 @@ export class Straddle {
       // Before a probe returns, the Network Information API's estimate, else a guess.
       rtt_ms: this.rtt.ms ?? conn?.rtt ?? 150,
       edge_languages: this.edge?.languages ?? [],
+      cloud_verifies: Boolean(this.cloudVerifies),
     };
   }
 
@@ -313,7 +334,20 @@ export class Straddle {
     const ctx = { req, decision, signal, emit: out };
     const privateData = decision.trace.rule === "privacy";
     let end;
-    if (decision.target === "cloud") {
+    if (decision.target === "speculative") {
+      // Drafts travel as token ids the worker cannot scan or redact: a request with any
+      // personal data goes the plain cloud way, redacted.
+      const found = req.messages.some((m) => piiKinds(m.content).length > 0);
+      const why = found ? "personal data present: the plain cloud path redacts it, speculation could not"
+        : !this.edge ? "the on-device model is not loaded" : this.edge.backend !== "cpu" ? "drafting runs on the CPU backend" : null;
+      if (why) {
+        decision.target = "cloud";
+        decision.reasons = [...decision.reasons, `not speculative: ${why}`];
+      }
+    }
+    if (decision.target === "speculative") {
+      end = await this.runSpeculative(ctx);
+    } else if (decision.target === "cloud") {
       try {
         end = await this.runCloud(ctx, { reasons: decision.reasons });
         // The device was meant to take part and could not: say so, as for any failover.
@@ -432,6 +466,64 @@ export class Straddle {
         model_versions: [`edge/${this.edge.name ?? "model"}@${this.edge.sha256.slice(0, 12)}`, `backend/${this.edge.backend}`],
         redacted: false, escalated_mid_stream: false, edge_tokens: null,
         edge: { backend: this.edge.backend, prefill_ms: c.prefill_ms, decode_tokens_per_s: c.decode_tokens_per_s },
+      },
+    };
+  }
+
+  /**
+   * Speculative decoding: the edge drafts, the worker's cloud verifies each draft, and the
+   * answer is the cloud's, token for token at temperature 0. A failed verify call leaves the
+   * edge to finish alone, marked `degraded`.
+   */
+  async runSpeculative(ctx) {
+    const { req, decision, signal } = ctx;
+    const token = await resolveToken(this.options.token);
+    const gen = this.edge.host.speculate(req.messages, this.edgeParams(req), {
+      url: this.worker, token, tokenizerHash: this.edge.tokenizerHash, timeoutMs: this.options.firstByteTimeoutMs,
+    });
+    const onAbort = () => gen.cancel();
+    signal?.addEventListener("abort", onAbort, { once: true });
+    let degraded = null;
+    try {
+      for await (const t of gen.tokens) {
+        if (t.type === "degraded") {
+          degraded = t.reason;
+          continue;
+        }
+        ctx.emitted = true;
+        ctx.emit(t.text);
+      }
+    } finally {
+      signal?.removeEventListener("abort", onAbort);
+    }
+    const c = await gen.completion;
+    if (signal?.aborted) throw new StraddleError("aborted", "the request was aborted");
+    if (c.calls > 0 && !degraded) {
+      // The measured yield replaces the policy's prior, so the router stops choosing
+      // speculation where drafts are seldom accepted (mid-answer, an OpenAI-compatible cloud
+      // cannot take over a partial turn given as token ids).
+      const perCall = c.tokens / c.calls;
+      const prior = this.policy.speculative_tokens_per_call;
+      this.policy.speculative_tokens_per_call = this.speculativeMeasured ? 0.7 * prior + 0.3 * perCall : perCall;
+      this.speculativeMeasured = true;
+      this.policyJson = JSON.stringify(this.policy);
+    }
+    // What the worker billed: the prompt once, every draft and each call's pending token as
+    // input, one token a call as output.
+    const billedIn = c.prompt_tokens + c.drafted + Math.max(0, c.calls - 1);
+    const usd = (billedIn / 1000) * this.policy.cloud_price_in_per_1k + (c.calls / 1000) * this.policy.cloud_price_out_per_1k;
+    return {
+      model: this.edge.name ?? "edge",
+      finish_reason: c.cancelled ? "stop" : c.finish,
+      usage: { prompt_tokens: c.prompt_tokens, completion_tokens: c.tokens, total_tokens: c.prompt_tokens + c.tokens },
+      meta: {
+        route: "speculative", reasons: degraded ? [...decision.reasons, "the verifier failed; the edge finished alone"] : decision.reasons,
+        confidence: null, degraded,
+        cost: { usd, prompt_tokens: billedIn, completion_tokens: c.calls },
+        model_versions: [`edge/${this.edge.name ?? "model"}@${this.edge.sha256.slice(0, 12)}`, "cloud/verify"],
+        redacted: false, escalated_mid_stream: false, edge_tokens: null,
+        speculative: { verify_calls: c.calls, drafted: c.drafted, accepted: c.accepted, acceptance: c.acceptance,
+          edge_alone_tokens: c.edge_alone, session_restarts: c.restarts },
       },
     };
   }

@@ -169,6 +169,50 @@ test("with its worker stopped or out of budget, the page answers on the edge and
   }
 });
 
+test("speculative decoding: the page drafts, the cloud verifies, the text is the cloud's; a dead verifier leaves the edge to finish", { skip }, async () => {
+  const worker = await startWorker({ UPSTREAM_URL: stack.cloudUrl, UPSTREAM_SUPPORTS_VERIFY: "true", ALLOWED_ORIGINS: stack.webUrl });
+  const { context, page } = await freshPage();
+  try {
+    const token = mintToken({ origin: stack.webUrl, sid: "speculative-test" });
+    // A tenant that wants the cloud's quality, pays for its output tokens dearly and hardly
+    // minds latency: speculation (one output token billed a verify call) pays.
+    const policy = { preset: "balanced", weights: { latency: 0.001, cost: 1, quality: 8 }, cloud_price_out_per_1k: 0.015 };
+    const r = await inPage(page, async (Straddle, _E, config, { worker, token, policy }) => {
+      const s = await Straddle.create({ ...config, worker, token, policy, backend: "cpu" });
+      const messages = [{ role: "user", content: "Write a detailed essay on the history of the printing press." }];
+      const ask = async (route) => {
+        const a = await s.chat.completions.create({ max_tokens: 24, temperature: 0, messages, straddle: { route } });
+        return { text: a.choices[0].message.content, meta: a.straddle, usage: a.usage };
+      };
+      window.__ask = ask;
+      const decided = s.route({ messages });
+      const personal = await s.chat.completions.create({ max_tokens: 8, straddle: { route: "speculative" },
+        messages: [{ role: "user", content: "Write a detailed letter to jane.doe@example.com about the printing press." }] });
+      return { decided: decided.target, spec: await ask("auto"), cloud: await ask("cloud"), edge: await ask("edge"), personal: personal.straddle };
+    }, { worker: worker.url, token, policy });
+    assert.equal(r.decided, "speculative", "the worker's cloud verifies with our tokenizer, and the policy favours it");
+    assert.equal(r.spec.meta.route, "speculative");
+    assert.equal(r.spec.meta.degraded, null);
+    assert.equal(r.spec.text, r.cloud.text, "greedy speculative output is the cloud's own");
+    const sp = r.spec.meta.speculative;
+    assert.ok(sp.verify_calls > 0 && sp.verify_calls < r.spec.usage.completion_tokens, JSON.stringify(sp));
+    assert.equal(r.personal.route, "cloud");
+    assert.match(r.personal.reasons.join(" "), /not speculative: personal data/);
+    // The verifier goes away: the edge finishes alone, says so, and the text is still whole.
+    await worker.mf.dispose();
+    const alone = await page.evaluate(() => window.__ask("speculative"));
+    assert.equal(alone.meta.route, "speculative");
+    assert.match(alone.meta.degraded, /verification failed/);
+    assert.ok(alone.meta.speculative.edge_alone_tokens > 0);
+    // Drafted from the start by this page's engine alone: its own greedy answer, whole (the
+    // wasm kernels may break a near-tie differently from the cloud's, so not the cloud's).
+    assert.equal(alone.text, r.edge.text);
+  } finally {
+    await context.close();
+    await worker.mf.dispose().catch(() => {});
+  }
+});
+
 test("the cascade hands an unsure edge answer to the cloud mid-stream and says the edge tokens were discarded", { skip }, async () => {
   const { context, page } = await freshPage();
   try {

@@ -103,7 +103,7 @@ impl ModelBuffer {
 }
 
 /// Where the on-device model runs.
-enum Backend {
+pub(crate) enum Backend {
     /// burn on WebGPU: the weights stay quantized in GPU memory.
     WebGpu(Box<straddle_engine::DeviceEngine>),
     /// Our wasm-SIMD CPU kernels, for browsers without (a fast) WebGPU.
@@ -113,7 +113,7 @@ enum Backend {
 /// The on-device model: on WebGPU through burn when the browser has it, else on the CPU.
 #[wasm_bindgen]
 pub struct EdgeEngine {
-    backend: Rc<Backend>,
+    pub(crate) backend: Rc<Backend>,
 }
 
 #[wasm_bindgen]
@@ -158,6 +158,15 @@ impl EdgeEngine {
         match &*self.backend {
             Backend::WebGpu(e) => e.languages.clone(),
             Backend::Cpu(e) => e.languages.clone(),
+        }
+    }
+
+    /// The tokenizer's hash, to compare with the verifier's before speculating.
+    #[wasm_bindgen(js_name = tokenizerHash)]
+    pub fn tokenizer_hash(&self) -> String {
+        match &*self.backend {
+            Backend::WebGpu(e) => e.tokenizer.hash.clone(),
+            Backend::Cpu(e) => e.tokenizer.hash.clone(),
         }
     }
 
@@ -212,7 +221,7 @@ struct Params {
     stop: Vec<String>,
 }
 
-fn parse_request(
+pub(crate) fn parse_request(
     messages_json: &str,
     params_json: &str,
 ) -> Result<(Vec<ChatMessage>, GenerateParams), String> {

@@ -8,6 +8,7 @@ use wasm_bindgen::prelude::*;
 mod device;
 mod engine;
 mod routing;
+mod speculate;
 
 pub use device::DeviceInfo;
 #[cfg(target_arch = "wasm32")]
