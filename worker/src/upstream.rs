@@ -480,13 +480,16 @@ async fn send(up: &Upstream, body: &[u8], path: &str) -> std::result::Result<Res
         Request::new_with_init(&format!("{}{path}", up.url.trim_end_matches('/')), &init)
     };
     let request = build().map_err(|e| Sent::Error(e.to_string()))?;
+    fetch_within(request, up.first_byte_timeout_ms).await
+}
+
+/// Sends `request`, abandoning (and aborting) it when no headers came within `timeout_ms`.
+async fn fetch_within(request: Request, timeout_ms: u64) -> std::result::Result<Response, Sent> {
     let controller = AbortController::default();
     let signal = controller.signal();
     let fetch = Fetch::Request(request);
     let sending = Box::pin(fetch.send_with_signal(&signal));
-    let timer = Box::pin(Delay::from(std::time::Duration::from_millis(
-        up.first_byte_timeout_ms,
-    )));
+    let timer = Box::pin(Delay::from(std::time::Duration::from_millis(timeout_ms)));
     match futures_util::future::select(sending, timer).await {
         futures_util::future::Either::Left((result, _)) => {
             result.map_err(|e| Sent::Error(e.to_string()))
@@ -534,17 +537,10 @@ async fn get_json<T: serde::de::DeserializeOwned>(
 ) -> std::result::Result<T, String> {
     let url = format!("{}{path}", up.url.trim_end_matches('/'));
     let request = Request::new(&url, Method::Get).map_err(|e| e.to_string())?;
-    let controller = AbortController::default();
-    let signal = controller.signal();
-    let fetch = Fetch::Request(request);
-    let sending = Box::pin(fetch.send_with_signal(&signal));
-    let timer = Box::pin(Delay::from(std::time::Duration::from_millis(
-        up.first_byte_timeout_ms,
-    )));
-    let mut resp = match futures_util::future::select(sending, timer).await {
-        futures_util::future::Either::Left((result, _)) => result.map_err(|e| e.to_string())?,
-        futures_util::future::Either::Right(_) => {
-            controller.abort();
+    let mut resp = match fetch_within(request, up.first_byte_timeout_ms).await {
+        Ok(resp) => resp,
+        Err(Sent::Error(e)) => return Err(e),
+        Err(Sent::TimedOut) => {
             return Err(format!("no answer within {} ms", up.first_byte_timeout_ms));
         }
     };

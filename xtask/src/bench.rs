@@ -257,6 +257,22 @@ fn load(base: &str, clients: usize, max_tokens: u32) -> anyhow::Result<(f64, f64
     Ok((tokens as f64 / wall, pct(0.5), pct(0.99)))
 }
 
+/// Starts a `straddle-cloud` binary serving `model` on 127.0.0.1:`port`, quietly.
+fn spawn_cloud(
+    bin: &std::path::Path,
+    model: &std::path::Path,
+    port: u16,
+) -> anyhow::Result<std::process::Child> {
+    Ok(Command::new(bin)
+        .arg("--model")
+        .arg(model)
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()?)
+}
+
 fn wait_health(url: &str, child: &mut std::process::Child) -> anyhow::Result<()> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     let agent = util::http(std::time::Duration::from_secs(2));
@@ -295,14 +311,11 @@ fn cloud() -> anyhow::Result<()> {
         ("llama.cpp server", peer_port),
     ] {
         let mut child = if port == ours_port {
-            Command::new(util::target_dir().join("fast/straddle-cloud"))
-                .arg("--model")
-                .arg(&tools.model)
-                .arg("--listen")
-                .arg(format!("127.0.0.1:{port}"))
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .spawn()?
+            spawn_cloud(
+                &util::target_dir().join("fast/straddle-cloud"),
+                &tools.model,
+                port,
+            )?
         } else {
             Command::new(&python)
                 .args(["-m", "llama_cpp.server", "--model"])
@@ -371,14 +384,11 @@ fn speculative() -> anyhow::Result<()> {
         )?;
     }
     let port = 18092u16;
-    let mut child = Command::new(util::target_dir().join("debug/straddle-cloud"))
-        .arg("--model")
-        .arg(&tools.model)
-        .arg("--listen")
-        .arg(format!("127.0.0.1:{port}"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()?;
+    let mut child = spawn_cloud(
+        &util::target_dir().join("debug/straddle-cloud"),
+        &tools.model,
+        port,
+    )?;
     let base = format!("http://127.0.0.1:{port}");
     let runs = [
         (

@@ -14,14 +14,27 @@ use crate::delay_proxy::DelayProxy;
 use crate::speculative::{self, RemoteVerifier};
 
 /// Settings of the benchmark.
+#[derive(Debug, clap::Args)]
 pub struct BenchArgs {
-    pub model: PathBuf,
+    /// The drafting (edge) model.
+    #[arg(long, env = "STRADDLE_MODEL")]
+    pub model: Option<PathBuf>,
+    /// The cloud server (http://host:port), reached through a delay proxy.
+    #[arg(long)]
     pub cloud: String,
+    #[arg(long, default_value = "crates/cli/data/speculative-prompts.jsonl")]
     pub prompts: PathBuf,
+    /// Round-trip times to simulate, in ms.
+    #[arg(long = "rtt", value_delimiter = ',', default_value = "0,20,50,80")]
     pub rtts_ms: Vec<u64>,
+    #[arg(long, default_value_t = 64)]
     pub max_tokens: usize,
+    #[arg(long, default_value_t = 4)]
     pub draft: usize,
+    /// Shortest draft (set equal to --max-draft for a fixed k).
+    #[arg(long, default_value_t = 1)]
     pub min_draft: usize,
+    #[arg(long, default_value_t = 16)]
     pub max_draft: usize,
 }
 
@@ -71,7 +84,11 @@ fn read_cases(path: &Path) -> anyhow::Result<Vec<Case>> {
 /// Runs the benchmark and returns its tables (markdown).
 pub fn run(args: &BenchArgs) -> anyhow::Result<String> {
     let cases = read_cases(&args.prompts)?;
-    let engine = chat::load_engine(&args.model)?;
+    let model = args
+        .model
+        .clone()
+        .unwrap_or_else(straddle_engine::default_model_path);
+    let engine = chat::load_engine(&model)?;
     let upstream = args
         .cloud
         .trim_start_matches("http://")

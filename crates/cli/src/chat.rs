@@ -2,7 +2,7 @@
 //! or a cloud server), or by both with speculative decoding.
 
 use std::io::{Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -25,18 +25,41 @@ pub enum Mode {
 }
 
 /// Settings of `straddle chat`.
+#[derive(Debug, clap::Args)]
 pub struct ChatArgs {
-    pub model: std::path::PathBuf,
+    /// The prompt (read from standard input when absent).
+    pub prompt: Option<String>,
+    /// The edge model (default: the model fetched by `cargo xtask setup`).
+    #[arg(long, env = "STRADDLE_MODEL")]
+    pub model: Option<PathBuf>,
+    /// The worker or cloud server to escalate to.
+    #[arg(long, env = "STRADDLE_CLOUD")]
     pub cloud: Option<String>,
+    /// A tenant token for the worker (`straddle token`).
+    #[arg(long, env = "STRADDLE_TOKEN")]
     pub token: Option<String>,
+    #[arg(long, value_enum, default_value = "edge")]
     pub mode: Mode,
+    /// Shorthand for `--mode speculative`.
+    #[arg(long)]
+    pub speculative: bool,
+    #[arg(long)]
     pub system: Option<String>,
+    #[arg(long, default_value_t = 256)]
     pub max_tokens: usize,
+    #[arg(long, default_value_t = 0.0)]
     pub temperature: f32,
+    #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Tokens drafted per verify call at first (adapted as acceptance is measured).
+    #[arg(long, default_value_t = 4)]
     pub draft: usize,
+    /// Longest draft.
+    #[arg(long, default_value_t = 16)]
     pub max_draft: usize,
-    pub timeout: Duration,
+    /// Seconds one cloud call may take.
+    #[arg(long, default_value_t = 60)]
+    pub timeout: u64,
 }
 
 /// Loads the edge model from `path`.
@@ -53,8 +76,8 @@ pub fn load_engine(path: &Path) -> anyhow::Result<Engine> {
 
 /// Answers `prompt` (or standard input when it is absent), streaming to standard output and
 /// a summary to standard error.
-pub fn run(args: &ChatArgs, prompt: Option<String>) -> anyhow::Result<()> {
-    let prompt = match prompt {
+pub fn run(args: &ChatArgs) -> anyhow::Result<()> {
+    let prompt = match args.prompt.clone() {
         Some(p) => p,
         None => {
             let mut s = String::new();
@@ -92,9 +115,19 @@ pub fn run(args: &ChatArgs, prompt: Option<String>) -> anyhow::Result<()> {
             .as_deref()
             .context("--cloud URL is needed for this mode (the worker or a cloud server)")
     };
-    match args.mode {
+    let model = args
+        .model
+        .clone()
+        .unwrap_or_else(straddle_engine::default_model_path);
+    let timeout = Duration::from_secs(args.timeout);
+    let mode = if args.speculative {
+        Mode::Speculative
+    } else {
+        args.mode
+    };
+    match mode {
         Mode::Edge => {
-            let engine = load_engine(&args.model)?;
+            let engine = load_engine(&model)?;
             let c = engine.generate(Prompt::Messages(&messages), &params, |ev| {
                 print(&ev.text);
                 Flow::Continue
@@ -113,7 +146,7 @@ pub fn run(args: &ChatArgs, prompt: Option<String>) -> anyhow::Result<()> {
                 args.token.as_deref(),
                 &messages,
                 &params,
-                args.timeout,
+                timeout,
                 print,
             )?;
             println!();
@@ -124,9 +157,9 @@ pub fn run(args: &ChatArgs, prompt: Option<String>) -> anyhow::Result<()> {
             );
         }
         Mode::Speculative => {
-            let engine = load_engine(&args.model)?;
+            let engine = load_engine(&model)?;
             let mut verifier =
-                RemoteVerifier::new(cloud()?, args.token.clone(), &engine, &params, args.timeout);
+                RemoteVerifier::new(cloud()?, args.token.clone(), &engine, &params, timeout);
             let lengths = DraftLength::new(args.draft, 1, args.max_draft);
             let o =
                 speculative::generate(&engine, &messages, &params, lengths, &mut verifier, print)?;

@@ -83,65 +83,10 @@ enum Command {
     },
     /// Answer a prompt on the edge engine, from the cloud, or speculatively (the edge drafts,
     /// the cloud verifies); the text streams to standard output, a summary to standard error.
-    Chat {
-        /// The prompt (read from standard input when absent).
-        prompt: Option<String>,
-        /// The edge model (default: the model fetched by `cargo xtask setup`).
-        #[arg(long, env = "STRADDLE_MODEL")]
-        model: Option<PathBuf>,
-        /// The worker or cloud server to escalate to.
-        #[arg(long, env = "STRADDLE_CLOUD")]
-        cloud: Option<String>,
-        /// A tenant token for the worker (`straddle token`).
-        #[arg(long, env = "STRADDLE_TOKEN")]
-        token: Option<String>,
-        #[arg(long, value_enum, default_value = "edge")]
-        mode: chat::Mode,
-        /// Shorthand for `--mode speculative`.
-        #[arg(long)]
-        speculative: bool,
-        #[arg(long)]
-        system: Option<String>,
-        #[arg(long, default_value_t = 256)]
-        max_tokens: usize,
-        #[arg(long, default_value_t = 0.0)]
-        temperature: f32,
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-        /// Tokens drafted per verify call at first (adapted as acceptance is measured).
-        #[arg(long, default_value_t = 4)]
-        draft: usize,
-        /// Longest draft.
-        #[arg(long, default_value_t = 16)]
-        max_draft: usize,
-        /// Seconds one cloud call may take.
-        #[arg(long, default_value_t = 60)]
-        timeout: u64,
-    },
+    Chat(chat::ChatArgs),
     /// Benchmark speculative decoding beside plain cloud streaming at simulated round-trip
     /// times (what `cargo xtask bench speculative` runs).
-    BenchSpeculative {
-        /// The drafting (edge) model.
-        #[arg(long, env = "STRADDLE_MODEL")]
-        model: Option<PathBuf>,
-        /// The cloud server (http://host:port), reached through a delay proxy.
-        #[arg(long)]
-        cloud: String,
-        #[arg(long, default_value = "crates/cli/data/speculative-prompts.jsonl")]
-        prompts: PathBuf,
-        /// Round-trip times to simulate, in ms.
-        #[arg(long, value_delimiter = ',', default_value = "0,20,50,80")]
-        rtt: Vec<u64>,
-        #[arg(long, default_value_t = 64)]
-        max_tokens: usize,
-        #[arg(long, default_value_t = 4)]
-        draft: usize,
-        /// Shortest draft (set equal to --max-draft for a fixed k).
-        #[arg(long, default_value_t = 1)]
-        min_draft: usize,
-        #[arg(long, default_value_t = 16)]
-        max_draft: usize,
-    },
+    BenchSpeculative(bench_speculative::BenchArgs),
     /// Evaluate the router on benchmark data.
     Eval {
         #[command(subcommand)]
@@ -186,62 +131,10 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     match Cli::parse().command {
-        Command::Chat {
-            prompt,
-            model,
-            cloud,
-            token,
-            mode,
-            speculative,
-            system,
-            max_tokens,
-            temperature,
-            seed,
-            draft,
-            max_draft,
-            timeout,
-        } => chat::run(
-            &chat::ChatArgs {
-                model: model.unwrap_or_else(straddle_engine::default_model_path),
-                cloud,
-                token,
-                mode: if speculative {
-                    chat::Mode::Speculative
-                } else {
-                    mode
-                },
-                system,
-                max_tokens,
-                temperature,
-                seed,
-                draft,
-                max_draft,
-                timeout: std::time::Duration::from_secs(timeout),
-            },
-            prompt,
-        ),
+        Command::Chat(args) => chat::run(&args),
         Command::Gguf { path, tensors } => gguf(&path, tensors),
-        Command::BenchSpeculative {
-            model,
-            cloud,
-            prompts,
-            rtt,
-            max_tokens,
-            draft,
-            min_draft,
-            max_draft,
-        } => {
-            let table = bench_speculative::run(&bench_speculative::BenchArgs {
-                model: model.unwrap_or_else(straddle_engine::default_model_path),
-                cloud,
-                prompts,
-                rtts_ms: rtt,
-                max_tokens,
-                draft,
-                min_draft,
-                max_draft,
-            })?;
-            print!("{table}");
+        Command::BenchSpeculative(args) => {
+            print!("{}", bench_speculative::run(&args)?);
             Ok(())
         }
         Command::Requant {
