@@ -390,25 +390,36 @@ impl Engine {
         prompt: Prompt<'_>,
         params: &GenerateParams,
     ) -> Result<Sequence, EngineError> {
-        let prompt_ids = self.prompt_tokens(prompt)?;
-        let mut cache = self.model.new_cache(params.context);
-        if prompt_ids.len() >= cache.capacity() {
-            return Err(EngineError::PromptTooLong {
-                prompt: prompt_ids.len(),
-                context: cache.capacity(),
-            });
-        }
         let t0 = Instant::now();
-        let logits = self
-            .model
-            .forward(&prompt_ids, &mut cache, false)?
-            .pop()
-            .unwrap_or_default();
+        let (prompt_ids, cache, logits) = self.prefill(prompt, params.context)?;
         let prefill_ms = t0.elapsed().as_secs_f64() * 1000.0;
         let capacity = cache.capacity();
         Ok(Sequence::prefilled(
             cache, capacity, logits, prompt_ids, params, prefill_ms,
         ))
+    }
+
+    /// Tokenizes `prompt` and runs it through a fresh cache of `context` positions: the
+    /// prompt's ids, the cache, and the logits of its last position.
+    pub fn prefill(
+        &self,
+        prompt: Prompt<'_>,
+        context: usize,
+    ) -> Result<(Vec<u32>, KvCache, Vec<f32>), EngineError> {
+        let ids = self.prompt_tokens(prompt)?;
+        let mut cache = self.model.new_cache(context);
+        if ids.len() >= cache.capacity() {
+            return Err(EngineError::PromptTooLong {
+                prompt: ids.len(),
+                context: cache.capacity(),
+            });
+        }
+        let logits = self
+            .model
+            .forward(&ids, &mut cache, false)?
+            .pop()
+            .unwrap_or_default();
+        Ok((ids, cache, logits))
     }
 
     /// Samples the sequence's next token from its current logits. Returns the event to stream

@@ -33,17 +33,14 @@ pub struct Verdict {
 }
 
 impl Model {
-    /// Drafts up to `k` tokens greedily after the cache's contents, given the logits of its
-    /// last position; stops early after a token whose probability is below `stop_below`
-    /// (a draft the model itself doubts is likely rejected, and costs edge time).
-    ///
-    /// The cache grows by every drafted token but the last; [`Model::accept`] settles it.
+    /// Drafts `k` tokens greedily after the cache's contents, given the logits of its last
+    /// position. The cache grows by every drafted token but the last; [`Model::accept`]
+    /// settles it.
     pub fn draft(
         &self,
         cache: &mut KvCache,
         last_logits: &[f32],
         k: usize,
-        stop_below: f32,
     ) -> Result<Draft, ModelError> {
         let mut logits = last_logits.to_vec();
         let mut out = Draft {
@@ -57,7 +54,7 @@ impl Model {
             out.tokens.push(s.token);
             let p = s.logprob.exp();
             out.probs.push(p);
-            if i + 1 == k || p < stop_below {
+            if i + 1 == k {
                 break;
             }
             logits = self
@@ -361,19 +358,7 @@ impl Speculation {
         params: &GenerateParams,
         lengths: DraftLength,
     ) -> Result<Self, EngineError> {
-        let prompt = engine.prompt_tokens(prompt)?;
-        let mut cache = engine.model.new_cache(params.context);
-        if prompt.len() >= cache.capacity() {
-            return Err(EngineError::PromptTooLong {
-                prompt: prompt.len(),
-                context: cache.capacity(),
-            });
-        }
-        let logits = engine
-            .model
-            .forward(&prompt, &mut cache, false)?
-            .pop()
-            .unwrap_or_default();
+        let (prompt, cache, logits) = engine.prefill(prompt, params.context)?;
         Ok(Self {
             cache,
             logits,
@@ -433,7 +418,7 @@ impl Speculation {
             let k = self.lengths.k().min(room.saturating_sub(1)).max(1);
             let started = Instant::now();
             let base = self.cache.len();
-            let d = engine.model.draft(&mut self.cache, &self.logits, k, 0.0)?;
+            let d = engine.model.draft(&mut self.cache, &self.logits, k)?;
             self.draft_ms = started.elapsed().as_secs_f32() * 1000.0;
             self.pending = Some((base, d, Instant::now()));
         }

@@ -147,10 +147,7 @@ fn a_greedy_draft_from_the_same_model_is_accepted_whole() {
         .pop()
         .expect("logits");
     let mut rng = straddle_engine::sample::Rng::new(0);
-    let d = e
-        .model
-        .draft(&mut draft_cache, &logits, 5, 0.0)
-        .expect("draft");
+    let d = e.model.draft(&mut draft_cache, &logits, 5).expect("draft");
     assert_eq!(d.tokens.len(), 5);
     assert_eq!(draft_cache.len(), prompt.len() + 4);
     assert!(d.probs.iter().all(|&p| p > 0.0 && p <= 1.0));

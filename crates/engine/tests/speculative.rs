@@ -76,7 +76,7 @@ fn speculative(
     while out.len() < n {
         let base = edge.len();
         let d = drafter
-            .draft(&mut edge, &edge_logits, k.k().min(n - out.len()), 0.0)
+            .draft(&mut edge, &edge_logits, k.k().min(n - out.len()))
             .expect("draft");
         let v: Verdict = match cloud.pending {
             None => target.verify(
