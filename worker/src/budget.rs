@@ -1,7 +1,9 @@
-//! One Durable Object per tenant holds its limits, its spend, the holds of requests in flight
-//! and the cost records, in SQLite. A Durable Object runs one request at a time and every
-//! SQL call here is synchronous, so a reservation's check-and-insert cannot interleave with
-//! another's: concurrent requests can never overshoot a limit.
+//! One Durable Object per tenant holds its record, its spend, the holds of requests in flight
+//! and the cost records, in SQLite. A Durable Object runs one event at a time and every SQL
+//! call here is synchronous, so a reservation's check-and-insert cannot interleave with
+//! another's: concurrent requests can never overshoot a limit. Spend windows are UTC days and
+//! months read from timestamps, so they reset by time alone; an alarm reclaims the holds of
+//! requests whose worker died before settling them.
 
 use serde::{Deserialize, Serialize};
 use worker::{
@@ -9,19 +11,7 @@ use worker::{
     durable_object,
 };
 
-/// A tenant's limits (absent fields are unlimited).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Limits {
-    pub daily_usd: Option<f64>,
-    pub daily_tokens: Option<i64>,
-    pub max_concurrent: Option<i64>,
-    /// Largest `max_tokens` a request may ask for.
-    pub max_tokens_cap: Option<i64>,
-    /// Requests and tokens (worst case while in flight) in any 60-second window.
-    pub requests_per_minute: Option<i64>,
-    pub tokens_per_minute: Option<i64>,
-}
+use crate::tenant::{Limits, Tenant};
 
 /// A worst-case hold taken before forwarding.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -32,18 +22,30 @@ pub struct Hold {
     /// When an unsettled hold is reclaimed (a worker that died mid-request).
     pub expires_ms: i64,
     pub now_ms: i64,
+    /// The token's user and feature tag: their sub-limits apply too.
+    #[serde(default)]
+    pub user: String,
+    #[serde(default)]
+    pub feature: String,
 }
 
 /// What the budget answered to a hold.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct HoldAnswer {
     pub admitted: bool,
     /// Why not, when refused: `budget`, `concurrency` or `rate`.
     #[serde(default)]
     pub refused_for: Option<String>,
+    /// Whose limit refused it: `tenant`, `user` or `feature`.
+    #[serde(default)]
+    pub scope: Option<String>,
+    /// For `budget`: the window that is used up, `day` or `month`.
+    #[serde(default)]
+    pub window: Option<String>,
     /// For `rate`: seconds until the window has room again.
     #[serde(default)]
     pub retry_after_s: Option<i64>,
+    /// What is left in the refusing scope's window (or the tenant's day when admitted).
     pub remaining_usd: Option<f64>,
     pub remaining_tokens: Option<i64>,
 }
@@ -70,29 +72,99 @@ pub struct Record {
 }
 
 /// The Durable Object.
-#[durable_object(fetch)]
+#[durable_object(alarm)]
 pub struct TenantBudget {
+    state: State,
     sql: SqlStorage,
 }
 
 const DAY_MS: i64 = 86_400_000;
+/// JavaScript's largest safe integer: SQLite values cross into JS.
+const MAX_SAFE: i64 = 9_007_199_254_740_991;
 
-const SCHEMA: &[&str] = &[
-    "CREATE TABLE IF NOT EXISTS limits (id INTEGER PRIMARY KEY CHECK (id = 1), json TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS spend (day INTEGER PRIMARY KEY, usd REAL NOT NULL, tokens INTEGER NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS holds (id TEXT PRIMARY KEY, usd REAL NOT NULL, tokens INTEGER NOT NULL, expires_ms INTEGER NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS records (id TEXT PRIMARY KEY, ts_ms INTEGER NOT NULL, json TEXT NOT NULL, \
-     user TEXT, session TEXT, feature TEXT, model TEXT, tokens_in INTEGER, tokens_out INTEGER, usd REAL, outcome TEXT)",
+/// Schema versions, applied in order once each; a deployed object upgrades in place.
+const MIGRATIONS: &[&[&str]] = &[
+    &[
+        "CREATE TABLE IF NOT EXISTS limits (id INTEGER PRIMARY KEY CHECK (id = 1), json TEXT NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS spend (day INTEGER PRIMARY KEY, usd REAL NOT NULL, tokens INTEGER NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS holds (id TEXT PRIMARY KEY, usd REAL NOT NULL, tokens INTEGER NOT NULL, expires_ms INTEGER NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS records (id TEXT PRIMARY KEY, ts_ms INTEGER NOT NULL, json TEXT NOT NULL, \
+         user TEXT, session TEXT, feature TEXT, model TEXT, tokens_in INTEGER, tokens_out INTEGER, usd REAL, outcome TEXT)",
+    ],
+    // Per-user and per-feature spend beside the tenant's; holds that know whose they are.
+    &[
+        "ALTER TABLE holds ADD COLUMN user TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE holds ADD COLUMN feature TEXT NOT NULL DEFAULT ''",
+        "CREATE TABLE spending (scope TEXT NOT NULL, key TEXT NOT NULL, day INTEGER NOT NULL, \
+         usd REAL NOT NULL, tokens INTEGER NOT NULL, PRIMARY KEY (scope, key, day))",
+        "INSERT INTO spending (scope, key, day, usd, tokens) SELECT 'tenant', '', day, usd, tokens FROM spend",
+        "DROP TABLE spend",
+        "CREATE INDEX records_ts ON records (ts_ms)",
+        "CREATE INDEX records_user ON records (user, ts_ms)",
+        "CREATE INDEX records_feature ON records (feature, ts_ms)",
+    ],
 ];
+
+/// Whose limits a check reads: the tenant's, one user's or one feature's.
+#[derive(Clone, Copy)]
+enum Scope<'a> {
+    Tenant,
+    User(&'a str),
+    Feature(&'a str),
+}
+
+impl<'a> Scope<'a> {
+    fn name(self) -> &'static str {
+        match self {
+            Scope::Tenant => "tenant",
+            Scope::User(_) => "user",
+            Scope::Feature(_) => "feature",
+        }
+    }
+
+    fn key(self) -> &'a str {
+        match self {
+            Scope::Tenant => "",
+            Scope::User(k) | Scope::Feature(k) => k,
+        }
+    }
+
+    /// The condition that picks this scope's rows of `holds` and `records` (the column names
+    /// are fixed here, never taken from input), with its parameters.
+    fn filter(self) -> (&'static str, Vec<SqlStorageValue>) {
+        match self {
+            Scope::Tenant => ("1 = 1", vec![]),
+            Scope::User(u) => ("user = ?", vec![SqlStorageValue::from(u)]),
+            Scope::Feature(f) => ("feature = ?", vec![SqlStorageValue::from(f)]),
+        }
+    }
+}
+
+/// The day of the month (1-based) of a day counted from 1970-01-01, in the proleptic
+/// Gregorian calendar (Howard Hinnant's `civil_from_days`).
+fn day_of_month(days: i64) -> i64 {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    doy - (153 * mp + 2) / 5 + 1
+}
+
+/// The first day of the month that `day` is in.
+fn month_start(day: i64) -> i64 {
+    day - (day_of_month(day) - 1)
+}
 
 impl DurableObject for TenantBudget {
     fn new(state: State, _env: Env) -> Self {
         let sql = state.storage().sql();
-        for stmt in SCHEMA {
-            // A failure here surfaces on the first query with the real error.
-            let _ = sql.exec(stmt, None);
+        if let Err(e) = migrate(&sql) {
+            // The first query then fails with the real error, which the caller reports.
+            worker::console_error!("budget schema migration failed: {e}");
         }
-        TenantBudget { sql }
+        TenantBudget { state, sql }
     }
 
     async fn fetch(&self, mut req: Request) -> Result<Response> {
@@ -100,22 +172,26 @@ impl DurableObject for TenantBudget {
         match (req.method(), path.as_str()) {
             (Method::Post, "/hold") => {
                 let hold: Hold = req.json().await?;
-                Response::from_json(&self.hold(&hold)?)
+                let answer = self.hold(&hold)?;
+                if answer.admitted {
+                    self.reclaim_at(hold.expires_ms, hold.now_ms).await?;
+                }
+                Response::from_json(&answer)
             }
             (Method::Post, "/settle") => {
                 let (hold_id, record): (String, Record) = req.json().await?;
                 self.settle(&hold_id, &record)?;
                 Response::from_json(&serde_json::json!({"settled": true}))
             }
-            (Method::Put, "/limits") => {
-                let limits: Limits = req.json().await?;
+            (Method::Put, "/tenant") => {
+                let tenant: Tenant = req.json().await?;
                 self.sql.exec(
                     "INSERT INTO limits (id, json) VALUES (1, ?) ON CONFLICT(id) DO UPDATE SET json = excluded.json",
-                    vec![SqlStorageValue::from(serde_json::to_string(&limits)?)],
+                    vec![SqlStorageValue::from(serde_json::to_string(&tenant)?)],
                 )?;
-                Response::from_json(&limits)
+                Response::from_json(&tenant)
             }
-            (Method::Get, "/limits") => Response::from_json(&self.limits()?),
+            (Method::Get, "/tenant") => Response::from_json(&self.tenant()?),
             (Method::Get, "/usage") => {
                 let url = req.url()?;
                 let q = |k: &str| {
@@ -124,15 +200,51 @@ impl DurableObject for TenantBudget {
                         .map(|(_, v)| v.into_owned())
                 };
                 let from = q("from").and_then(|v| v.parse().ok()).unwrap_or(0i64);
-                // JavaScript's largest safe integer: SQLite values cross into JS.
-                let to = q("to")
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(9_007_199_254_740_991i64);
-                Response::from_json(&self.usage(from, to, q("group_by").as_deref())?)
+                let to = q("to").and_then(|v| v.parse().ok()).unwrap_or(MAX_SAFE);
+                let now = js_sys::Date::now() as i64;
+                Response::from_json(&self.usage(from, to, q("group_by").as_deref(), now)?)
             }
             _ => Response::error("no such budget route", 404),
         }
     }
+
+    /// Reclaims the holds whose worker never settled them, then waits for the next to expire.
+    async fn alarm(&self) -> Result<Response> {
+        let now = js_sys::Date::now() as i64;
+        self.sql.exec(
+            "DELETE FROM holds WHERE expires_ms <= ?",
+            vec![SqlStorageValue::from(now)],
+        )?;
+        if let Some(next) = self.next_expiry()? {
+            self.state.storage().set_alarm((next - now).max(1)).await?;
+        }
+        Response::ok("reclaimed")
+    }
+}
+
+fn migrate(sql: &SqlStorage) -> Result<()> {
+    sql.exec(
+        "CREATE TABLE IF NOT EXISTS schema_version (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL)",
+        None,
+    )?;
+    #[derive(Deserialize)]
+    struct Version {
+        version: i64,
+    }
+    let rows: Vec<Version> = sql
+        .exec("SELECT version FROM schema_version WHERE id = 1", None)?
+        .to_array()?;
+    let current = rows.first().map_or(0, |r| r.version);
+    for (version, statements) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+        for stmt in *statements {
+            sql.exec(stmt, None)?;
+        }
+        sql.exec(
+            "INSERT INTO schema_version (id, version) VALUES (1, ?) ON CONFLICT(id) DO UPDATE SET version = excluded.version",
+            vec![SqlStorageValue::from(version as i64 + 1)],
+        )?;
+    }
+    Ok(())
 }
 
 #[derive(Deserialize)]
@@ -142,8 +254,23 @@ struct Sums {
     n: Option<i64>,
 }
 
+/// What a scope has spent, holds and did lately, read once per hold.
+struct Standing {
+    day_usd: f64,
+    day_tokens: i64,
+    month_usd: f64,
+    month_tokens: i64,
+    held_usd: f64,
+    held_tokens: i64,
+    in_flight: i64,
+    /// Requests started and tokens used in the last minute, with the oldest start.
+    minute_requests: i64,
+    minute_tokens: i64,
+    minute_oldest: Option<i64>,
+}
+
 impl TenantBudget {
-    fn limits(&self) -> Result<Limits> {
+    fn tenant(&self) -> Result<Tenant> {
         #[derive(Deserialize)]
         struct Row {
             json: String,
@@ -158,15 +285,8 @@ impl TenantBudget {
             .unwrap_or_default())
     }
 
-    /// What the holds in flight add up to: (USD, tokens, count).
-    fn held(&self) -> Result<(f64, i64, i64)> {
-        let rows: Vec<Sums> = self
-            .sql
-            .exec(
-                "SELECT SUM(usd) AS usd, SUM(tokens) AS tokens, COUNT(*) AS n FROM holds",
-                None,
-            )?
-            .to_array()?;
+    fn sums(&self, query: &str, params: Vec<SqlStorageValue>) -> Result<(f64, i64, i64)> {
+        let rows: Vec<Sums> = self.sql.exec(query, params)?.to_array()?;
         let s = rows.first();
         Ok((
             s.and_then(|s| s.usd).unwrap_or(0.0),
@@ -175,119 +295,227 @@ impl TenantBudget {
         ))
     }
 
-    fn hold(&self, h: &Hold) -> Result<HoldAnswer> {
-        // Holds of workers that never settled are reclaimed first.
-        self.sql.exec(
-            "DELETE FROM holds WHERE expires_ms < ?",
-            vec![SqlStorageValue::from(h.now_ms)],
-        )?;
-        let limits = self.limits()?;
-        let day = h.now_ms / DAY_MS;
-        let spent: Vec<Sums> = self
-            .sql
-            .exec(
-                "SELECT usd, tokens, 0 AS n FROM spend WHERE day = ?",
-                vec![SqlStorageValue::from(day)],
-            )?
-            .to_array()?;
-        let (held_usd, held_tokens, in_flight) = self.held()?;
-        let spent_usd = spent.first().and_then(|s| s.usd).unwrap_or(0.0);
-        let spent_tokens = spent.first().and_then(|s| s.tokens).unwrap_or(0);
-        let remaining_usd = limits.daily_usd.map(|l| l - spent_usd - held_usd);
-        let remaining_tokens = limits.daily_tokens.map(|l| l - spent_tokens - held_tokens);
-        let refuse = |why: &str| HoldAnswer {
-            admitted: false,
-            refused_for: Some(why.into()),
-            retry_after_s: None,
-            remaining_usd: remaining_usd.map(|r| r.max(0.0)),
-            remaining_tokens: remaining_tokens.map(|r| r.max(0)),
+    fn standing(&self, scope: Scope, now_ms: i64, with_rate: bool) -> Result<Standing> {
+        let day = now_ms.div_euclid(DAY_MS);
+        let spent = |from_day: i64| {
+            self.sums(
+                "SELECT SUM(usd) AS usd, SUM(tokens) AS tokens, 0 AS n FROM spending \
+                 WHERE scope = ? AND key = ? AND day BETWEEN ? AND ?",
+                vec![
+                    SqlStorageValue::from(scope.name()),
+                    SqlStorageValue::from(scope.key()),
+                    SqlStorageValue::from(from_day),
+                    SqlStorageValue::from(day),
+                ],
+            )
         };
-        if limits.max_concurrent.is_some_and(|m| in_flight >= m) {
-            return Ok(refuse("concurrency"));
-        }
-        if limits.requests_per_minute.is_some() || limits.tokens_per_minute.is_some() {
-            // The window holds the requests that started in the last minute, plus every
-            // request still in flight (counted at its worst case).
-            let window_start = h.now_ms - 60_000;
+        let (day_usd, day_tokens, _) = spent(day)?;
+        let (month_usd, month_tokens, _) = spent(month_start(day))?;
+        let (condition, params) = scope.filter();
+        let (held_usd, held_tokens, in_flight) = self.sums(
+            &format!(
+                "SELECT SUM(usd) AS usd, SUM(tokens) AS tokens, COUNT(*) AS n FROM holds WHERE {condition}"
+            ),
+            params.clone(),
+        )?;
+        let mut standing = Standing {
+            day_usd,
+            day_tokens,
+            month_usd,
+            month_tokens,
+            held_usd,
+            held_tokens,
+            in_flight,
+            minute_requests: 0,
+            minute_tokens: 0,
+            minute_oldest: None,
+        };
+        if with_rate {
             #[derive(Deserialize)]
             struct Window {
                 tokens: Option<i64>,
                 n: Option<i64>,
                 oldest: Option<i64>,
             }
-            let recent: Vec<Window> = self
+            let mut window_params = vec![SqlStorageValue::from(now_ms - 60_000)];
+            window_params.extend(params);
+            let rows: Vec<Window> = self
                 .sql
                 .exec(
-                    "SELECT SUM(tokens_in + tokens_out) AS tokens, COUNT(*) AS n, MIN(ts_ms) AS oldest \
-                     FROM records WHERE ts_ms >= ?",
-                    vec![SqlStorageValue::from(window_start)],
+                    &format!(
+                        "SELECT SUM(tokens_in + tokens_out) AS tokens, COUNT(*) AS n, MIN(ts_ms) AS oldest \
+                         FROM records WHERE ts_ms >= ? AND {condition}"
+                    ),
+                    window_params,
                 )?
                 .to_array()?;
-            let w = recent.first();
-            let requests = w.and_then(|w| w.n).unwrap_or(0) + in_flight;
-            let tokens = w.and_then(|w| w.tokens).unwrap_or(0) + held_tokens;
+            let w = rows.first();
+            standing.minute_requests = w.and_then(|w| w.n).unwrap_or(0);
+            standing.minute_tokens = w.and_then(|w| w.tokens).unwrap_or(0);
+            standing.minute_oldest = w.and_then(|w| w.oldest);
+        }
+        Ok(standing)
+    }
+
+    /// Whether `limits` of `scope` admit `h`: `None`, or the refusal.
+    fn check(&self, scope: Scope, limits: &Limits, h: &Hold) -> Result<Option<HoldAnswer>> {
+        let with_rate = limits.requests_per_minute.is_some() || limits.tokens_per_minute.is_some();
+        let s = self.standing(scope, h.now_ms, with_rate)?;
+        let refusal = |why: &str| HoldAnswer {
+            admitted: false,
+            refused_for: Some(why.into()),
+            scope: Some(scope.name().into()),
+            ..HoldAnswer::default()
+        };
+        if limits.max_concurrent.is_some_and(|m| s.in_flight >= m) {
+            return Ok(Some(refusal("concurrency")));
+        }
+        if with_rate {
+            // The window holds the requests that started in the last minute, plus every
+            // request still in flight (counted at its worst case).
+            let requests = s.minute_requests + s.in_flight;
+            let tokens = s.minute_tokens + s.held_tokens;
             let over = limits.requests_per_minute.is_some_and(|m| requests >= m)
                 || limits
                     .tokens_per_minute
                     .is_some_and(|m| tokens + h.tokens > m);
             if over {
-                let oldest = w.and_then(|w| w.oldest).unwrap_or(h.now_ms);
+                let oldest = s.minute_oldest.unwrap_or(h.now_ms);
                 let wait_ms = (oldest + 60_000 - h.now_ms).clamp(1_000, 60_000);
-                return Ok(HoldAnswer {
+                return Ok(Some(HoldAnswer {
                     retry_after_s: Some((wait_ms + 999) / 1000),
-                    ..refuse("rate")
-                });
+                    ..refusal("rate")
+                }));
             }
         }
-        if remaining_usd.is_some_and(|r| h.usd > r)
-            || remaining_tokens.is_some_and(|r| h.tokens > r)
-        {
-            return Ok(refuse("budget"));
+        let windows = [
+            (
+                "day",
+                limits.daily_usd,
+                limits.daily_tokens,
+                s.day_usd,
+                s.day_tokens,
+            ),
+            (
+                "month",
+                limits.monthly_usd,
+                limits.monthly_tokens,
+                s.month_usd,
+                s.month_tokens,
+            ),
+        ];
+        for (window, usd_limit, token_limit, spent_usd, spent_tokens) in windows {
+            let remaining_usd = usd_limit.map(|l| l - spent_usd - s.held_usd);
+            let remaining_tokens = token_limit.map(|l| l - spent_tokens - s.held_tokens);
+            if remaining_usd.is_some_and(|r| h.usd > r)
+                || remaining_tokens.is_some_and(|r| h.tokens > r)
+            {
+                return Ok(Some(HoldAnswer {
+                    window: Some(window.into()),
+                    remaining_usd: remaining_usd.map(|r| r.max(0.0)),
+                    remaining_tokens: remaining_tokens.map(|r| r.max(0)),
+                    ..refusal("budget")
+                }));
+            }
+        }
+        Ok(None)
+    }
+
+    fn hold(&self, h: &Hold) -> Result<HoldAnswer> {
+        // Holds of workers that never settled are reclaimed first (the alarm may be late).
+        self.sql.exec(
+            "DELETE FROM holds WHERE expires_ms <= ?",
+            vec![SqlStorageValue::from(h.now_ms)],
+        )?;
+        let tenant = self.tenant()?;
+        let mut scopes = vec![(Scope::Tenant, &tenant.limits)];
+        if let Some(per_user) = &tenant.per_user {
+            scopes.push((Scope::User(&h.user), per_user));
+        }
+        if let Some(limits) = tenant.feature_limits(&h.feature) {
+            scopes.push((Scope::Feature(&h.feature), limits));
+        }
+        for (scope, limits) in scopes {
+            if let Some(refusal) = self.check(scope, limits, h)? {
+                return Ok(refusal);
+            }
         }
         self.sql.exec(
-            "INSERT INTO holds (id, usd, tokens, expires_ms) VALUES (?, ?, ?, ?)",
+            "INSERT INTO holds (id, usd, tokens, expires_ms, user, feature) VALUES (?, ?, ?, ?, ?, ?)",
             vec![
                 SqlStorageValue::from(h.id.as_str()),
                 SqlStorageValue::from(h.usd),
                 SqlStorageValue::from(h.tokens),
                 SqlStorageValue::from(h.expires_ms),
+                SqlStorageValue::from(h.user.as_str()),
+                SqlStorageValue::from(h.feature.as_str()),
             ],
         )?;
+        let s = self.standing(Scope::Tenant, h.now_ms, false)?;
         Ok(HoldAnswer {
             admitted: true,
-            refused_for: None,
-            retry_after_s: None,
-            remaining_usd: remaining_usd.map(|r| r - h.usd),
-            remaining_tokens: remaining_tokens.map(|r| r - h.tokens),
+            remaining_usd: tenant.limits.daily_usd.map(|l| l - s.day_usd - s.held_usd),
+            remaining_tokens: tenant
+                .limits
+                .daily_tokens
+                .map(|l| l - s.day_tokens - s.held_tokens),
+            ..HoldAnswer::default()
         })
+    }
+
+    fn next_expiry(&self) -> Result<Option<i64>> {
+        #[derive(Deserialize)]
+        struct Next {
+            next: Option<i64>,
+        }
+        let rows: Vec<Next> = self
+            .sql
+            .exec("SELECT MIN(expires_ms) AS next FROM holds", None)?
+            .to_array()?;
+        Ok(rows.first().and_then(|r| r.next))
+    }
+
+    /// Makes sure the alarm rings by `expires_ms`, when the hold would be reclaimed.
+    async fn reclaim_at(&self, expires_ms: i64, now_ms: i64) -> Result<()> {
+        let storage = self.state.storage();
+        let due = storage.get_alarm().await?;
+        if due.is_none_or(|d| d > expires_ms) {
+            storage.set_alarm((expires_ms - now_ms).max(1)).await?;
+        }
+        Ok(())
     }
 
     /// Replaces the hold with what was actually spent and writes the cost record (once: a
     /// repeated settle of the same id changes nothing).
     fn settle(&self, hold_id: &str, r: &Record) -> Result<()> {
-        let existing: Vec<Sums> = self
-            .sql
-            .exec(
-                "SELECT 0.0 AS usd, 0 AS tokens, COUNT(*) AS n FROM records WHERE id = ?",
-                vec![SqlStorageValue::from(r.id.as_str())],
-            )?
-            .to_array()?;
+        let (_, _, existing) = self.sums(
+            "SELECT 0.0 AS usd, 0 AS tokens, COUNT(*) AS n FROM records WHERE id = ?",
+            vec![SqlStorageValue::from(r.id.as_str())],
+        )?;
         self.sql.exec(
             "DELETE FROM holds WHERE id = ?",
             vec![SqlStorageValue::from(hold_id)],
         )?;
-        if existing.first().and_then(|s| s.n).unwrap_or(0) > 0 {
+        if existing > 0 {
             return Ok(());
         }
-        self.sql.exec(
-            "INSERT INTO spend (day, usd, tokens) VALUES (?, ?, ?) \
-             ON CONFLICT(day) DO UPDATE SET usd = usd + excluded.usd, tokens = tokens + excluded.tokens",
-            vec![
-                SqlStorageValue::from(r.ts_ms / DAY_MS),
-                SqlStorageValue::from(r.usd),
-                SqlStorageValue::from(r.tokens_in + r.tokens_out),
-            ],
-        )?;
+        let mut scopes = vec![Scope::Tenant, Scope::User(&r.user)];
+        if !r.feature.is_empty() {
+            scopes.push(Scope::Feature(&r.feature));
+        }
+        for scope in scopes {
+            self.sql.exec(
+                "INSERT INTO spending (scope, key, day, usd, tokens) VALUES (?, ?, ?, ?, ?) \
+                 ON CONFLICT(scope, key, day) DO UPDATE SET usd = usd + excluded.usd, tokens = tokens + excluded.tokens",
+                vec![
+                    SqlStorageValue::from(scope.name()),
+                    SqlStorageValue::from(scope.key()),
+                    SqlStorageValue::from(r.ts_ms.div_euclid(DAY_MS)),
+                    SqlStorageValue::from(r.usd),
+                    SqlStorageValue::from(r.tokens_in + r.tokens_out),
+                ],
+            )?;
+        }
         self.sql.exec(
             "INSERT INTO records (id, ts_ms, json, user, session, feature, model, tokens_in, tokens_out, usd, outcome) \
              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -308,7 +536,13 @@ impl TenantBudget {
         Ok(())
     }
 
-    fn usage(&self, from: i64, to: i64, group_by: Option<&str>) -> Result<serde_json::Value> {
+    fn usage(
+        &self,
+        from: i64,
+        to: i64,
+        group_by: Option<&str>,
+        now_ms: i64,
+    ) -> Result<serde_json::Value> {
         #[derive(Serialize, Deserialize)]
         struct Group {
             key: Option<String>,
@@ -342,11 +576,31 @@ impl TenantBudget {
                 vec![SqlStorageValue::from(from), SqlStorageValue::from(to)],
             )?
             .to_array()?;
-        let (_, _, in_flight) = self.held()?;
+        let s = self.standing(Scope::Tenant, now_ms, false)?;
         Ok(serde_json::json!({
             "groups": rows,
-            "in_flight": in_flight,
-            "limits": self.limits()?,
+            "in_flight": s.in_flight,
+            "held": {"usd": s.held_usd, "tokens": s.held_tokens},
+            "today": {"usd": s.day_usd, "tokens": s.day_tokens},
+            "this_month": {"usd": s.month_usd, "tokens": s.month_tokens},
+            "tenant": self.tenant()?,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn months_start_on_the_first() {
+        // Days since 1970-01-01, checked against Python's datetime.
+        assert_eq!(day_of_month(0), 1);
+        assert_eq!(day_of_month(20_787), 30); // 2026-11-30
+        assert_eq!(month_start(20_787), 20_787 - 29);
+        assert_eq!(month_start(20_788), 20_788); // 2026-12-01
+        assert_eq!(day_of_month(19_782), 29); // 2024-02-29
+        assert_eq!(day_of_month(11_017), 1); // 2000-03-01
+        assert_eq!(day_of_month(-1), 31); // 1969-12-31
     }
 }

@@ -3,31 +3,44 @@
 use straddle_protocol::{ApiError, ErrorKind};
 use worker::{Context, Env, Method, Request, Response, Result, Router, event};
 
+mod admission;
 mod auth;
 pub mod budget;
 mod error;
+pub mod origins;
 mod privacy;
+pub mod tenant;
 mod upstream;
 mod upstreams;
 mod verify;
 
 use error::error_response;
 
-/// The CORS headers for `origin` when the deployment lists it (`ALLOWED_ORIGINS`,
-/// comma-separated); a token bound to another origin is refused by `auth` anyway.
-fn cors(env: &Env, origin: Option<&str>, resp: &mut Response) -> Result<()> {
+/// Whether pages at `origin` may read this deployment's answers: the deployment lists it
+/// (`ALLOWED_ORIGINS`, comma-separated) or some tenant's record does. Which tenant a request
+/// spends for is checked on the request itself (`admission::caller`): a preflight has no token.
+async fn origin_known(env: &Env, origin: &str) -> bool {
+    let deployment = tenant::deployment_origins(
+        env.var("ALLOWED_ORIGINS")
+            .ok()
+            .map(|v| v.to_string())
+            .as_deref(),
+    );
+    if deployment.iter().any(|o| o == origin || o == "*") {
+        return true;
+    }
+    origins::known(env, origin).await.unwrap_or_else(|e| {
+        worker::console_warn!("origin registry unreachable: {e}");
+        false
+    })
+}
+
+/// Adds the CORS headers for `origin` when pages there may call.
+async fn cors(env: &Env, origin: Option<&str>, resp: &mut Response) -> Result<()> {
     let Some(origin) = origin else {
         return Ok(());
     };
-    let allowed = env
-        .var("ALLOWED_ORIGINS")
-        .map(|v| v.to_string())
-        .unwrap_or_default();
-    if allowed
-        .split(',')
-        .map(str::trim)
-        .any(|o| o == origin || o == "*")
-    {
+    if origin_known(env, origin).await {
         let h = resp.headers_mut();
         h.set("access-control-allow-origin", origin)?;
         h.set("vary", "origin")?;
@@ -54,7 +67,7 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
     } else {
         routes(req, env.clone()).await?
     };
-    cors(&env, origin.as_deref(), &mut resp)?;
+    cors(&env, origin.as_deref(), &mut resp).await?;
     Ok(resp)
 }
 
@@ -70,21 +83,31 @@ async fn routes(req: Request, env: Env) -> Result<Response> {
             let Some(tenant) = admin_tenant(&req, &ctx) else {
                 return admin_refusal(&req, &ctx);
             };
-            let limits: budget::Limits = match req.json().await {
-                Ok(l) => l,
+            let record: tenant::Tenant = match req.json().await {
+                Ok(r) => r,
                 Err(e) => {
                     return error_response(&ApiError::new(
                         ErrorKind::InvalidRequest,
-                        format!("tenant limits: {e}"),
+                        format!("tenant record: {e}"),
                     ));
                 }
             };
-            let stub = upstream::budget_stub(&ctx.env, &tenant)?;
-            let saved: budget::Limits = upstream::budget_call(
+            if let Err(e) = record.validate() {
+                return error_response(&e);
+            }
+            let stub = admission::budget_stub(&ctx.env, &tenant)?;
+            let saved: tenant::Tenant = admission::budget_call(
                 &stub,
                 Method::Put,
-                "/limits",
-                Some(serde_json::to_string(&limits)?),
+                "/tenant",
+                Some(serde_json::to_string(&record)?),
+            )
+            .await?;
+            // Saved first: a failure here leaves the registry stale until the PUT is retried.
+            origins::publish(
+                &ctx.env,
+                &tenant,
+                saved.allowed_origins.as_deref().unwrap_or_default(),
             )
             .await?;
             Response::from_json(&saved)
@@ -94,9 +117,10 @@ async fn routes(req: Request, env: Env) -> Result<Response> {
                 return admin_refusal(&req, &ctx);
             };
             let query = req.url()?.query().map(str::to_owned).unwrap_or_default();
-            let stub = upstream::budget_stub(&ctx.env, &tenant)?;
+            let stub = admission::budget_stub(&ctx.env, &tenant)?;
             let usage: serde_json::Value =
-                upstream::budget_call(&stub, Method::Get, &format!("/usage?{query}"), None).await?;
+                admission::budget_call(&stub, Method::Get, &format!("/usage?{query}"), None)
+                    .await?;
             if let Some(message) = usage.get("error").and_then(|m| m.as_str()) {
                 return error_response(&ApiError::invalid("group_by", message));
             }

@@ -5,16 +5,14 @@
 use straddle_protocol::{ApiError, ErrorKind, Message};
 use straddle_router::pii::{self, EntityKind, Sensitivity};
 
-/// Until per-tenant policies land, the default policy's threshold applies to everyone.
-const KEEP_ON_DEVICE_AT: Sensitivity = Sensitivity::High;
-
-/// A 451 naming the entity classes (never their values), or `None` when the request may go.
-pub fn recheck(messages: &[Message]) -> Option<ApiError> {
+/// A 451 naming the entity classes (never their values) at or above `keep_on_device_at`
+/// (the tenant's policy), or `None` when the request may go.
+pub fn recheck(messages: &[Message], keep_on_device_at: Sensitivity) -> Option<ApiError> {
     let mut kinds: Vec<EntityKind> = messages
         .iter()
         .flat_map(|m| pii::detect(&m.content))
         .map(|s| s.kind)
-        .filter(|k| k.sensitivity() >= KEEP_ON_DEVICE_AT)
+        .filter(|k| k.sensitivity() >= keep_on_device_at)
         .collect();
     kinds.sort();
     kinds.dedup();
@@ -45,10 +43,19 @@ mod tests {
 
     #[test]
     fn card_is_refused_by_class_without_echoing_the_value() {
-        let err = recheck(&req("my card is 4111 1111 1111 1111")).expect("refused");
+        let err =
+            recheck(&req("my card is 4111 1111 1111 1111"), Sensitivity::High).expect("refused");
         assert_eq!(err.status(), 451);
         assert!(err.message.contains("payment_card"));
         assert!(!err.message.contains("4111"));
-        assert!(recheck(&req("what is 2+2?")).is_none());
+        assert!(recheck(&req("what is 2+2?"), Sensitivity::High).is_none());
+    }
+
+    #[test]
+    fn the_tenant_policy_sets_the_threshold() {
+        let email = req("write to jane.doe@example.com about the launch");
+        // An e-mail is medium: a tenant at `medium` keeps it, the default (`high`) sends it.
+        assert!(recheck(&email, Sensitivity::Medium).is_some());
+        assert!(recheck(&email, Sensitivity::High).is_none());
     }
 }

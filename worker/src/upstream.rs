@@ -15,10 +15,11 @@ use straddle_protocol::sse::{self, Parser};
 use straddle_protocol::{ApiError, ChatChunk, ChatRequest, ChatResponse, ErrorKind};
 use worker::{
     AbortController, ByteStream, Context, Delay, Env, Fetch, Headers, Method, Request, RequestInit,
-    Response, Result, Stub,
+    Response, Result,
 };
 
-use crate::budget::{Hold, HoldAnswer, Limits, Record};
+use crate::admission::{Caller, caller, json_body, now_ms, settle};
+use crate::budget::Record;
 use crate::error::error_response;
 use crate::upstreams::{self, Breakers, Upstream};
 
@@ -27,16 +28,8 @@ thread_local! {
     static BREAKERS: RefCell<Breakers> = RefCell::new(Breakers::default());
 }
 
-/// Largest request body accepted.
-const MAX_BODY: usize = 1 << 20;
 /// `max_tokens` assumed when a request gives none (the hold must have a bound).
 const DEFAULT_MAX_TOKENS: u32 = 1024;
-/// An unsettled hold is reclaimed after this long (a worker that died mid-request).
-const HOLD_TTL_MS: i64 = 5 * 60 * 1000;
-
-pub(crate) fn now_ms() -> i64 {
-    js_sys::Date::now() as i64
-}
 
 /// A conservative prompt size: two bytes a token (real tokenizers average three to four on
 /// English, about one a character on Chinese — which is three bytes) plus framing per message.
@@ -76,122 +69,29 @@ pub(crate) fn upstream_list(env: &Env) -> std::result::Result<Vec<Upstream>, Str
     Ok(list)
 }
 
-/// The tenant's budget object.
-pub fn budget_stub(env: &Env, tenant: &str) -> Result<Stub> {
-    env.durable_object("BUDGET")?
-        .id_from_name(tenant)?
-        .get_stub()
-}
-
-/// One JSON call to the budget object.
-pub async fn budget_call<T: serde::de::DeserializeOwned>(
-    stub: &Stub,
-    method: Method,
-    path: &str,
-    body: Option<String>,
-) -> Result<T> {
-    let mut init = RequestInit::new();
-    init.with_method(method);
-    if let Some(b) = body {
-        init.with_body(Some(b.into()));
-    }
-    let req = Request::new_with_init(&format!("https://budget{path}"), &init)?;
-    let mut resp = stub.fetch_with_request(req).await?;
-    resp.json().await
-}
-
-/// Replaces the hold with what was spent and writes the record.
-pub(crate) async fn settle(stub: Stub, hold_id: String, record: Record) {
-    let body = serde_json::to_string(&(hold_id, record)).unwrap_or_default();
-    // One retry: the record must not be lost to a transient error.
-    for _ in 0..2 {
-        if budget_call::<serde_json::Value>(&stub, Method::Post, "/settle", Some(body.clone()))
-            .await
-            .is_ok()
-        {
-            return;
-        }
-    }
-}
-
-/// A JSON body of at most `MAX_BODY` bytes: the raw bytes (forwarded unchanged) with the
-/// parsed value, or the error response to send.
-pub(crate) async fn json_body<T: serde::de::DeserializeOwned>(
-    req: &mut Request,
-) -> Result<std::result::Result<(Vec<u8>, T), Response>> {
-    let body = req.bytes().await?;
-    if body.len() > MAX_BODY {
-        return error_response(&ApiError::new(
-            ErrorKind::TooLarge,
-            format!("body over {MAX_BODY} bytes"),
-        ))
-        .map(Err);
-    }
-    match serde_json::from_slice(&body) {
-        Ok(parsed) => Ok(Ok((body, parsed))),
-        Err(e) => error_response(&ApiError::from_json_error(&e)).map(Err),
-    }
-}
-
-/// Holds the worst case of `tokens_in` and `tokens_out` in the tenant's budget, priced at the
-/// dearest upstream the request might end up on: the hold, or the refusal to send.
-pub(crate) async fn hold_worst_case(
-    stub: &Stub,
-    list: &[Upstream],
-    tokens_in: i64,
-    tokens_out: i64,
-) -> Result<std::result::Result<Hold, Response>> {
-    let price_in = list.iter().map(|u| u.price_in_per_1k).fold(0.0, f64::max);
-    let price_out = list.iter().map(|u| u.price_out_per_1k).fold(0.0, f64::max);
-    let started = now_ms();
-    let hold = Hold {
-        id: format!(
-            "{started}-{:016x}",
-            (js_sys::Math::random() * 2f64.powi(53)) as u64
-        ),
-        usd: tokens_in as f64 / 1000.0 * price_in + tokens_out as f64 / 1000.0 * price_out,
-        tokens: tokens_in + tokens_out,
-        expires_ms: started + HOLD_TTL_MS,
-        now_ms: started,
-    };
-    let answer: HoldAnswer = budget_call(
-        stub,
-        Method::Post,
-        "/hold",
-        Some(serde_json::to_string(&hold)?),
-    )
-    .await?;
-    if !answer.admitted {
-        return refused(&answer).map(Err);
-    }
-    Ok(Ok(hold))
-}
-
 /// `POST /v1/chat/completions`.
 pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response> {
-    let claims = match crate::auth::tenant(&req, env) {
+    let caller = match caller(&req, env).await? {
         Ok(c) => c,
-        Err(e) => return error_response(&e),
+        Err(refusal) => return Ok(refusal),
     };
     let (body, parsed) = match json_body::<ChatRequest>(&mut req).await? {
         Ok(got) => got,
         Err(refusal) => return Ok(refusal),
     };
-    if let Err(e) = parsed.validate() {
+    if let Err(e) = parsed
+        .validate()
+        .and_then(|()| caller.permits(&parsed.model, &parsed.messages))
+    {
         return error_response(&e);
-    }
-    if let Some(refusal) = crate::privacy::recheck(&parsed.messages) {
-        return error_response(&refusal);
     }
     let list = match upstream_list(env) {
         Ok(l) => l,
         Err(message) => return error_response(&ApiError::new(ErrorKind::Unavailable, message)),
     };
 
-    let stub = budget_stub(env, &claims.ten)?;
-    let limits: Limits = budget_call(&stub, Method::Get, "/limits", None).await?;
     let max_tokens = parsed.token_limit().unwrap_or(DEFAULT_MAX_TOKENS);
-    if let Some(cap) = limits.max_tokens_cap
+    if let Some(cap) = caller.tenant.max_tokens_cap
         && i64::from(max_tokens) > cap
     {
         return error_response(&ApiError::invalid(
@@ -200,10 +100,14 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
         ));
     }
     let prompt_bound = prompt_tokens_bound(&parsed);
-    let hold = match hold_worst_case(&stub, &list, prompt_bound, i64::from(max_tokens)).await? {
+    let hold = match caller
+        .hold_worst_case(env, &list, prompt_bound, i64::from(max_tokens))
+        .await?
+    {
         Ok(h) => h,
         Err(refusal) => return Ok(refusal),
     };
+    let Caller { claims, stub, .. } = caller;
     let started = hold.now_ms;
     let envelope = parsed.straddle.as_ref();
 
@@ -322,39 +226,6 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
     headers.set("content-type", "text/event-stream")?;
     headers.set("cache-control", "no-cache")?;
     Ok(Response::from_stream(counting)?.with_headers(headers))
-}
-
-fn refused(answer: &HoldAnswer) -> Result<Response> {
-    let remaining = format!(
-        "remaining today: {} USD, {} tokens",
-        answer
-            .remaining_usd
-            .map_or("unlimited".into(), |v| format!("{v:.6}")),
-        answer
-            .remaining_tokens
-            .map_or("unlimited".into(), |v| v.to_string())
-    );
-    if answer.refused_for.as_deref() == Some("rate") {
-        let mut resp = error_response(&ApiError::new(
-            ErrorKind::RateLimited,
-            "this tenant's requests or tokens per minute are used up",
-        ))?;
-        let wait = answer.retry_after_s.unwrap_or(60).to_string();
-        resp.headers_mut().set("retry-after", &wait)?;
-        return Ok(resp);
-    }
-    if answer.refused_for.as_deref() == Some("concurrency") {
-        let mut resp = error_response(&ApiError::new(
-            ErrorKind::RateLimited,
-            "too many requests in flight for this tenant",
-        ))?;
-        resp.headers_mut().set("retry-after", "1")?;
-        return Ok(resp);
-    }
-    error_response(&ApiError::new(
-        ErrorKind::BudgetExceeded,
-        format!("this request's worst case exceeds the tenant's budget; {remaining}"),
-    ))
 }
 
 /// What to answer for an upstream's non-200: its own 4xx (a request it refused) is the

@@ -5,11 +5,10 @@
 use straddle_protocol::{ApiError, ErrorKind, VerifyRequest, VerifyResponse};
 use worker::{Env, Request, Response, Result};
 
+use crate::admission::{Caller, caller, json_body, now_ms, settle};
 use crate::budget::Record;
 use crate::error::error_response;
-use crate::upstream::{
-    budget_stub, forward, hold_worst_case, json_body, now_ms, relay_failure, settle, upstream_list,
-};
+use crate::upstream::{forward, relay_failure, upstream_list};
 
 /// Drafts longer than this are refused: adaptive drafting stays within 16.
 const MAX_DRAFT: usize = 64;
@@ -64,20 +63,17 @@ fn check(req: &VerifyRequest) -> std::result::Result<(), ApiError> {
 
 /// `POST /v1/verify`.
 pub async fn verify(mut req: Request, env: &Env) -> Result<Response> {
-    let claims = match crate::auth::tenant(&req, env) {
+    let caller = match caller(&req, env).await? {
         Ok(c) => c,
-        Err(e) => return error_response(&e),
+        Err(refusal) => return Ok(refusal),
     };
     let (body, parsed) = match json_body::<VerifyRequest>(&mut req).await? {
         Ok(got) => got,
         Err(refusal) => return Ok(refusal),
     };
-    if let Err(e) = check(&parsed) {
-        return error_response(&e);
-    }
     // Token ids cannot be scanned here; messages can, and are.
-    if let Some(refusal) = crate::privacy::recheck(&parsed.messages) {
-        return error_response(&refusal);
+    if let Err(e) = check(&parsed).and_then(|()| caller.permits(&parsed.model, &parsed.messages)) {
+        return error_response(&e);
     }
     let list: Vec<_> = match upstream_list(env) {
         Ok(l) => l.into_iter().filter(|u| u.supports_verify).collect(),
@@ -93,14 +89,17 @@ pub async fn verify(mut req: Request, env: &Env) -> Result<Response> {
         );
     }
 
-    let stub = budget_stub(env, &claims.ten)?;
     let tokens_in = input_tokens_bound(&parsed);
     // At most every drafted token accepted plus the verifier's own.
     let tokens_out = parsed.draft_tokens.len() as i64 + 1;
-    let hold = match hold_worst_case(&stub, &list, tokens_in, tokens_out).await? {
+    let hold = match caller
+        .hold_worst_case(env, &list, tokens_in, tokens_out)
+        .await?
+    {
         Ok(h) => h,
         Err(refusal) => return Ok(refusal),
     };
+    let Caller { claims, stub, .. } = caller;
     let started = hold.now_ms;
 
     let record = |upstream: &str, outcome: &str, t_in: i64, t_out: i64, p: (f64, f64)| Record {

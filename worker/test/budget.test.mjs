@@ -113,22 +113,31 @@ test("max_tokens over the tenant's cap is a 400 naming the field", async () => {
   assert.equal((await admin(worker.url, "PUT", "/v1/tenants/acme", {})).status, 200);
 });
 
-test("200 concurrent requests against a budget for exactly 7: 7 admitted, the rest 402, no overshoot", async () => {
+test("500 concurrent requests against a budget for exactly 7: 7 admitted, the rest 402, no overshoot", async () => {
   const before = await usage();
   const spent = before.groups[0]?.usd ?? 0;
   const K = 7;
+  const N = 500;
   // Room for exactly K holds of 0.109 on top of today's spend.
   const limit = spent + K * 0.109 + 0.05;
   assert.equal((await admin(worker.url, "PUT", "/v1/tenants/acme", { daily_usd: limit })).status, 200);
-  // Slow answers: every hold is taken before any settles.
-  upstream.state.delayMs = 1500;
-  const results = await Promise.all(Array.from({ length: 200 }, (_, i) =>
-    chat(worker.url, hi, { token: mintToken({ sub: `user-${i % 5}` }) }).then(async (r) => ({ status: r.status, body: await r.json() }))));
-  upstream.state.delayMs = 0;
-  const admitted = results.filter((r) => r.status === 200).length;
-  const refused = results.filter((r) => r.status === 402);
+  // Admitted requests wait at the upstream until every request has been answered or is
+  // waiting there: every hold is taken before any settles, however slow the machine.
+  upstream.closeGate();
+  let answered = 0;
+  const results = Promise.all(Array.from({ length: N }, (_, i) =>
+    chat(worker.url, hi, { token: mintToken({ sub: `user-${i % 5}` }) })
+      .then(async (r) => ({ status: r.status, body: await r.json() }))
+      .finally(() => { answered += 1; })));
+  while (answered + upstream.state.waiting < N) await new Promise((r) => setTimeout(r, 20));
+  const waiting = upstream.state.waiting;
+  upstream.openGate();
+  const all = await results;
+  const admitted = all.filter((r) => r.status === 200).length;
+  const refused = all.filter((r) => r.status === 402);
+  assert.equal(waiting, K, "the upstream saw exactly K requests");
   assert.equal(admitted, K);
-  assert.equal(refused.length, 200 - K);
+  assert.equal(refused.length, N - K);
   assert.match(refused[0].body.error.message, /remaining today/);
   const after = await settled(before.groups[0].requests + K);
   assert.equal(after.groups[0].requests, before.groups[0].requests + K, "every admitted request has a record");

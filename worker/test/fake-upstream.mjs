@@ -5,12 +5,19 @@ import http from "node:http";
 
 /** Starts the server; `mode()` is read per request so a test can change it. */
 export async function startFakeUpstream(opts = {}) {
-  const state = { mode: "ok", delayMs: 0, completionTokens: 20, promptTokens: 10, requests: 0, ...opts };
+  const state = { mode: "ok", delayMs: 0, completionTokens: 20, promptTokens: 10, requests: 0, waiting: 0, ...opts };
+  // While a gate is set, requests wait at it (counted in `waiting`) until it is opened.
+  let gate = null;
   const server = http.createServer(async (req, res) => {
     let body = "";
     for await (const chunk of req) body += chunk;
     state.requests += 1;
     const parsed = JSON.parse(body || "{}");
+    if (gate) {
+      state.waiting += 1;
+      await gate.opened;
+      state.waiting -= 1;
+    }
     await new Promise((r) => setTimeout(r, state.mode === "hang" ? 60_000 : state.delayMs));
     if (state.mode === "429") {
       res.writeHead(429, { "content-type": "application/json", "retry-after": "1" });
@@ -51,6 +58,9 @@ export async function startFakeUpstream(opts = {}) {
   await new Promise((r) => server.listen(0, "127.0.0.1", r));
   return {
     state,
+    /** Holds every request that arrives from now on until `open()`. */
+    closeGate: () => { let open; gate = { opened: new Promise((r) => { open = r; }) }; gate.open = open; },
+    openGate: () => { gate?.open(); gate = null; },
     url: `http://127.0.0.1:${server.address().port}`,
     close: () => { server.closeAllConnections(); return new Promise((r) => server.close(r)); },
   };

@@ -16,8 +16,11 @@ export const SECRET = "acme-test-secret";
 export const ADMIN_KEY = "admin-test-key";
 export const ORIGIN = "https://app.acme.test";
 
-/** A Miniflare instance running the real worker build, with `bindings` as vars. */
-export async function startWorker(bindings = {}) {
+/**
+ * A Miniflare instance running the real worker build, with `bindings` as vars and `options`
+ * added to Miniflare's (`durableObjectsPersist` to keep state across a restart).
+ */
+export async function startWorker(bindings = {}, options = {}) {
   const mf = new Miniflare({
     modules: true,
     scriptPath: path.join(buildDir, "shim.mjs"),
@@ -28,9 +31,13 @@ export async function startWorker(bindings = {}) {
       { type: "CompiledWasm", include: ["**/*.wasm"] },
     ],
     compatibilityDate: "2026-05-01",
-    durableObjects: { BUDGET: { className: "TenantBudget", useSQLite: true } },
+    durableObjects: {
+      BUDGET: { className: "TenantBudget", useSQLite: true },
+      ORIGINS: { className: "OriginRegistry", useSQLite: true },
+    },
     bindings: { TENANT_SECRET_ACME: SECRET, ADMIN_KEY, ALLOWED_ORIGINS: ORIGIN, ...bindings },
     cf: false,
+    ...options,
   });
   const url = await mf.ready;
   return { mf, url: url.toString().replace(/\/$/, "") };

@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 pub enum ErrorKind {
     InvalidRequest,
     Authentication,
+    /// Authenticated, but this tenant may not do this (an origin or model it does not allow).
+    Forbidden,
     BudgetExceeded,
     TooLarge,
     RateLimited,
@@ -27,6 +29,7 @@ impl ErrorKind {
             ErrorKind::InvalidRequest => 400,
             ErrorKind::Authentication => 401,
             ErrorKind::BudgetExceeded => 402,
+            ErrorKind::Forbidden => 403,
             ErrorKind::NotFound => 404,
             ErrorKind::Conflict => 409,
             ErrorKind::TooLarge => 413,
@@ -129,6 +132,7 @@ mod tests {
             (ErrorKind::InvalidRequest, 400),
             (ErrorKind::Authentication, 401),
             (ErrorKind::BudgetExceeded, 402),
+            (ErrorKind::Forbidden, 403),
             (ErrorKind::TooLarge, 413),
             (ErrorKind::RateLimited, 429),
             (ErrorKind::PrivacyRefused, 451),

@@ -1,0 +1,240 @@
+//! What every spending route does before it forwards: read the body within its limit, find
+//! the caller's tenant (token, record, origin), check what the tenant allows (model, private
+//! data), hold the worst case in the tenant's budget — and afterwards settle it.
+
+use straddle_protocol::token::Claims;
+use straddle_protocol::{ApiError, ErrorKind, Message};
+use worker::{Env, Method, Request, RequestInit, Response, Result, Stub};
+
+use crate::budget::{Hold, HoldAnswer, Record};
+use crate::error::error_response;
+use crate::tenant::{Tenant, deployment_origins};
+use crate::upstreams::Upstream;
+
+/// Largest request body accepted.
+const MAX_BODY: usize = 1 << 20;
+/// An unsettled hold is reclaimed after this long (a worker that died mid-request) unless
+/// the deployment's `HOLD_TTL_MS` says otherwise.
+const HOLD_TTL_MS: i64 = 5 * 60 * 1000;
+
+pub(crate) fn now_ms() -> i64 {
+    js_sys::Date::now() as i64
+}
+
+/// The tenant's budget object.
+pub fn budget_stub(env: &Env, tenant: &str) -> Result<Stub> {
+    env.durable_object("BUDGET")?
+        .id_from_name(tenant)?
+        .get_stub()
+}
+
+/// One JSON call to the budget object.
+pub async fn budget_call<T: serde::de::DeserializeOwned>(
+    stub: &Stub,
+    method: Method,
+    path: &str,
+    body: Option<String>,
+) -> Result<T> {
+    let mut init = RequestInit::new();
+    init.with_method(method);
+    if let Some(b) = body {
+        init.with_body(Some(b.into()));
+    }
+    let req = Request::new_with_init(&format!("https://budget{path}"), &init)?;
+    let mut resp = stub.fetch_with_request(req).await?;
+    resp.json().await
+}
+
+/// A caller let in: whose token it is, its tenant's record and budget.
+pub(crate) struct Caller {
+    pub claims: Claims,
+    pub tenant: Tenant,
+    pub stub: Stub,
+}
+
+/// The request's caller, or the response refusing it: a bad token (401), or a page origin
+/// its tenant does not allow (403).
+pub(crate) async fn caller(
+    req: &Request,
+    env: &Env,
+) -> Result<std::result::Result<Caller, Response>> {
+    let claims = match crate::auth::tenant(req, env) {
+        Ok(c) => c,
+        Err(e) => return error_response(&e).map(Err),
+    };
+    let stub = budget_stub(env, &claims.ten)?;
+    let tenant: Tenant = budget_call(&stub, Method::Get, "/tenant", None).await?;
+    // Requests without an `Origin` come from servers, not pages: the token alone decides.
+    if let Some(origin) = req.headers().get("origin")? {
+        let deployment = deployment_origins(
+            env.var("ALLOWED_ORIGINS")
+                .ok()
+                .map(|v| v.to_string())
+                .as_deref(),
+        );
+        if !tenant.allows_origin(&origin, &deployment) {
+            return error_response(
+                &ApiError::new(
+                    ErrorKind::Forbidden,
+                    format!("this tenant does not allow pages at {origin}"),
+                )
+                .with_code("origin_not_allowed"),
+            )
+            .map(Err);
+        }
+    }
+    Ok(Ok(Caller {
+        claims,
+        tenant,
+        stub,
+    }))
+}
+
+impl Caller {
+    /// Refuses a model the tenant does not allow (403) and data its policy keeps on the
+    /// device (451).
+    pub(crate) fn permits(
+        &self,
+        model: &str,
+        messages: &[Message],
+    ) -> std::result::Result<(), ApiError> {
+        if !self.tenant.allows_model(model) {
+            return Err(ApiError::new(
+                ErrorKind::Forbidden,
+                format!("this tenant does not allow the model {model:?}"),
+            )
+            .with_code("model_not_allowed"));
+        }
+        match crate::privacy::recheck(messages, self.tenant.keep_on_device_at()) {
+            Some(refusal) => Err(refusal),
+            None => Ok(()),
+        }
+    }
+
+    /// Holds the worst case of `tokens_in` and `tokens_out` in the tenant's budget, priced at
+    /// the dearest upstream the request might end up on: the hold, or the refusal to send.
+    pub(crate) async fn hold_worst_case(
+        &self,
+        env: &Env,
+        list: &[Upstream],
+        tokens_in: i64,
+        tokens_out: i64,
+    ) -> Result<std::result::Result<Hold, Response>> {
+        let price_in = list.iter().map(|u| u.price_in_per_1k).fold(0.0, f64::max);
+        let price_out = list.iter().map(|u| u.price_out_per_1k).fold(0.0, f64::max);
+        let ttl = env
+            .var("HOLD_TTL_MS")
+            .ok()
+            .and_then(|v| v.to_string().parse().ok())
+            .filter(|t: &i64| *t > 0)
+            .unwrap_or(HOLD_TTL_MS);
+        let started = now_ms();
+        let hold = Hold {
+            id: format!(
+                "{started}-{:016x}",
+                (js_sys::Math::random() * 2f64.powi(53)) as u64
+            ),
+            usd: tokens_in as f64 / 1000.0 * price_in + tokens_out as f64 / 1000.0 * price_out,
+            tokens: tokens_in + tokens_out,
+            expires_ms: started + ttl,
+            now_ms: started,
+            user: self.claims.sub.clone(),
+            feature: self.claims.feat.clone().unwrap_or_default(),
+        };
+        let answer: HoldAnswer = budget_call(
+            &self.stub,
+            Method::Post,
+            "/hold",
+            Some(serde_json::to_string(&hold)?),
+        )
+        .await?;
+        if !answer.admitted {
+            return refused(&answer).map(Err);
+        }
+        Ok(Ok(hold))
+    }
+}
+
+/// Replaces the hold with what was spent and writes the record.
+pub(crate) async fn settle(stub: Stub, hold_id: String, record: Record) {
+    let body = serde_json::to_string(&(hold_id, record)).unwrap_or_default();
+    // One retry: the record must not be lost to a transient error.
+    for _ in 0..2 {
+        if budget_call::<serde_json::Value>(&stub, Method::Post, "/settle", Some(body.clone()))
+            .await
+            .is_ok()
+        {
+            return;
+        }
+    }
+}
+
+/// A JSON body of at most `MAX_BODY` bytes: the raw bytes (forwarded unchanged) with the
+/// parsed value, or the error response to send.
+pub(crate) async fn json_body<T: serde::de::DeserializeOwned>(
+    req: &mut Request,
+) -> Result<std::result::Result<(Vec<u8>, T), Response>> {
+    let body = req.bytes().await?;
+    if body.len() > MAX_BODY {
+        return error_response(&ApiError::new(
+            ErrorKind::TooLarge,
+            format!("body over {MAX_BODY} bytes"),
+        ))
+        .map(Err);
+    }
+    match serde_json::from_slice(&body) {
+        Ok(parsed) => Ok(Ok((body, parsed))),
+        Err(e) => error_response(&ApiError::from_json_error(&e)).map(Err),
+    }
+}
+
+fn refused(answer: &HoldAnswer) -> Result<Response> {
+    let scope = match answer.scope.as_deref() {
+        Some("user") => "this user's",
+        Some("feature") => "this feature's",
+        _ => "this tenant's",
+    };
+    match answer.refused_for.as_deref() {
+        Some("rate") => {
+            let mut resp = error_response(&ApiError::new(
+                ErrorKind::RateLimited,
+                format!("{scope} requests or tokens per minute are used up"),
+            ))?;
+            let wait = answer.retry_after_s.unwrap_or(60).to_string();
+            resp.headers_mut().set("retry-after", &wait)?;
+            Ok(resp)
+        }
+        Some("concurrency") => {
+            let mut resp = error_response(&ApiError::new(
+                ErrorKind::RateLimited,
+                format!("too many of {scope} requests are in flight"),
+            ))?;
+            resp.headers_mut().set("retry-after", "1")?;
+            Ok(resp)
+        }
+        _ => {
+            let window = match answer.window.as_deref() {
+                Some("month") => "monthly",
+                _ => "daily",
+            };
+            let left = if window == "monthly" {
+                "this month"
+            } else {
+                "today"
+            };
+            let remaining = format!(
+                "remaining {left}: {} USD, {} tokens",
+                answer
+                    .remaining_usd
+                    .map_or("unlimited".into(), |v| format!("{v:.6}")),
+                answer
+                    .remaining_tokens
+                    .map_or("unlimited".into(), |v| v.to_string())
+            );
+            error_response(&ApiError::new(
+                ErrorKind::BudgetExceeded,
+                format!("this request's worst case exceeds {scope} {window} budget; {remaining}"),
+            ))
+        }
+    }
+}

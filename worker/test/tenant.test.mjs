@@ -1,0 +1,130 @@
+// The tenant record under local workerd: its own page origins (CORS and requests), the models
+// it allows, its privacy threshold, monthly limits and per-user and per-feature sub-limits.
+// Prices are 1 USD per 1,000 tokens each way; a request of "hi" with max_tokens 100 holds
+// 109 tokens (0.109 USD) and the fake upstream reports 10 + 20 used.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { startWorker, chat, admin, mintToken, ORIGIN } from "./harness.mjs";
+import { startFakeUpstream } from "./fake-upstream.mjs";
+
+const tenants = ["shop", "models", "private", "users", "features", "monthly"];
+let upstream, worker;
+before(async () => {
+  upstream = await startFakeUpstream();
+  const secrets = Object.fromEntries(tenants.map((t) => [`TENANT_SECRET_${t.toUpperCase()}`, `${t}-secret`]));
+  worker = await startWorker({ UPSTREAM_URL: upstream.url, PRICE_IN_PER_1K: "1", PRICE_OUT_PER_1K: "1", ...secrets });
+});
+after(async () => { await worker?.mf.dispose(); await upstream?.close(); });
+
+const hi = { messages: [{ role: "user", content: "hi" }], max_tokens: 100 };
+const tokenFor = (ten, claims = {}) => mintToken({ ten, ...claims }, `${ten}-secret`);
+const put = async (ten, record) => {
+  const res = await admin(worker.url, "PUT", `/v1/tenants/${ten}`, record);
+  assert.equal(res.status, 200, await res.clone().text());
+  return res.json();
+};
+const usage = async (ten, query = "") => (await admin(worker.url, "GET", `/v1/tenants/${ten}/usage${query}`)).json();
+/** Sends `body` and reads the whole answer (so its hold is settled before the next). */
+const send = async (ten, body = hi, claims = {}, origin = ORIGIN) => {
+  const res = await chat(worker.url, body, { token: tokenFor(ten, { origin, ...claims }), origin });
+  return { status: res.status, headers: res.headers, body: await res.json() };
+};
+const preflight = (origin) => fetch(`${worker.url}/v1/chat/completions`, { method: "OPTIONS", headers: { origin } });
+
+test("a tenant's own origins replace the deployment's, for preflights and for requests", async () => {
+  const shop = "https://shop.example.test";
+  assert.equal((await preflight(shop)).headers.get("access-control-allow-origin"), null, "unknown before the record");
+  await put("shop", { allowed_origins: [shop] });
+  const pre = await preflight(shop);
+  assert.equal(pre.status, 204);
+  assert.equal(pre.headers.get("access-control-allow-origin"), shop);
+  const ok = await send("shop", hi, {}, shop);
+  assert.equal(ok.status, 200);
+  assert.equal(ok.headers.get("access-control-allow-origin"), shop);
+  // The deployment's origin is no longer this tenant's, even with a token bound to it.
+  const before = upstream.state.requests;
+  const refused = await send("shop", hi, {}, ORIGIN);
+  assert.equal(refused.status, 403);
+  assert.equal(refused.body.error.code, "origin_not_allowed");
+  assert.equal(upstream.state.requests, before, "nothing was forwarded");
+  assert.equal((await preflight("https://evil.test")).headers.get("access-control-allow-origin"), null);
+  // Dropping the list takes the origin out of the registry too.
+  await put("shop", {});
+  assert.equal((await preflight(shop)).headers.get("access-control-allow-origin"), null);
+  assert.equal((await send("shop", hi, {}, ORIGIN)).status, 200, "back on the deployment's list");
+});
+
+test("a model the tenant does not allow is a 403 and is not forwarded", async () => {
+  await put("models", { allowed_models: ["small"] });
+  const before = upstream.state.requests;
+  const refused = await send("models", { ...hi, model: "large" });
+  assert.equal(refused.status, 403);
+  assert.equal(refused.body.error.code, "model_not_allowed");
+  assert.equal(upstream.state.requests, before);
+  assert.equal((await send("models", { ...hi, model: "small" })).status, 200);
+});
+
+test("the tenant's privacy threshold decides which classes get a 451", async () => {
+  const mail = { ...hi, messages: [{ role: "user", content: "draft a reply to jane.doe@example.com" }] };
+  assert.equal((await send("private", mail)).status, 200, "an e-mail is medium; the default keeps high");
+  await put("private", { keep_on_device_at: "medium" });
+  const before = upstream.state.requests;
+  const refused = await send("private", mail);
+  assert.equal(refused.status, 451);
+  assert.match(refused.body.error.message, /email/);
+  assert.doesNotMatch(refused.body.error.message, /jane/);
+  assert.equal(upstream.state.requests, before);
+});
+
+test("per-user limits: one user's day is used up, another's is not, the tenant's is untouched", async () => {
+  await put("users", { per_user: { daily_tokens: 120 } });
+  assert.equal((await send("users", hi, { sub: "alice" })).status, 200);
+  // 30 used; the next worst case (109) is over the 90 left.
+  const refused = await send("users", hi, { sub: "alice" });
+  assert.equal(refused.status, 402);
+  assert.match(refused.body.error.message, /this user's daily budget/);
+  assert.match(refused.body.error.message, /90 tokens/);
+  assert.equal((await send("users", hi, { sub: "bob" })).status, 200);
+  const byUser = await usage("users", "?group_by=user");
+  assert.deepEqual(byUser.groups.map((g) => [g.key, g.requests]), [["alice", 1], ["bob", 1]]);
+});
+
+test("per-feature limits apply to requests tagged with the feature only, by the month", async () => {
+  await put("features", { per_feature: { summarize: { monthly_usd: 0.12 } } });
+  assert.equal((await send("features", hi, { feat: "summarize" })).status, 200);
+  const refused = await send("features", hi, { feat: "summarize", sub: "someone-else" });
+  assert.equal(refused.status, 402);
+  assert.match(refused.body.error.message, /this feature's monthly budget; remaining this month: 0.09/);
+  assert.equal((await send("features", hi, { feat: "chat" })).status, 200);
+  assert.equal((await send("features", hi)).status, 200, "untagged requests have no feature limit");
+});
+
+test("a monthly limit of the tenant refuses once the month's spend leaves no room", async () => {
+  await put("monthly", { monthly_tokens: 120, daily_tokens: 1000 });
+  assert.equal((await send("monthly", hi)).status, 200);
+  const refused = await send("monthly", hi);
+  assert.equal(refused.status, 402);
+  assert.match(refused.body.error.message, /this tenant's monthly budget/);
+  const u = await usage("monthly");
+  assert.deepEqual(u.this_month, { usd: 0.03, tokens: 30 });
+  assert.deepEqual(u.today, { usd: 0.03, tokens: 30 });
+  assert.equal(u.tenant.monthly_tokens, 120);
+});
+
+test("bad tenant records are 400s that name the field, and change nothing", async () => {
+  await put("monthly", { monthly_tokens: 120 });
+  const cases = [
+    [{ per_user: { daily_usd: -1 } }, "per_user.daily_usd"],
+    [{ per_feature: { x: { tokens_per_minute: -2 } } }, "per_feature.x.tokens_per_minute"],
+    [{ allowed_origins: ["not an origin"] }, "allowed_origins"],
+    [{ daily_limit: 5 }, "daily_limit"],
+  ];
+  for (const [record, field] of cases) {
+    const res = await admin(worker.url, "PUT", "/v1/tenants/monthly", record);
+    assert.equal(res.status, 400, JSON.stringify(record));
+    assert.equal((await res.json()).error.param, field);
+  }
+  const wrongType = await admin(worker.url, "PUT", "/v1/tenants/monthly", { keep_on_device_at: "secret" });
+  assert.equal(wrongType.status, 400);
+  assert.equal((await usage("monthly")).tenant.monthly_tokens, 120, "the saved record is unchanged");
+});
