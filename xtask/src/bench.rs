@@ -1,4 +1,4 @@
-//! `cargo xtask bench [engine|cloud|router|web|speculative|all]`: runs benchmarks beside their peers in the same run and
+//! `cargo xtask bench [engine|cloud|router|web|speculative|worker|all]`: runs benchmarks beside their peers in the same run and
 //! writes the table to BENCHMARKS.md.
 
 use std::process::Command;
@@ -22,12 +22,14 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         "router" => router(),
         "web" => web(args.iter().any(|a| a == "--release")),
         "speculative" => speculative(),
+        "worker" => worker(),
         "all" => engine()
             .and_then(|()| cloud())
             .and_then(|()| router())
-            .and_then(|()| web(false)),
+            .and_then(|()| web(false))
+            .and_then(|()| worker()),
         other => bail!(
-            "unknown benchmark `{other}` (known: engine, cloud, router, web, speculative, all)"
+            "unknown benchmark `{other}` (known: engine, cloud, router, web, speculative, worker, all)"
         ),
     }
 }
@@ -184,6 +186,58 @@ fn web(release: bool) -> anyhow::Result<()> {
             "Command: `cargo xtask bench web{}` (Debian's Chromium, headless, SwiftShader WebGPU; \
              wasm built with the `{profile}` profile of wasm-pack.toml; wllama 3.13.0 from npm)\n\n{table}",
             if release { " --release" } else { "" }
+        ),
+    )
+}
+
+/// LiteLLM's proxy, the worker's peer, in a venv of its own in the cache (installed once).
+fn litellm() -> anyhow::Result<std::path::PathBuf> {
+    let venv = util::cache_dir().join("litellm-venv");
+    let bin = venv.join("bin/litellm");
+    let ok = bin.is_file()
+        && Command::new(venv.join("bin/python"))
+            .args(["-c", "import litellm.proxy.proxy_server"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("bench: installing litellm[proxy] from PyPI (the peer; once, a few minutes)");
+        util::run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+        util::run(Command::new(venv.join("bin/pip")).args([
+            "install",
+            "--quiet",
+            "litellm[proxy]==1.108.7",
+        ]))
+        .context("installing litellm[proxy] from PyPI")?;
+    }
+    Ok(bin)
+}
+
+/// How to read the worker's rows (kept with the table when it is rewritten).
+const READING: &str = "Per request the worker verifies the tenant token, reads the tenant's record, \
+re-checks privacy, holds the worst case in the tenant's Durable Object, forwards, counts the \
+stream and settles the hold with a cost record (three calls to the object); LiteLLM here checks \
+its master key and records no spend (its budgets need a Postgres database). At 64 streams both \
+are bound by the two cores they share with the load generator and the upstream.";
+
+/// What the worker adds to a streamed request, beside LiteLLM's proxy, same upstream, same run.
+fn worker() -> anyhow::Result<()> {
+    let tools = crate::setup::run()?;
+    crate::build::worker(&tools)?;
+    let litellm = litellm()?;
+    let table = util::output(
+        Command::new("node")
+            .arg(root().join("worker/bench/proxy-latency.mjs"))
+            .arg("--litellm")
+            .arg(&litellm)
+            .current_dir(root().join("worker")),
+    )?;
+    print!("{table}");
+    write_section(
+        "Worker: latency added over the upstream, beside LiteLLM",
+        &format!(
+            "Command: `cargo xtask bench worker` (the worker's build under local workerd through \
+             Miniflare; LiteLLM 1.108.7's proxy from PyPI, one process, master key, no database; all on the same 2 cores \
+             as the load generator and the upstream)\n\n{table}\n{READING}"
         ),
     )
 }
