@@ -13,9 +13,9 @@ use crate::upstreams::Upstream;
 
 /// Largest request body accepted.
 const MAX_BODY: usize = 1 << 20;
-/// An unsettled hold is reclaimed after this long (a worker that died mid-request) unless
-/// the deployment's `HOLD_TTL_MS` says otherwise.
-const HOLD_TTL_MS: i64 = 5 * 60 * 1000;
+/// An unsettled hold (of a worker that died mid-request) is reclaimed this long after its
+/// upstreams' longest total timeout, unless the deployment's `HOLD_TTL_MS` says otherwise.
+const HOLD_MARGIN_MS: i64 = 60_000;
 
 pub(crate) fn now_ms() -> i64 {
     js_sys::Date::now() as i64
@@ -91,13 +91,20 @@ pub(crate) async fn caller(
 }
 
 impl Caller {
-    /// Refuses a model the tenant does not allow (403) and data its policy keeps on the
-    /// device (451).
+    /// Refuses too many messages (400), a model the tenant does not allow (403) and data its
+    /// policy keeps on the device (451).
     pub(crate) fn permits(
         &self,
         model: &str,
         messages: &[Message],
     ) -> std::result::Result<(), ApiError> {
+        let most = self.tenant.max_messages();
+        if messages.len() > most {
+            return Err(ApiError::invalid(
+                "messages",
+                format!("this tenant allows at most {most} messages a request"),
+            ));
+        }
         if !self.tenant.allows_model(model) {
             return Err(ApiError::new(
                 ErrorKind::Forbidden,
@@ -122,12 +129,15 @@ impl Caller {
     ) -> Result<std::result::Result<Hold, Response>> {
         let price_in = list.iter().map(|u| u.price_in_per_1k).fold(0.0, f64::max);
         let price_out = list.iter().map(|u| u.price_out_per_1k).fold(0.0, f64::max);
+        // A hold outlives its request, whose stream is cut at its upstream's total timeout;
+        // a deployment's `HOLD_TTL_MS` overrides (tests use a short one).
+        let longest = list.iter().map(|u| u.total_timeout_ms).max().unwrap_or(0);
         let ttl = env
             .var("HOLD_TTL_MS")
             .ok()
             .and_then(|v| v.to_string().parse().ok())
             .filter(|t: &i64| *t > 0)
-            .unwrap_or(HOLD_TTL_MS);
+            .unwrap_or_else(|| i64::try_from(longest).unwrap_or(i64::MAX / 2) + HOLD_MARGIN_MS);
         let started = now_ms();
         let hold = Hold {
             id: format!(

@@ -18,7 +18,7 @@ fn bearer(req: &Request) -> Option<String> {
 }
 
 /// A secret binding's text (a `wrangler secret`, or a plain var under local Miniflare).
-fn secret(env: &Env, name: &str) -> Option<String> {
+pub(crate) fn secret(env: &Env, name: &str) -> Option<String> {
     env.secret(name)
         .map(|s| s.to_string())
         .ok()

@@ -69,6 +69,9 @@ pub struct Record {
     pub total_ms: i64,
     /// `ok`, `upstream_error`, `client_gone`, …
     pub outcome: String,
+    /// Answered by a failover upstream after the first choice failed.
+    #[serde(default)]
+    pub degraded: bool,
 }
 
 /// The Durable Object.
@@ -102,6 +105,11 @@ const MIGRATIONS: &[&[&str]] = &[
         "CREATE INDEX records_ts ON records (ts_ms)",
         "CREATE INDEX records_user ON records (user, ts_ms)",
         "CREATE INDEX records_feature ON records (feature, ts_ms)",
+    ],
+    // Usage by upstream and by whether a failover answered.
+    &[
+        "ALTER TABLE records ADD COLUMN upstream TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE records ADD COLUMN degraded INTEGER NOT NULL DEFAULT 0",
     ],
 ];
 
@@ -517,8 +525,8 @@ impl TenantBudget {
             )?;
         }
         self.sql.exec(
-            "INSERT INTO records (id, ts_ms, json, user, session, feature, model, tokens_in, tokens_out, usd, outcome) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO records (id, ts_ms, json, user, session, feature, model, tokens_in, tokens_out, usd, outcome, upstream, degraded) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             vec![
                 SqlStorageValue::from(r.id.as_str()),
                 SqlStorageValue::from(r.ts_ms),
@@ -531,6 +539,8 @@ impl TenantBudget {
                 SqlStorageValue::from(r.tokens_out),
                 SqlStorageValue::from(r.usd),
                 SqlStorageValue::from(r.outcome.as_str()),
+                SqlStorageValue::from(r.upstream.as_str()),
+                SqlStorageValue::from(i64::from(r.degraded)),
             ],
         )?;
         Ok(())
@@ -559,9 +569,11 @@ impl TenantBudget {
             Some("feature") => "feature",
             Some("model") => "model",
             Some("outcome") => "outcome",
+            Some("upstream") => "upstream",
+            Some("degraded") => "CASE degraded WHEN 1 THEN 'degraded' ELSE 'first_choice' END",
             Some(other) => {
                 return Ok(serde_json::json!({
-                    "error": format!("group_by must be user, session, feature, model or outcome, not {other:?}")
+                    "error": format!("group_by must be user, session, feature, model, outcome, upstream or degraded, not {other:?}")
                 }));
             }
         };

@@ -6,11 +6,13 @@ use worker::{Context, Env, Method, Request, Response, Result, Router, event};
 mod admission;
 mod auth;
 pub mod budget;
+mod chat;
+mod deadline;
 mod error;
+mod forward;
 pub mod origins;
 mod privacy;
 pub mod tenant;
-mod upstream;
 mod upstreams;
 mod verify;
 
@@ -61,7 +63,7 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
         Response::empty().map(|r| r.with_status(204))?
     } else if req.method() == Method::Post && req.path() == "/v1/chat/completions" {
         // Outside the router: streaming settles in `ctx.wait_until`.
-        upstream::chat(req, &env, &ctx).await?
+        chat::chat(req, &env, &ctx).await?
     } else if req.method() == Method::Post && req.path() == "/v1/verify" {
         verify::verify(req, &env).await?
     } else {
@@ -77,7 +79,7 @@ async fn routes(req: Request, env: Env) -> Result<Response> {
             Response::from_json(&serde_json::json!({"status": "ok", "service": "straddle-worker"}))
         })
         .get_async("/v1/models", |_, ctx| async move {
-            upstream::models(&ctx.env).await
+            forward::models(&ctx.env).await
         })
         .put_async("/v1/tenants/:id", |mut req, ctx| async move {
             let Some(tenant) = admin_tenant(&req, &ctx) else {

@@ -8,6 +8,9 @@ use serde::{Deserialize, Serialize};
 use straddle_protocol::ApiError;
 use straddle_router::pii::Sensitivity;
 
+/// Messages a request may carry when the tenant sets no limit of its own.
+pub const DEFAULT_MAX_MESSAGES: usize = 512;
+
 /// Spend and rate limits of one scope: the tenant, one of its users or one feature (absent
 /// fields are unlimited). Days and months are UTC calendar days and months.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -32,6 +35,9 @@ pub struct Tenant {
     pub limits: Limits,
     /// Largest `max_tokens` a request may ask for.
     pub max_tokens_cap: Option<i64>,
+    /// Most messages a request may carry; absent: `DEFAULT_MAX_MESSAGES`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_messages: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per_user: Option<Limits>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -94,6 +100,9 @@ impl Tenant {
         if self.max_tokens_cap.is_some_and(|c| c < 1) {
             return Err(ApiError::invalid("max_tokens_cap", "must be 1 or more"));
         }
+        if self.max_messages == Some(0) {
+            return Err(ApiError::invalid("max_messages", "must be 1 or more"));
+        }
         if let Some(per_user) = &self.per_user {
             per_user.validate("per_user.")?;
         }
@@ -122,6 +131,11 @@ impl Tenant {
         self.allowed_models
             .as_ref()
             .is_none_or(|list| list.iter().any(|m| m == model))
+    }
+
+    /// Most messages a request may carry.
+    pub fn max_messages(&self) -> usize {
+        self.max_messages.unwrap_or(DEFAULT_MAX_MESSAGES)
     }
 
     /// The sensitivity at which data must stay on the device.

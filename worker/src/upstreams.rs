@@ -3,7 +3,7 @@
 //! upstream (open after consecutive failures, one half-open probe after a pause). Pure: the
 //! worker hands in the clock and a random number.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::Deserialize;
 
@@ -27,8 +27,36 @@ pub struct Upstream {
     /// Time allowed until the response headers arrive.
     #[serde(default = "first_byte_default")]
     pub first_byte_timeout_ms: u64,
+    /// Time allowed for the whole answer, stream included; a stream still going then is
+    /// ended with an error event (a connect that hangs is caught by the first-byte timeout:
+    /// a Worker's `fetch` does not expose the connect on its own).
+    #[serde(default = "total_default")]
+    pub total_timeout_ms: u64,
     #[serde(default)]
     pub supports_verify: bool,
+    /// The models it serves, each under the name it knows it by (`{"fast":
+    /// "llama-3.1-8b-instruct"}`); empty: any model, forwarded under the caller's name.
+    #[serde(default)]
+    pub models: BTreeMap<String, String>,
+    /// The secret binding (`wrangler secret put NAME`) holding its API key, sent as
+    /// `Authorization: Bearer`.
+    #[serde(default)]
+    pub api_key_secret: Option<String>,
+}
+
+impl Upstream {
+    /// Whether it serves the caller's `model`.
+    pub fn serves(&self, model: &str) -> bool {
+        self.models.is_empty() || self.models.contains_key(model)
+    }
+
+    /// The name to send for the caller's `model`, when it differs.
+    pub fn renamed(&self, model: &str) -> Option<&str> {
+        self.models
+            .get(model)
+            .map(String::as_str)
+            .filter(|m| *m != model)
+    }
 }
 
 fn one() -> f64 {
@@ -37,6 +65,10 @@ fn one() -> f64 {
 
 fn first_byte_default() -> u64 {
     30_000
+}
+
+fn total_default() -> u64 {
+    600_000
 }
 
 /// Reads the upstream list: `UPSTREAMS` (a JSON array) wins over `UPSTREAM_URL`.
@@ -57,10 +89,13 @@ pub fn configured(
                 && u.weight > 0.0
                 && u.price_in_per_1k >= 0.0
                 && u.price_out_per_1k >= 0.0
+                && u.first_byte_timeout_ms > 0
+                && u.total_timeout_ms >= u.first_byte_timeout_ms
         };
         if let Some(bad) = list.iter().find(|u| !sound(u)) {
             return Err(format!(
-                "UPSTREAMS: `{}` needs a positive weight and non-negative prices",
+                "UPSTREAMS: `{}` needs a positive weight, non-negative prices and a total \
+                 timeout no shorter than its first-byte timeout",
                 bad.name
             ));
         }
@@ -77,7 +112,10 @@ pub fn configured(
         weight: 1.0,
         priority: 0,
         first_byte_timeout_ms: first_byte_default(),
+        total_timeout_ms: total_default(),
         supports_verify: false,
+        models: BTreeMap::new(),
+        api_key_secret: None,
     }])
 }
 
@@ -191,8 +229,28 @@ mod tests {
             weight,
             priority,
             first_byte_timeout_ms: 1000,
+            total_timeout_ms: 2000,
             supports_verify: false,
+            models: BTreeMap::new(),
+            api_key_secret: None,
         }
+    }
+
+    #[test]
+    fn a_model_map_limits_and_renames() {
+        let list = configured(
+            Some(r#"[{"name":"a","url":"http://a","models":{"fast":"llama-8b","same":"same"}},{"name":"b","url":"http://b"}]"#),
+            None,
+            0.0,
+            0.0,
+        )
+        .expect("json");
+        assert!(list[0].serves("fast") && !list[0].serves("other"));
+        assert!(list[1].serves("other"), "no map: any model");
+        assert_eq!(list[0].renamed("fast"), Some("llama-8b"));
+        assert_eq!(list[0].renamed("same"), None);
+        assert_eq!(list[1].renamed("fast"), None);
+        assert_eq!(list[0].total_timeout_ms, 600_000);
     }
 
     #[test]
@@ -228,6 +286,16 @@ mod tests {
             .is_err()
         );
         assert!(configured(None, None, 0.0, 0.0).is_err());
+        assert!(
+            configured(
+                Some(r#"[{"name":"a","url":"u","first_byte_timeout_ms":5000,"total_timeout_ms":100}]"#),
+                None,
+                0.0,
+                0.0
+            )
+            .is_err(),
+            "a total timeout shorter than the first byte's"
+        );
     }
 
     #[test]

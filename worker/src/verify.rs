@@ -8,7 +8,9 @@ use worker::{Env, Request, Response, Result};
 use crate::admission::{Caller, caller, json_body, now_ms, settle};
 use crate::budget::Record;
 use crate::error::error_response;
-use crate::upstream::{forward, relay_failure, upstream_list};
+use crate::forward::{
+    Answered, Outgoing, forward, relay_failure, text_within, total_timeout, upstream_list,
+};
 
 /// Drafts longer than this are refused: adaptive drafting stays within 16.
 const MAX_DRAFT: usize = 64;
@@ -76,14 +78,20 @@ pub async fn verify(mut req: Request, env: &Env) -> Result<Response> {
         return error_response(&e);
     }
     let list: Vec<_> = match upstream_list(env) {
-        Ok(l) => l.into_iter().filter(|u| u.supports_verify).collect(),
+        Ok(l) => l
+            .into_iter()
+            .filter(|u| u.supports_verify && u.serves(&parsed.model))
+            .collect(),
         Err(message) => return error_response(&ApiError::new(ErrorKind::Unavailable, message)),
     };
     if list.is_empty() {
         return error_response(
             &ApiError::new(
                 ErrorKind::Unavailable,
-                "no configured upstream supports /v1/verify",
+                format!(
+                    "no configured upstream verifies drafts of the model {:?}",
+                    parsed.model
+                ),
             )
             .with_code("verify_unsupported"),
         );
@@ -118,33 +126,56 @@ pub async fn verify(mut req: Request, env: &Env) -> Result<Response> {
         ttfb_ms: now_ms() - started,
         total_ms: now_ms() - started,
         outcome: outcome.into(),
+        degraded: false,
     };
-    let (upstream, mut resp) =
-        match forward(&list, &body, "/v1/verify", parsed.session.as_deref()).await {
-            Ok(found) => found,
-            Err(failure) => {
-                settle(
-                    stub,
-                    hold.id.clone(),
-                    record("none", failure.outcome(), 0, 0, (0.0, 0.0)),
-                )
-                .await;
-                return error_response(&failure.into_api_error());
-            }
-        };
+    let outgoing = Outgoing {
+        path: "/v1/verify",
+        body: &body,
+        model: &parsed.model,
+        strip_envelope: false,
+        affinity: parsed.session.as_deref(),
+    };
+    let Answered {
+        upstream,
+        response: mut resp,
+        failed_over,
+    } = match forward(env, &list, &outgoing).await {
+        Ok(answered) => answered,
+        Err(failure) => {
+            settle(
+                stub,
+                hold.id.clone(),
+                record("none", failure.outcome(), 0, 0, (0.0, 0.0)),
+            )
+            .await;
+            return error_response(&failure.into_api_error());
+        }
+    };
+    let record = |outcome: &str, t_in: i64, t_out: i64, p: (f64, f64)| Record {
+        degraded: failed_over,
+        ..record(&upstream.name, outcome, t_in, t_out, p)
+    };
     let prices = (upstream.price_in_per_1k, upstream.price_out_per_1k);
     let status = resp.status_code();
     if status != 200 {
         settle(
             stub,
             hold.id.clone(),
-            record(&upstream.name, "upstream_status", 0, 0, prices),
+            record("upstream_status", 0, 0, prices),
         )
         .await;
         // A 409 (the tokenizers differ) or a 400 reaches the caller as the upstream said it.
         return relay_failure(resp).await;
     }
-    let text = resp.text().await?;
+    let Some(text) = text_within(&mut resp, &upstream, started).await? else {
+        settle(
+            stub,
+            hold.id.clone(),
+            record("upstream_timeout", tokens_in, 0, prices),
+        )
+        .await;
+        return error_response(&total_timeout(&upstream));
+    };
     let (t_in, t_out) = match serde_json::from_str::<VerifyResponse>(&text) {
         Ok(v) => (
             i64::from(v.usage.prompt_tokens),
@@ -153,12 +184,7 @@ pub async fn verify(mut req: Request, env: &Env) -> Result<Response> {
         // An answer without usage is billed at the worst case held.
         Err(_) => (tokens_in, tokens_out),
     };
-    settle(
-        stub,
-        hold.id.clone(),
-        record(&upstream.name, "ok", t_in, t_out, prices),
-    )
-    .await;
+    settle(stub, hold.id.clone(), record("ok", t_in, t_out, prices)).await;
     let mut out = Response::ok(text)?;
     out.headers_mut().set("content-type", "application/json")?;
     Ok(out)

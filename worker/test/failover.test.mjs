@@ -47,6 +47,11 @@ test("a 5xx, a 429 and a hang each fail over to the backup before any byte is se
     primary.state.mode = "ok";
   }
   await byUpstream();
+  // The cost records say which upstream answered and that a failover did.
+  const degraded = await (await admin(worker.url, "GET", "/v1/tenants/acme/usage?group_by=degraded")).json();
+  assert.deepEqual(degraded.groups.map((g) => [g.key, g.requests]), [["degraded", 3], ["first_choice", 1]]);
+  const upstreams = await (await admin(worker.url, "GET", "/v1/tenants/acme/usage?group_by=upstream")).json();
+  assert.deepEqual(upstreams.groups.map((g) => [g.key, g.requests]), [["backup", 3], ["primary", 1]]);
 });
 
 test("after three failures the primary's breaker opens and it is skipped", async () => {

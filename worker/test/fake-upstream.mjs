@@ -1,6 +1,6 @@
 // A fault-injecting OpenAI-compatible upstream for the worker's tests: the failure modes a
-// real GPU server shows only by accident (slow answers, 5xx, cut streams, no usage) on
-// demand. A test double of an upstream, never of the worker or its runtime.
+// real GPU server shows only by accident (slow answers, 5xx, cut or stalled streams, no
+// usage) on demand, and the last request it got (`state.last`) for the tests to inspect. A test double of an upstream, never of the worker or its runtime.
 import http from "node:http";
 
 /** Starts the server; `mode()` is read per request so a test can change it. */
@@ -13,6 +13,7 @@ export async function startFakeUpstream(opts = {}) {
     for await (const chunk of req) body += chunk;
     state.requests += 1;
     const parsed = JSON.parse(body || "{}");
+    state.last = { headers: req.headers, body: parsed };
     if (gate) {
       state.waiting += 1;
       await gate.opened;
@@ -30,6 +31,13 @@ export async function startFakeUpstream(opts = {}) {
       return;
     }
     const usage = { prompt_tokens: state.promptTokens, completion_tokens: state.completionTokens, total_tokens: state.promptTokens + state.completionTokens };
+    if (!parsed.stream && state.mode === "stall") {
+      // Headers at once, then no body until the caller gives up.
+      res.writeHead(200, { "content-type": "application/json" });
+      res.flushHeaders();
+      await new Promise((r) => { res.on("close", r); });
+      return;
+    }
     if (!parsed.stream) {
       res.writeHead(200, { "content-type": "application/json" });
       res.end(JSON.stringify({
@@ -41,9 +49,14 @@ export async function startFakeUpstream(opts = {}) {
     }
     res.writeHead(200, { "content-type": "text/event-stream" });
     res.flushHeaders();
-    const n = state.mode === "cut" ? Math.floor(state.completionTokens / 2) : state.completionTokens;
+    const n = ["cut", "stall"].includes(state.mode) ? Math.floor(state.completionTokens / 2) : state.completionTokens;
     for (let i = 0; i < n; i++) {
       res.write(`data: ${JSON.stringify({ id: "c", object: "chat.completion.chunk", created: 0, model: "fake", choices: [{ index: 0, delta: { content: "w " }, finish_reason: null }] })}\n\n`);
+    }
+    if (state.mode === "stall") {
+      // Half the answer, then nothing more until the caller gives up.
+      await new Promise((r) => { res.on("close", r); });
+      return;
     }
     if (state.mode === "cut") {
       // Let the first half reach the client, then drop the connection mid-stream.
