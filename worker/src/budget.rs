@@ -61,6 +61,9 @@ pub struct Record {
     pub model: String,
     pub upstream: String,
     pub route_reason: String,
+    /// The page's router and policy versions, from the envelope.
+    #[serde(default)]
+    pub router_version: String,
     pub policy_version: String,
     pub tokens_in: i64,
     pub tokens_out: i64,
@@ -82,6 +85,8 @@ pub struct TenantBudget {
 }
 
 const DAY_MS: i64 = 86_400_000;
+/// Most records one usage call lists.
+const MAX_RECORDS: i64 = 1000;
 /// JavaScript's largest safe integer: SQLite values cross into JS.
 const MAX_SAFE: i64 = 9_007_199_254_740_991;
 
@@ -210,7 +215,12 @@ impl DurableObject for TenantBudget {
                 let from = q("from").and_then(|v| v.parse().ok()).unwrap_or(0i64);
                 let to = q("to").and_then(|v| v.parse().ok()).unwrap_or(MAX_SAFE);
                 let now = js_sys::Date::now() as i64;
-                Response::from_json(&self.usage(from, to, q("group_by").as_deref(), now)?)
+                let mut usage = self.usage(from, to, q("group_by").as_deref(), now)?;
+                // The newest records themselves, for an audit of single requests.
+                if let Some(n) = q("records").and_then(|v| v.parse::<i64>().ok()) {
+                    usage["records"] = self.records(from, to, n.clamp(0, MAX_RECORDS))?;
+                }
+                Response::from_json(&usage)
             }
             _ => Response::error("no such budget route", 404),
         }
@@ -544,6 +554,29 @@ impl TenantBudget {
             ],
         )?;
         Ok(())
+    }
+
+    fn records(&self, from: i64, to: i64, limit: i64) -> Result<serde_json::Value> {
+        #[derive(Deserialize)]
+        struct Row {
+            json: String,
+        }
+        let rows: Vec<Row> = self
+            .sql
+            .exec(
+                "SELECT json FROM records WHERE ts_ms >= ? AND ts_ms < ? ORDER BY ts_ms DESC LIMIT ?",
+                vec![
+                    SqlStorageValue::from(from),
+                    SqlStorageValue::from(to),
+                    SqlStorageValue::from(limit),
+                ],
+            )?
+            .to_array()?;
+        let records: Vec<serde_json::Value> = rows
+            .iter()
+            .filter_map(|r| serde_json::from_str(&r.json).ok())
+            .collect();
+        Ok(serde_json::Value::Array(records))
     }
 
     fn usage(

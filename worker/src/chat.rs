@@ -96,6 +96,9 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
                 // What the page's router said, for the tenant's cost report (the envelope
                 // is the page's claim; the worker's own checks do not depend on it).
                 route_reason: envelope.map(|e| e.reasons.join("; ")).unwrap_or_default(),
+                router_version: envelope
+                    .and_then(|e| e.router_version.clone())
+                    .unwrap_or_default(),
                 policy_version: envelope
                     .and_then(|e| e.policy_version.clone())
                     .unwrap_or_default(),

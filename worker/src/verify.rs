@@ -119,6 +119,7 @@ pub async fn verify(mut req: Request, env: &Env) -> Result<Response> {
         model: parsed.model.clone(),
         upstream: upstream.into(),
         route_reason: "speculative".into(),
+        router_version: String::new(),
         policy_version: String::new(),
         tokens_in: t_in,
         tokens_out: t_out,

@@ -32,7 +32,8 @@ const settledUsage = async (query) => {
 };
 
 test("a mapped model goes to its upstream under that upstream's name, with its key, without the envelope", async () => {
-  const res = await chat(worker.url, ask("fast", { straddle: { reasons: ["long_output"], policy_version: "p1" } }));
+  const straddle = { reasons: ["long_output", "budget_ok"], router_version: "r1", policy_version: "p1" };
+  const res = await chat(worker.url, ask("fast", { straddle }));
   assert.equal(res.status, 200);
   await res.json();
   assert.equal(fast.state.requests, 1);
@@ -42,6 +43,14 @@ test("a mapped model goes to its upstream under that upstream's name, with its k
   assert.equal(fast.state.last.headers.authorization, "Bearer sk-fast-host-secret");
   const byModel = await settledUsage("?group_by=model");
   assert.deepEqual(byModel.groups.map((g) => g.key), ["fast"], "usage keeps the caller's model name");
+  // The record itself carries the page's reasons and versions, and who answered.
+  const [record] = (await settledUsage("?records=5")).records;
+  assert.equal(record.route_reason, "long_output; budget_ok");
+  assert.equal(record.router_version, "r1");
+  assert.equal(record.policy_version, "p1");
+  assert.equal(record.upstream, "fast-host");
+  assert.equal(record.degraded, false);
+  assert.equal(record.outcome, "ok");
 });
 
 test("other models go to the upstream that takes any, named as the caller named them", async () => {
