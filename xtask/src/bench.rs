@@ -273,14 +273,25 @@ fn write_section(title: &str, body: &str) -> anyhow::Result<()> {
 
 /// Throughput of `clients` concurrent non-streamed requests of `max_tokens` each against an
 /// OpenAI-compatible server; returns (completion tokens per second, p50 and p99 latency ms).
-fn load(base: &str, clients: usize, max_tokens: u32) -> anyhow::Result<(f64, f64, f64)> {
+/// What `clients` concurrent streamed requests measured.
+struct Load {
+    tokens_per_s: f64,
+    /// Time to the first content chunk, p50 and p99 (ms).
+    ttft: (f64, f64),
+    /// Time to the whole answer, p50 and p99 (ms).
+    total: (f64, f64),
+}
+
+/// `clients` concurrent streamed chat requests for `max_tokens` tokens each.
+fn load(base: &str, clients: usize, max_tokens: u32) -> anyhow::Result<Load> {
+    use std::io::BufRead;
     let started = std::time::Instant::now();
     let handles: Vec<_> = (0..clients)
         .map(|i| {
             let url = format!("{base}/v1/chat/completions");
-            std::thread::spawn(move || -> anyhow::Result<(u64, f64)> {
+            std::thread::spawn(move || -> anyhow::Result<(u64, f64, f64)> {
                 let body = format!(
-                    r#"{{"model":"m","messages":[{{"role":"user","content":"Write a short note number {i} about rivers."}}],"max_tokens":{max_tokens},"temperature":0}}"#
+                    r#"{{"model":"m","messages":[{{"role":"user","content":"Write a short note number {i} about rivers."}}],"max_tokens":{max_tokens},"temperature":0,"stream":true,"stream_options":{{"include_usage":true}}}}"#
                 );
                 let t = std::time::Instant::now();
                 let mut resp = util::http(std::time::Duration::from_secs(600))
@@ -290,25 +301,55 @@ fn load(base: &str, clients: usize, max_tokens: u32) -> anyhow::Result<(f64, f64
                 if resp.status() != 200 {
                     bail!("{url} answered {}: {}", resp.status(), resp.body_mut().read_to_string().unwrap_or_default());
                 }
-                let v: serde_json::Value = serde_json::from_str(&resp.body_mut().read_to_string()?)?;
-                let n = v["usage"]["completion_tokens"].as_u64().context("no usage in the answer")?;
-                Ok((n, t.elapsed().as_secs_f64() * 1e3))
+                let (mut first, mut chunks, mut usage) = (None, 0u64, None);
+                let mut seen = String::new();
+                for line in std::io::BufReader::new(resp.body_mut().as_reader()).lines() {
+                    let line = line?;
+                    if seen.len() < 400 {
+                        seen.push_str(&line);
+                        seen.push('\n');
+                    }
+                    let Some(data) = line.strip_prefix("data: ") else { continue };
+                    if data == "[DONE]" {
+                        break;
+                    }
+                    let v: serde_json::Value = serde_json::from_str(data)?;
+                    if let Some(n) = v["usage"]["completion_tokens"].as_u64() {
+                        usage = Some(n);
+                    }
+                    let content = v["choices"][0]["delta"]["content"].as_str().unwrap_or("");
+                    if !content.is_empty() {
+                        chunks += 1;
+                        first.get_or_insert_with(|| t.elapsed().as_secs_f64() * 1e3);
+                    }
+                }
+                let first = first.with_context(|| format!("{url}: the stream carried no content:\n{seen}"))?;
+                // A server that reports no usage streams one token a chunk.
+                Ok((usage.unwrap_or(chunks), first, t.elapsed().as_secs_f64() * 1e3))
             })
         })
         .collect();
     let mut tokens = 0;
-    let mut lat = Vec::new();
+    let (mut ttft, mut total) = (Vec::new(), Vec::new());
     for h in handles {
-        let (n, ms) = h
+        let (n, first, ms) = h
             .join()
             .map_err(|_| anyhow::anyhow!("client thread panicked"))??;
         tokens += n;
-        lat.push(ms);
+        ttft.push(first);
+        total.push(ms);
     }
     let wall = started.elapsed().as_secs_f64();
-    lat.sort_by(f64::total_cmp);
-    let pct = |p: f64| lat[((lat.len() as f64 - 1.0) * p).round() as usize];
-    Ok((tokens as f64 / wall, pct(0.5), pct(0.99)))
+    let pcts = |mut xs: Vec<f64>| {
+        xs.sort_by(f64::total_cmp);
+        let at = |p: f64| xs[((xs.len() as f64 - 1.0) * p).round() as usize];
+        (at(0.5), at(0.99))
+    };
+    Ok(Load {
+        tokens_per_s: tokens as f64 / wall,
+        ttft: pcts(ttft),
+        total: pcts(total),
+    })
 }
 
 /// Starts a `straddle-cloud` binary serving `model` on 127.0.0.1:`port`, quietly.
@@ -357,9 +398,9 @@ fn cloud() -> anyhow::Result<()> {
     .context("installing the llama.cpp server extras")?;
     let (ours_port, peer_port) = (18090u16, 18091u16);
     let mut table = String::from(
-        "| server | concurrent | completion tok/s | p50 latency ms | p99 latency ms |\n|---|---|---|---|---|\n",
+        "| server | streams | completion tok/s | first token p50 / p99 ms | whole answer p50 / p99 ms |\n|---|---|---|---|---|\n",
     );
-    let levels = [1usize, 4, 16];
+    let levels = [1usize, 4, 16, 32];
     for (name, port) in [
         ("straddle-cloud", ours_port),
         ("llama.cpp server", peer_port),
@@ -383,6 +424,10 @@ fn cloud() -> anyhow::Result<()> {
                     "2",
                     "--n_ctx",
                     "2048",
+                    // By default a new streamed request interrupts the one being answered
+                    // (it ends empty); queue them instead, as a server under load must.
+                    "--interrupt_requests",
+                    "False",
                 ])
                 .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::null())
@@ -393,9 +438,10 @@ fn cloud() -> anyhow::Result<()> {
             wait_health(&format!("{base}/v1/models"), &mut child)?;
             load(&base, 1, 8)?; // warm-up
             for &n in &levels {
-                let (tps, p50, p99) = load(&base, n, 32)?;
+                let l = load(&base, n, 32)?;
                 table.push_str(&format!(
-                    "| {name} | {n} | {tps:.1} | {p50:.0} | {p99:.0} |\n"
+                    "| {name} | {n} | {:.1} | {:.0} / {:.0} | {:.0} / {:.0} |\n",
+                    l.tokens_per_s, l.ttft.0, l.ttft.1, l.total.0, l.total.1
                 ));
             }
             Ok(())
@@ -404,7 +450,7 @@ fn cloud() -> anyhow::Result<()> {
         let _ = child.wait();
         result?;
     }
-    table.push_str("\nEach client sends one chat request for 32 tokens (greedy); tok/s is all clients' completion tokens over the wall time.\n");
+    table.push_str("\nEach client streams one chat request for 32 tokens (greedy), all started together; tok/s is all clients' completion tokens over the wall time. Both servers use the machine's 2 cores; llama-cpp-python's server answers one request at a time, ours batches (continuous batching with chunked prefill).\n");
     println!("{table}");
     write_section(
         "Cloud server",

@@ -22,6 +22,10 @@ struct Args {
     /// Sequences decoded together in one batched step.
     #[arg(long, env = "STRADDLE_CLOUD_MAX_BATCH", default_value_t = 32)]
     max_batch: usize,
+    /// Prompt tokens prefilled per batched step, shared by the new requests: larger fills
+    /// prompts faster, smaller keeps the running streams' pauses short.
+    #[arg(long, env = "STRADDLE_CLOUD_PREFILL_CHUNK", default_value_t = 256)]
+    prefill_chunk: usize,
     /// Seconds a `/v1/verify` session keeps its KV cache while idle (its tokens stay ten
     /// times longer, so a later call re-prefills instead of failing).
     #[arg(long, env = "STRADDLE_CLOUD_VERIFY_IDLE", default_value_t = 60)]
@@ -70,8 +74,12 @@ async fn main() -> anyhow::Result<()> {
         .unwrap_or_default();
     let card = straddle_cloud::ModelCard::of(&engine, &fallback_id);
     let engine = Arc::new(engine);
-    let scheduler =
-        straddle_cloud::scheduler::Scheduler::spawn(engine.clone(), args.queue, args.max_batch);
+    let scheduler = straddle_cloud::scheduler::Scheduler::spawn(
+        engine.clone(),
+        args.queue,
+        args.max_batch,
+        args.prefill_chunk,
+    );
     let app = straddle_cloud::router(Arc::new(straddle_cloud::AppState {
         model: card,
         engine: Some(engine),

@@ -1,13 +1,17 @@
-//! Continuous batching: one thread owns the decode loop; sequences join between steps
-//! (after their prefill) and leave when finished or when their client goes away. Each step
-//! samples every live sequence, then runs one batched forward pass for all of them.
+//! Continuous batching: one thread owns the decode loop; sequences join between steps and
+//! leave when finished or when their client goes away. Each step samples every sequence that
+//! has logits, then runs one batched forward pass: the decoding sequences' next tokens plus
+//! a chunk of the new requests' prompts (chunked prefill), so a new request neither waits
+//! for the running ones to finish nor stalls them for its whole prompt.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, TryRecvError, TrySendError};
 use std::time::Instant;
 
-use straddle_engine::{ChatMessage, Engine, Finish, GenerateParams, Prompt, Sequence};
+use straddle_engine::{
+    ChatMessage, Engine, Finish, GenerateParams, Prompt, PromptPrefix, Sequence,
+};
 use straddle_protocol::{ApiError, ErrorKind};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -44,6 +48,8 @@ pub struct Metrics {
     pub batched_tokens: AtomicU64,
     pub ttft_ms_sum: AtomicU64,
     pub decode_ns: AtomicU64,
+    pub prefill_tokens: AtomicU64,
+    pub prefix_reused_tokens: AtomicU64,
 }
 
 impl Metrics {
@@ -70,6 +76,8 @@ impl Metrics {
              # TYPE straddle_batch_size_max gauge\nstraddle_batch_size_max {}\n\
              # TYPE straddle_batch_size_mean gauge\nstraddle_batch_size_mean {mean_batch:.3}\n\
              # TYPE straddle_time_to_first_token_ms_sum counter\nstraddle_time_to_first_token_ms_sum {}\n\
+             # TYPE straddle_prefill_tokens_total counter\nstraddle_prefill_tokens_total {}\n\
+             # TYPE straddle_prefix_reused_tokens_total counter\nstraddle_prefix_reused_tokens_total {}\n\
              # TYPE straddle_decode_tokens_per_second gauge\nstraddle_decode_tokens_per_second {tps:.2}\n",
             g(&self.requests),
             g(&self.rejected),
@@ -78,6 +86,8 @@ impl Metrics {
             g(&self.active),
             g(&self.batch_size_max),
             g(&self.ttft_ms_sum),
+            g(&self.prefill_tokens),
+            g(&self.prefix_reused_tokens),
         )
     }
 }
@@ -90,15 +100,20 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
-    /// Starts the decode thread with a queue of `queue` waiting requests and at most
-    /// `max_batch` sequences decoding together.
-    pub fn spawn(engine: Arc<Engine>, queue: usize, max_batch: usize) -> Self {
+    /// Starts the decode thread with a queue of `queue` waiting requests, at most `max_batch`
+    /// sequences in a step and at most `prefill_chunk` prompt tokens prefilled per step.
+    pub fn spawn(
+        engine: Arc<Engine>,
+        queue: usize,
+        max_batch: usize,
+        prefill_chunk: usize,
+    ) -> Self {
         let (tx, rx) = mpsc::sync_channel::<(Job, Instant)>(queue);
         let metrics = Arc::new(Metrics::default());
         let m = metrics.clone();
         std::thread::Builder::new()
             .name("straddle-decode".into())
-            .spawn(move || decode_loop(&engine, &rx, &m, max_batch.max(1)))
+            .spawn(move || decode_loop(&engine, &rx, &m, max_batch.max(1), prefill_chunk.max(1)))
             .map(drop)
             .unwrap_or_else(|e| tracing::error!(error = %e, "could not start the decode thread"));
         Self { tx, metrics }
@@ -132,6 +147,8 @@ struct Live {
     events: UnboundedSender<SeqEvent>,
     queued_at: Instant,
     first_token: bool,
+    /// Its prompt's keys and values were offered to later prompts.
+    prefix_offered: bool,
 }
 
 fn decode_loop(
@@ -139,19 +156,23 @@ fn decode_loop(
     rx: &mpsc::Receiver<(Job, Instant)>,
     m: &Metrics,
     max_batch: usize,
+    prefill_chunk: usize,
 ) {
     let mut live: Vec<Live> = Vec::new();
+    // The most recent prompt's keys and values: later prompts start from the part they
+    // share with it (the chat template's system prompt at least), as llama.cpp's server does.
+    let mut prefix: Option<PromptPrefix> = None;
     loop {
         // Admit: block when idle, otherwise take what is waiting, up to the batch limit.
         if live.is_empty() {
             match rx.recv() {
-                Ok(job) => admit(engine, job, &mut live, m),
+                Ok(job) => admit(engine, job, prefix.as_ref(), &mut live, m),
                 Err(_) => return,
             }
         }
         while live.len() < max_batch {
             match rx.try_recv() {
-                Ok(job) => admit(engine, job, &mut live, m),
+                Ok(job) => admit(engine, job, prefix.as_ref(), &mut live, m),
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) if live.is_empty() => return,
                 Err(TryRecvError::Disconnected) => break,
@@ -185,9 +206,13 @@ fn decode_loop(
                 }
             }
         }
-        let batch = live.iter().filter(|l| !l.seq.is_finished()).count() as u64;
+        let batch = live
+            .iter()
+            .filter(|l| !l.seq.is_finished() && l.seq.prompt_unfed() == 0)
+            .count() as u64;
+        let unfed_before: usize = live.iter().map(|l| l.seq.prompt_unfed()).sum();
         let mut refs: Vec<&mut Sequence> = live.iter_mut().map(|l| &mut l.seq).collect();
-        if let Err(e) = engine.advance(&mut refs) {
+        if let Err(e) = engine.step(&mut refs, prefill_chunk) {
             for l in live.iter_mut() {
                 let _ = l.events.send(SeqEvent::Error(ApiError::new(
                     ErrorKind::Internal,
@@ -196,6 +221,17 @@ fn decode_loop(
                 l.seq.cancel();
             }
         }
+        let unfed_after: usize = live.iter().map(|l| l.seq.prompt_unfed()).sum();
+        for l in live.iter_mut() {
+            if !l.prefix_offered && l.seq.prompt_unfed() == 0 {
+                l.prefix_offered = true;
+                prefix = l.seq.prompt_prefix().or(prefix.take());
+            }
+        }
+        m.prefill_tokens.fetch_add(
+            unfed_before.saturating_sub(unfed_after) as u64,
+            Ordering::Relaxed,
+        );
         if batch > 0 {
             m.steps.fetch_add(1, Ordering::Relaxed);
             m.batched_tokens.fetch_add(batch, Ordering::Relaxed);
@@ -224,18 +260,30 @@ fn decode_loop(
     }
 }
 
-fn admit(engine: &Engine, (job, queued_at): (Job, Instant), live: &mut Vec<Live>, m: &Metrics) {
+fn admit(
+    engine: &Engine,
+    (job, queued_at): (Job, Instant),
+    prefix: Option<&PromptPrefix>,
+    live: &mut Vec<Live>,
+    m: &Metrics,
+) {
     m.queue_depth.fetch_sub(1, Ordering::Relaxed);
     if job.events.is_closed() {
         return;
     }
-    match engine.start(Prompt::Messages(&job.messages), &job.params) {
-        Ok(seq) => live.push(Live {
-            seq,
-            events: job.events,
-            queued_at,
-            first_token: true,
-        }),
+    // Only tokenized here: the prompt is prefilled by the next steps, batched.
+    match engine.queue_after(Prompt::Messages(&job.messages), &job.params, prefix) {
+        Ok(seq) => {
+            m.prefix_reused_tokens
+                .fetch_add(seq.prompt_reused() as u64, Ordering::Relaxed);
+            live.push(Live {
+                seq,
+                events: job.events,
+                queued_at,
+                first_token: true,
+                prefix_offered: false,
+            });
+        }
         Err(e) => {
             let _ = job
                 .events

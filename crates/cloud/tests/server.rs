@@ -344,6 +344,7 @@ fn sixteen_concurrent_streams_complete_in_shared_batches_and_a_dropped_client_fr
         "sequences were decoded together"
     );
     assert_eq!(metric(p, "straddle_active_sequences"), 0.0);
+    let reused_before = metric(p, "straddle_prefix_reused_tokens_total");
 
     // A client that goes away mid-stream: its sequence must stop long before max_tokens.
     let before = metric(p, "straddle_generated_tokens_total");
@@ -362,5 +363,18 @@ fn sixteen_concurrent_streams_complete_in_shared_batches_and_a_dropped_client_fr
     assert!(
         metric(p, "straddle_generated_tokens_total") - before < 400.0,
         "generation was cancelled"
+    );
+    // A prompt after the others starts from their system prompt's keys and values.
+    let (status, _) = http(
+        p,
+        "POST",
+        "/v1/chat/completions",
+        r#"{"messages":[{"role":"user","content":"Name a river."}],"max_tokens":4}"#,
+    )
+    .expect("response");
+    assert_eq!(status, 200);
+    assert!(
+        metric(p, "straddle_prefix_reused_tokens_total") - reused_before > 10.0,
+        "the shared prompt prefix was reused"
     );
 }

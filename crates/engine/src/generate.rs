@@ -120,6 +120,26 @@ impl Completion {
     }
 }
 
+/// A prompt's keys and values, kept to start later prompts that begin the same way (the
+/// chat template's system prompt, a shared document) without computing them again.
+#[derive(Debug, Clone)]
+pub struct PromptPrefix {
+    tokens: Vec<u32>,
+    cache: KvCache,
+}
+
+impl PromptPrefix {
+    /// Tokens covered.
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Whether it covers nothing.
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+}
+
 /// One generation in progress: its cache (of type `C`: the CPU model's [`KvCache`] or a
 /// device model's cache), its next-token logits and what it produced.
 pub struct Sequence<C = KvCache> {
@@ -130,6 +150,13 @@ pub struct Sequence<C = KvCache> {
     rng: Rng,
     params: GenerateParams,
     context: Vec<u32>,
+    /// How many tokens of `context` the cache holds: all but the last sampled one while
+    /// decoding, fewer while a queued prompt is being prefilled.
+    fed: usize,
+    /// When a queued sequence was created, for its prefill time.
+    queued_at: Instant,
+    /// Prompt tokens taken from a [`PromptPrefix`] instead of being computed.
+    reused: usize,
     out: Completion,
     /// Bytes of `out.text` already streamed.
     emitted: usize,
@@ -172,11 +199,50 @@ impl<C> Sequence<C> {
                 prefill_ms,
                 decode_ms: 0.0,
             },
+            fed: prompt_ids.len(),
             context: prompt_ids,
+            queued_at: Instant::now(),
+            reused: 0,
             emitted: 0,
             finished: false,
             decode_started: Instant::now(),
         }
+    }
+
+    /// A sequence whose prompt is still to be prefilled (by [`Engine::step`]).
+    pub(crate) fn queued(
+        cache: C,
+        capacity: usize,
+        prompt_ids: Vec<u32>,
+        params: &GenerateParams,
+    ) -> Self {
+        let mut seq = Self::prefilled(cache, capacity, Vec::new(), prompt_ids, params, 0.0);
+        seq.fed = 0;
+        seq
+    }
+
+    /// Whether the sequence has sampled a token (its prompt is in the cache).
+    fn is_decoding(&self) -> bool {
+        !self.out.tokens.is_empty()
+    }
+
+    /// Prompt tokens taken from a [`PromptPrefix`] rather than computed.
+    pub fn prompt_reused(&self) -> usize {
+        self.reused
+    }
+
+    /// Prompt tokens still to be prefilled.
+    pub fn prompt_unfed(&self) -> usize {
+        if self.is_decoding() {
+            0
+        } else {
+            self.context.len().saturating_sub(self.fed)
+        }
+    }
+
+    /// Whether everything sampled so far is in the cache: the next token can be sampled.
+    fn logits_current(&self) -> bool {
+        self.fed >= self.context.len()
     }
 
     /// Whether generation has ended.
@@ -222,6 +288,7 @@ impl<C> Sequence<C> {
     /// Installs the logits of the forward pass over the pending token.
     pub(crate) fn set_logits(&mut self, logits: Vec<f32>) {
         self.logits = logits;
+        self.fed = self.context.len();
     }
 
     /// Samples the next token from the current logits (see [`Engine::next_token`]).
@@ -229,7 +296,8 @@ impl<C> Sequence<C> {
         &mut self,
         tokenizer: &Tokenizer,
     ) -> Result<Option<TokenEvent>, EngineError> {
-        if self.finished {
+        // A queued prompt has no logits yet: nothing to sample, and not finished.
+        if self.finished || !self.logits_current() {
             return Ok(None);
         }
         let p = &self.params;
@@ -267,6 +335,21 @@ impl<C> Sequence<C> {
             logprob: s.logprob,
             entropy: s.entropy,
         }))
+    }
+}
+
+impl Sequence<KvCache> {
+    /// The prompt's keys and values, once they are all computed, to start later prompts
+    /// that share a beginning with this one.
+    pub fn prompt_prefix(&self) -> Option<PromptPrefix> {
+        let n = self.out.prompt_tokens;
+        if self.fed < n || self.cache.len() < n {
+            return None;
+        }
+        Some(PromptPrefix {
+            tokens: self.context[..n].to_vec(),
+            cache: self.cache.prefix(n),
+        })
     }
 }
 
@@ -430,17 +513,118 @@ impl Engine {
     }
 
     /// Runs one decode step for every unfinished sequence in one batched forward pass,
-    /// feeding each its last sampled token.
+    /// feeding each its last sampled token (and any queued prompt whole).
     pub fn advance(&self, seqs: &mut [&mut Sequence]) -> Result<(), EngineError> {
-        let (tokens, mut caches): (Vec<u32>, Vec<&mut KvCache>) =
-            seqs.iter_mut().filter_map(|s| s.pending()).unzip();
-        if tokens.is_empty() {
+        self.step(seqs, usize::MAX)
+    }
+
+    /// Tokenizes the prompt and sets up its cache without running the model: the sequence
+    /// is prefilled by the following [`Engine::step`]s, batched with the others.
+    pub fn queue(
+        &self,
+        prompt: Prompt<'_>,
+        params: &GenerateParams,
+    ) -> Result<Sequence, EngineError> {
+        self.queue_after(prompt, params, None)
+    }
+
+    /// [`Engine::queue`], starting from `prefix`'s keys and values for as many leading
+    /// tokens as the prompt shares with it (all but the prompt's last, whose logits are
+    /// needed). The answer is the same as without it, bit for bit.
+    pub fn queue_after(
+        &self,
+        prompt: Prompt<'_>,
+        params: &GenerateParams,
+        prefix: Option<&PromptPrefix>,
+    ) -> Result<Sequence, EngineError> {
+        let ids = self.prompt_tokens(prompt)?;
+        let mut cache = self.model.new_cache(params.context);
+        if ids.len() >= cache.capacity() {
+            return Err(EngineError::PromptTooLong {
+                prompt: ids.len(),
+                context: cache.capacity(),
+            });
+        }
+        let shared = prefix.map_or(0, |p| {
+            p.tokens
+                .iter()
+                .zip(&ids)
+                .take_while(|(a, b)| a == b)
+                .count()
+                .min(ids.len() - 1)
+        });
+        if let Some(p) = prefix.filter(|_| shared > 0) {
+            cache.start_from(&p.cache, shared);
+        }
+        let capacity = cache.capacity();
+        let mut seq = Sequence::queued(cache, capacity, ids, params);
+        seq.fed = shared;
+        seq.reused = shared;
+        Ok(seq)
+    }
+
+    /// One forward pass for a batch (continuous batching): every decoding sequence feeds its
+    /// last sampled token, and sequences still prefilling feed their prompts, in order, up to
+    /// `prefill_budget` prompt tokens in all — so a long prompt never stalls the others'
+    /// streams for longer than one chunk.
+    pub fn step(
+        &self,
+        seqs: &mut [&mut Sequence],
+        prefill_budget: usize,
+    ) -> Result<(), EngineError> {
+        let mut budget = prefill_budget;
+        // (sequence, tokens fed this step) for every sequence that feeds any.
+        let mut feeds: Vec<(usize, usize)> = Vec::new();
+        for (i, s) in seqs.iter().enumerate() {
+            let unfed = s.context.len().saturating_sub(s.fed);
+            if s.finished || unfed == 0 {
+                continue;
+            }
+            let take = if s.is_decoding() {
+                unfed
+            } else {
+                let take = unfed.min(budget);
+                budget -= take;
+                take
+            };
+            if take > 0 {
+                feeds.push((i, take));
+            }
+        }
+        if feeds.is_empty() {
             return Ok(());
         }
-        let logits = self.model.forward_batch(&tokens, &mut caches)?;
-        let live = seqs.iter_mut().filter(|s| !s.finished);
-        for (s, l) in live.zip(logits) {
-            s.set_logits(l);
+        let chunks: Vec<Vec<u32>> = feeds
+            .iter()
+            .map(|&(i, take)| seqs[i].context[seqs[i].fed..seqs[i].fed + take].to_vec())
+            .collect();
+        let want: Vec<bool> = feeds
+            .iter()
+            .map(|&(i, take)| seqs[i].fed + take == seqs[i].context.len())
+            .collect();
+        let mut fed_seqs: Vec<&mut Sequence> = Vec::with_capacity(feeds.len());
+        let mut next = feeds.iter().map(|&(i, _)| i).peekable();
+        for (i, s) in seqs.iter_mut().enumerate() {
+            if next.peek() == Some(&i) {
+                next.next();
+                fed_seqs.push(&mut **s);
+            }
+        }
+        let chunk_refs: Vec<&[u32]> = chunks.iter().map(Vec::as_slice).collect();
+        let logits = {
+            let mut caches: Vec<&mut KvCache> = fed_seqs.iter_mut().map(|s| &mut s.cache).collect();
+            self.model.forward_chunks(&chunk_refs, &mut caches, &want)?
+        };
+        for ((s, &(_, take)), l) in fed_seqs.into_iter().zip(&feeds).zip(logits) {
+            let prefilling = !s.is_decoding();
+            s.fed += take;
+            if let Some(l) = l {
+                s.logits = l;
+                if prefilling {
+                    s.out.prefill_ms = s.queued_at.elapsed().as_secs_f64() * 1000.0;
+                    s.decode_started = Instant::now();
+                }
+            }
         }
         Ok(())
     }

@@ -60,6 +60,33 @@ impl KvCache {
         self.len = self.len.min(len);
     }
 
+    /// A copy of the first `n` positions, in a cache of exactly that capacity.
+    pub fn prefix(&self, n: usize) -> KvCache {
+        let n = n.min(self.len);
+        let rows = n * self.kv_dim;
+        KvCache {
+            keys: self.keys.iter().map(|k| k[..rows].to_vec()).collect(),
+            values: self.values.iter().map(|v| v[..rows].to_vec()).collect(),
+            kv_dim: self.kv_dim,
+            capacity: n,
+            len: n,
+        }
+    }
+
+    /// Replaces what this cache holds with the first `n` positions of `other` (a prompt
+    /// prefix computed before, for the same model).
+    pub fn start_from(&mut self, other: &KvCache, n: usize) {
+        let n = n.min(other.len).min(self.capacity);
+        let rows = n * self.kv_dim;
+        for (dst, src) in self.keys.iter_mut().zip(&other.keys) {
+            dst[..rows].copy_from_slice(&src[..rows]);
+        }
+        for (dst, src) in self.values.iter_mut().zip(&other.values) {
+            dst[..rows].copy_from_slice(&src[..rows]);
+        }
+        self.len = n;
+    }
+
     pub(crate) fn write(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
         let r = pos * self.kv_dim..(pos + 1) * self.kv_dim;
         self.keys[layer][r.clone()].copy_from_slice(k);

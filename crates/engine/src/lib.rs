@@ -23,7 +23,8 @@ pub use burn::tensor::Device;
 pub use device_engine::DeviceEngine;
 pub use device_model::{DeviceCache, DeviceModel};
 pub use generate::{
-    Completion, Engine, EngineError, Finish, Flow, GenerateParams, Prompt, Sequence, TokenEvent,
+    Completion, Engine, EngineError, Finish, Flow, GenerateParams, Prompt, PromptPrefix, Sequence,
+    TokenEvent,
 };
 pub use sample::SamplingParams;
 pub use template::ChatMessage;

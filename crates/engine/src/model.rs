@@ -306,6 +306,53 @@ impl Model {
         self.forward_rows(tokens, &rows, caches, &wanted)
     }
 
+    /// One forward pass over a chunk of tokens for each of several sequences: `chunks[i]`
+    /// goes to `caches[i]` at its next positions (a prompt being prefilled, or one token
+    /// being decoded). The weights are read once for every row of every chunk. Returns the
+    /// logits of each chunk's last token where `want_logits[i]`.
+    pub fn forward_chunks(
+        &self,
+        chunks: &[&[u32]],
+        caches: &mut [&mut KvCache],
+        want_logits: &[bool],
+    ) -> Result<Vec<Option<Vec<f32>>>, ModelError> {
+        debug_assert_eq!(chunks.len(), caches.len());
+        debug_assert_eq!(chunks.len(), want_logits.len());
+        let mut tokens = Vec::new();
+        let mut rows = Vec::new();
+        let mut wanted = Vec::new();
+        for (i, (chunk, cache)) in chunks.iter().zip(caches.iter()).enumerate() {
+            if cache.len() + chunk.len() > cache.capacity() {
+                return Err(ModelError::ContextFull {
+                    needed: cache.len() + chunk.len(),
+                    capacity: cache.capacity(),
+                });
+            }
+            tokens.extend_from_slice(chunk);
+            rows.extend((0..chunk.len()).map(|j| (i, cache.len() + j)));
+            if want_logits[i] && !chunk.is_empty() {
+                wanted.push(rows.len() - 1);
+            }
+        }
+        if tokens.is_empty() {
+            return Ok(vec![None; chunks.len()]);
+        }
+        let mut logits = self
+            .forward_rows(&tokens, &rows, caches, &wanted)?
+            .into_iter();
+        Ok(chunks
+            .iter()
+            .zip(want_logits)
+            .map(|(chunk, &want)| {
+                if want && !chunk.is_empty() {
+                    logits.next()
+                } else {
+                    None
+                }
+            })
+            .collect())
+    }
+
     /// The transformer over rows of (sequence, position): row `t` is `tokens[t]` at position
     /// `rows[t].1` of `caches[rows[t].0]`. Advances each cache by its rows; returns the
     /// logits of the rows in `wanted`.

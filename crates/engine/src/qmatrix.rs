@@ -254,6 +254,39 @@ impl QMatrix {
         self.dot_row_portable(r, x)
     }
 
+    /// Row `r` against four activation vectors at once, each weight block unpacked once for
+    /// all four; exactly what four [`Self::dot_row`] calls give. `None` where no such kernel
+    /// exists for this format or machine.
+    #[inline]
+    pub fn dot_row_x4(&self, r: usize, xs: [&QActs; 4]) -> Option<[f32; 4]> {
+        #[cfg(target_arch = "x86_64")]
+        if avx2::available() {
+            let nb = self.shape().1 / BLOCK;
+            match self {
+                QMatrix::Q4_1 { d, m, qs, .. } => {
+                    let (d, m, qs) = (
+                        &d[r * nb..(r + 1) * nb],
+                        &m[r * nb..(r + 1) * nb],
+                        &qs[r * nb * 16..(r + 1) * nb * 16],
+                    );
+                    // SAFETY: AVX2 and FMA were detected at run time; slices hold nb blocks each.
+                    return Some(unsafe { avx2::dot_q4_1_x4(d, m, qs, xs) });
+                }
+                QMatrix::Q8_0 { d, qs, .. } => {
+                    let (d, qs) = (
+                        &d[r * nb..(r + 1) * nb],
+                        &qs[r * nb * BLOCK..(r + 1) * nb * BLOCK],
+                    );
+                    // SAFETY: as above.
+                    return Some(unsafe { avx2::dot_q8_0_x4(d, qs, xs) });
+                }
+                _ => {}
+            }
+        }
+        let _ = (r, xs);
+        None
+    }
+
     /// The portable dot product, the reference for the SIMD kernels.
     pub fn dot_row_portable(&self, r: usize, x: &QActs) -> f32 {
         let (_, cols) = self.shape();
@@ -313,16 +346,30 @@ impl QMatrix {
         let (rows, _) = self.shape();
         let n = xs.len();
         debug_assert_eq!(out.len(), rows * n);
+        if n == 0 {
+            return;
+        }
         // Row-major result per token; computed row-chunk by row-chunk into a transposed buffer
         // so threads write disjoint memory.
         const CHUNK: usize = 64;
         let mut tmp = vec![0f32; rows * n];
         let work = |(ci, chunk): (usize, &mut [f32])| {
-            let r0 = ci * CHUNK * n;
-            for (k, slot) in chunk.iter_mut().enumerate() {
-                let idx = r0 + k;
-                let (r, t) = (idx / n, idx % n);
-                *slot = self.dot_row(r, &xs[t]);
+            for (k, row_out) in chunk.chunks_mut(n).enumerate() {
+                let r = ci * CHUNK + k;
+                // Four activations a pass where a kernel reads each weight block once for
+                // them (batched decode, prefill); the rest one at a time.
+                let mut t = 0;
+                while t + 4 <= n {
+                    let four = [&xs[t], &xs[t + 1], &xs[t + 2], &xs[t + 3]];
+                    match self.dot_row_x4(r, four) {
+                        Some(v) => row_out[t..t + 4].copy_from_slice(&v),
+                        None => break,
+                    }
+                    t += 4;
+                }
+                for (slot, x) in row_out[t..].iter_mut().zip(&xs[t..]) {
+                    *slot = self.dot_row(r, x);
+                }
             }
         };
         #[cfg(not(target_arch = "wasm32"))]
@@ -389,6 +436,63 @@ mod avx2 {
             mins += m[b] * x.sum[b];
         }
         hsum(acc) + mins
+    }
+
+    /// [`dot_q4_1`] for four activation vectors: the same operations in the same order for
+    /// each, with the row's nibbles unpacked once.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot_q4_1_x4(d: &[f32], m: &[f32], qs: &[u8], x: [&QActs; 4]) -> [f32; 4] {
+        let mask = _mm256_set1_epi8(0x0F);
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut mins = [0f32; 4];
+        for b in 0..d.len() {
+            // SAFETY: block b lies inside `qs` (16 bytes a block).
+            let raw = unsafe { _mm_loadu_si128(qs.as_ptr().add(b * 16) as *const __m128i) };
+            let w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), mask);
+            for j in 0..4 {
+                // SAFETY: block b lies inside every `x[j].qs` (32 bytes a block).
+                let xv = unsafe {
+                    _mm256_loadu_si256(x[j].qs.as_ptr().add(b * BLOCK) as *const __m256i)
+                };
+                let sum32 = _mm256_madd_epi16(_mm256_maddubs_epi16(w, xv), ones);
+                let scale = _mm256_set1_ps(d[b] * x[j].d[b]);
+                acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum32), scale, acc[j]);
+                mins[j] += m[b] * x[j].sum[b];
+            }
+        }
+        [
+            hsum(acc[0]) + mins[0],
+            hsum(acc[1]) + mins[1],
+            hsum(acc[2]) + mins[2],
+            hsum(acc[3]) + mins[3],
+        ]
+    }
+
+    /// [`dot_q8_0`] for four activation vectors, the row's bytes loaded once.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot_q8_0_x4(d: &[f32], qs: &[i8], x: [&QActs; 4]) -> [f32; 4] {
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [_mm256_setzero_ps(); 4];
+        for (b, &db) in d.iter().enumerate() {
+            // SAFETY: block b lies inside `qs` (32 bytes a block).
+            let w = unsafe { _mm256_loadu_si256(qs.as_ptr().add(b * BLOCK) as *const __m256i) };
+            let abs_w = _mm256_sign_epi8(w, w);
+            for j in 0..4 {
+                // SAFETY: block b lies inside every `x[j].qs` (32 bytes a block).
+                let xv = unsafe {
+                    _mm256_loadu_si256(x[j].qs.as_ptr().add(b * BLOCK) as *const __m256i)
+                };
+                let sum16 = _mm256_maddubs_epi16(abs_w, _mm256_sign_epi8(xv, w));
+                let sum32 = _mm256_madd_epi16(sum16, ones);
+                acc[j] = _mm256_fmadd_ps(
+                    _mm256_cvtepi32_ps(sum32),
+                    _mm256_set1_ps(db * x[j].d[b]),
+                    acc[j],
+                );
+            }
+        }
+        [hsum(acc[0]), hsum(acc[1]), hsum(acc[2]), hsum(acc[3])]
     }
 
     /// Σ over blocks of d·dx·Σ((q − 8)·qx), for one Q4_0 row.
@@ -597,6 +701,41 @@ mod tests {
             let mut row = vec![0f32; cols];
             m.row(5, &mut row);
             assert_eq!(row, deq[5 * cols..6 * cols]);
+        }
+    }
+
+    #[test]
+    fn four_at_a_time_is_exactly_one_at_a_time() {
+        // Batched and alone must give the same bits, or a batch could change a greedy answer.
+        let (rows, cols) = (9, 128);
+        let w: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i * 4099 % 257) as f32 - 128.0) / 64.0)
+            .collect();
+        let acts: Vec<QActs> = (0..7)
+            .map(|t| {
+                let x: Vec<f32> = (0..cols)
+                    .map(|i| ((i * 13 + t * 29) % 31) as f32 / 8.0 - 1.9)
+                    .collect();
+                QActs::quantize(&x)
+            })
+            .collect();
+        for (ty, bytes) in [
+            (TensorType::Q4_1, encode::q4_1(&w)),
+            (TensorType::Q4_0, encode::q4_0(&w)),
+            (TensorType::Q8_0, encode::q8_0(&w)),
+        ] {
+            let m = QMatrix::from_gguf(ty, &bytes, rows, cols).expect("build");
+            let mut out = vec![0f32; rows * acts.len()];
+            m.matmul(&acts, &mut out);
+            for (t, x) in acts.iter().enumerate() {
+                for r in 0..rows {
+                    assert_eq!(
+                        out[t * rows + r].to_bits(),
+                        m.dot_row(r, x).to_bits(),
+                        "{ty:?} t{t} r{r}"
+                    );
+                }
+            }
         }
     }
 }

@@ -181,3 +181,70 @@ fn a_greedy_draft_from_the_same_model_is_accepted_whole() {
     assert_eq!(v.accepted, 5);
     assert_eq!(verify_cache.len(), prompt.len() + 5);
 }
+
+#[test]
+fn chunked_batched_prefill_gives_each_sequence_its_own_greedy_answer() {
+    let Some(e) = engine() else { return };
+    let prompts = [
+        "What is the capital of France?",
+        "Write one sentence about the sea.",
+        "List three colours.",
+    ];
+    let params = GenerateParams {
+        max_tokens: 12,
+        ..Default::default()
+    };
+    let alone: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| {
+            let msgs = [ChatMessage::new("user", *p)];
+            e.generate(Prompt::Messages(&msgs), &params, |_| Flow::Continue)
+                .expect("generate")
+                .tokens
+        })
+        .collect();
+    // Two start together; the third joins while they decode. A budget of 7 prompt tokens a
+    // step splits every prompt across several steps and mixes prefill rows with decode rows.
+    let queue = |p: &str| {
+        e.queue(Prompt::Messages(&[ChatMessage::new("user", p)]), &params)
+            .expect("queue")
+    };
+    let mut seqs = vec![queue(prompts[0]), queue(prompts[1])];
+    let mut steps = 0;
+    while seqs.len() < 3 || seqs.iter().any(|s| !s.is_finished()) {
+        if steps == 8 {
+            seqs.push(queue(prompts[2]));
+        }
+        for s in seqs.iter_mut() {
+            e.next_token(s).expect("sample");
+        }
+        let mut refs: Vec<&mut _> = seqs.iter_mut().collect();
+        e.step(&mut refs, 7).expect("step");
+        steps += 1;
+        assert!(steps < 200, "the batch never finished");
+    }
+    let prefix = seqs[0]
+        .prompt_prefix()
+        .expect("the first prompt is in the cache");
+    for (i, s) in seqs.into_iter().enumerate() {
+        assert_eq!(s.into_completion().tokens, alone[i], "prompt {i}");
+    }
+
+    // A prompt that begins like an earlier one starts from its keys and values (here the
+    // chat template's system prompt) and still gives its own answer, bit for bit.
+    let msgs = [ChatMessage::new("user", prompts[1])];
+    let mut again = e
+        .queue_after(Prompt::Messages(&msgs), &params, Some(&prefix))
+        .expect("queue");
+    assert!(
+        again.prompt_reused() > 10,
+        "reused {} of {}",
+        again.prompt_reused(),
+        prefix.len()
+    );
+    while !again.is_finished() {
+        e.next_token(&mut again).expect("sample");
+        e.step(&mut [&mut again], 5).expect("step");
+    }
+    assert_eq!(again.into_completion().tokens, alone[1]);
+}
