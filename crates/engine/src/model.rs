@@ -387,7 +387,6 @@ impl Model {
         let mut ffn_acts: Vec<QActs> = vec![QActs::default(); n];
         let group = c.n_heads / c.n_kv_heads;
         let scale = 1.0 / (hd as f32).sqrt();
-        let mut scores = vec![0f32; rows.iter().map(|r| r.1 + 1).max().unwrap_or(0)];
 
         for (li, layer) in self.layers.iter().enumerate() {
             // Attention block.
@@ -417,18 +416,22 @@ impl Model {
                     &v[t * kv_dim..(t + 1) * kv_dim],
                 );
             }
-            for (t, &(ci, pos)) in rows.iter().enumerate() {
-                let cache = &caches[ci];
+            // Rows attend independently: split across threads (a long prompt's attention
+            // grows with the square of its length).
+            let readonly: Vec<&KvCache> = caches.iter().map(|c| &**c).collect();
+            let attend = |(t, (out_row, act)): (usize, (&mut [f32], &mut QActs))| {
+                let (ci, pos) = rows[t];
+                let cache = readonly[ci];
+                let mut sc = vec![0f32; pos + 1];
                 for h in 0..c.n_heads {
                     let kvh = h / group;
                     let qh = &q[t * d + h * hd..t * d + (h + 1) * hd];
-                    let sc = &mut scores[..=pos];
                     for (p, s) in sc.iter_mut().enumerate() {
                         let kp = &cache.key(li, p)[kvh * hd..(kvh + 1) * hd];
                         *s = qh.iter().zip(kp).map(|(a, b)| a * b).sum::<f32>() * scale;
                     }
-                    softmax(sc);
-                    let out = &mut attn[t * d + h * hd..t * d + (h + 1) * hd];
+                    softmax(&mut sc);
+                    let out = &mut out_row[h * hd..(h + 1) * hd];
                     out.fill(0.0);
                     for (p, &w) in sc.iter().enumerate() {
                         let vp = &cache.value(li, p)[kvh * hd..(kvh + 1) * hd];
@@ -437,8 +440,21 @@ impl Model {
                         }
                     }
                 }
-                acts[t].fill(&attn[t * d..(t + 1) * d]);
+                act.fill(out_row);
+            };
+            #[cfg(not(target_arch = "wasm32"))]
+            {
+                use rayon::prelude::*;
+                attn.par_chunks_mut(d)
+                    .zip(acts.par_iter_mut())
+                    .enumerate()
+                    .for_each(attend);
             }
+            #[cfg(target_arch = "wasm32")]
+            attn.chunks_mut(d)
+                .zip(acts.iter_mut())
+                .enumerate()
+                .for_each(attend);
             layer.wo.matmul(&acts, &mut proj);
             x.iter_mut().zip(&proj).for_each(|(a, b)| *a += b);
 
