@@ -100,6 +100,50 @@ fn dechunk(mut s: &str) -> String {
     out
 }
 
+/// The stream read by `eventsource-stream` (not our parser), fed in 7-byte pieces so events
+/// straddle reads, and checked field by field against OpenAI's chunk shape: the text and
+/// the completion tokens that the usage chunk reports.
+fn independent_reading(sse: &str) -> (String, u64) {
+    use eventsource_stream::Eventsource;
+    use futures_util::StreamExt;
+    let pieces: Vec<Result<Vec<u8>, std::convert::Infallible>> =
+        sse.as_bytes().chunks(7).map(|c| Ok(c.to_vec())).collect();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let events: Vec<_> = runtime.block_on(
+        futures_util::stream::iter(pieces)
+            .eventsource()
+            .collect::<Vec<_>>(),
+    );
+    let (mut text, mut completion, mut done) = (String::new(), 0, false);
+    for event in events {
+        let event = event.expect("a well-formed event");
+        assert_eq!(event.event, "message");
+        assert!(!done, "nothing after [DONE]");
+        if event.data == "[DONE]" {
+            done = true;
+            continue;
+        }
+        let v: serde_json::Value = serde_json::from_str(&event.data).expect("JSON data");
+        assert_eq!(v["object"], "chat.completion.chunk");
+        assert!(
+            v["id"]
+                .as_str()
+                .is_some_and(|id| id.starts_with("chatcmpl-"))
+        );
+        assert!(v["created"].is_u64() && v["model"].is_string());
+        if let Some(n) = v["usage"]["completion_tokens"].as_u64() {
+            completion = n;
+        }
+        if let Some(piece) = v["choices"][0]["delta"]["content"].as_str() {
+            text.push_str(piece);
+        }
+    }
+    assert!(done, "the stream ends with [DONE]");
+    (text, completion)
+}
+
 #[test]
 fn answers_streamed_and_whole_and_rejects_bad_input() {
     let Some(server) = start() else { return };
@@ -140,6 +184,7 @@ fn answers_streamed_and_whole_and_rejects_bad_input() {
     }
     assert_eq!(streamed, text, "greedy stream equals the whole answer");
     assert_eq!(usage.map(|u| u.completion_tokens), Some(12));
+    assert_eq!(independent_reading(&sse), (streamed, 12));
 
     for (bad, field) in [
         ("{not json", None),
