@@ -41,6 +41,25 @@ pub enum QMatrix {
     },
 }
 
+/// One row's blocks of a quantized matrix.
+#[allow(dead_code)] // on targets without a kernel
+enum RowBlocks<'a> {
+    Q4_1 {
+        d: &'a [f32],
+        m: &'a [f32],
+        qs: &'a [u8],
+    },
+    Q4_0 {
+        d: &'a [f32],
+        qs: &'a [u8],
+    },
+    Q8_0 {
+        d: &'a [f32],
+        qs: &'a [i8],
+    },
+    Other,
+}
+
 /// Activations quantized to 8 bits per block of 32: scale, block sum (for Q4_1's minimum), values.
 #[derive(Debug, Clone, Default)]
 pub struct QActs {
@@ -194,62 +213,50 @@ impl QMatrix {
         }
     }
 
+    /// Row `r`'s blocks: what the SIMD kernels take.
+    #[inline]
+    #[allow(dead_code)] // on targets without a kernel
+    fn row_blocks(&self, r: usize) -> RowBlocks<'_> {
+        let nb = self.shape().1 / BLOCK;
+        let blocks = r * nb..(r + 1) * nb;
+        let nibbles = r * nb * 16..(r + 1) * nb * 16;
+        match self {
+            QMatrix::Q4_1 { d, m, qs, .. } => RowBlocks::Q4_1 {
+                d: &d[blocks.clone()],
+                m: &m[blocks],
+                qs: &qs[nibbles],
+            },
+            QMatrix::Q4_0 { d, qs, .. } => RowBlocks::Q4_0 {
+                d: &d[blocks],
+                qs: &qs[nibbles],
+            },
+            QMatrix::Q8_0 { d, qs, .. } => RowBlocks::Q8_0 {
+                d: &d[blocks],
+                qs: &qs[r * nb * BLOCK..(r + 1) * nb * BLOCK],
+            },
+            QMatrix::F32 { .. } => RowBlocks::Other,
+        }
+    }
+
     /// Dot product of row `r` with the quantized activations `x`.
     #[inline]
     pub fn dot_row(&self, r: usize, x: &QActs) -> f32 {
         #[cfg(target_arch = "x86_64")]
         if avx2::available() {
-            let nb = self.shape().1 / BLOCK;
-            match self {
-                QMatrix::Q4_1 { d, m, qs, .. } => {
-                    let (d, m, qs) = (
-                        &d[r * nb..(r + 1) * nb],
-                        &m[r * nb..(r + 1) * nb],
-                        &qs[r * nb * 16..(r + 1) * nb * 16],
-                    );
-                    // SAFETY: AVX2 and FMA were detected at run time; slices hold nb blocks each.
-                    return unsafe { avx2::dot_q4_1(d, m, qs, x) };
-                }
-                QMatrix::Q4_0 { d, qs, .. } => {
-                    let (d, qs) = (
-                        &d[r * nb..(r + 1) * nb],
-                        &qs[r * nb * 16..(r + 1) * nb * 16],
-                    );
-                    // SAFETY: as above.
-                    return unsafe { avx2::dot_q4_0(d, qs, x) };
-                }
-                QMatrix::Q8_0 { d, qs, .. } => {
-                    let (d, qs) = (
-                        &d[r * nb..(r + 1) * nb],
-                        &qs[r * nb * BLOCK..(r + 1) * nb * BLOCK],
-                    );
-                    // SAFETY: as above.
-                    return unsafe { avx2::dot_q8_0(d, qs, x) };
-                }
-                _ => {}
+            // SAFETY (each call): AVX2 and FMA were detected at run time; the slices hold
+            // the row's blocks, and `x` as many.
+            match self.row_blocks(r) {
+                RowBlocks::Q4_1 { d, m, qs } => return unsafe { avx2::dot_q4_1(d, m, qs, x) },
+                RowBlocks::Q4_0 { d, qs } => return unsafe { avx2::dot_q4_0(d, qs, x) },
+                RowBlocks::Q8_0 { d, qs } => return unsafe { avx2::dot_q8_0(d, qs, x) },
+                RowBlocks::Other => {}
             }
         }
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-        {
-            let nb = self.shape().1 / BLOCK;
-            match self {
-                QMatrix::Q4_1 { d, m, qs, .. } => {
-                    return simd128::dot_q4_1(
-                        &d[r * nb..(r + 1) * nb],
-                        &m[r * nb..(r + 1) * nb],
-                        &qs[r * nb * 16..(r + 1) * nb * 16],
-                        x,
-                    );
-                }
-                QMatrix::Q8_0 { d, qs, .. } => {
-                    return simd128::dot_q8_0(
-                        &d[r * nb..(r + 1) * nb],
-                        &qs[r * nb * BLOCK..(r + 1) * nb * BLOCK],
-                        x,
-                    );
-                }
-                _ => {}
-            }
+        match self.row_blocks(r) {
+            RowBlocks::Q4_1 { d, m, qs } => return simd128::dot_q4_1(d, m, qs, x),
+            RowBlocks::Q8_0 { d, qs } => return simd128::dot_q8_0(d, qs, x),
+            _ => {}
         }
         self.dot_row_portable(r, x)
     }
@@ -261,25 +268,12 @@ impl QMatrix {
     pub fn dot_row_x4(&self, r: usize, xs: [&QActs; 4]) -> Option<[f32; 4]> {
         #[cfg(target_arch = "x86_64")]
         if avx2::available() {
-            let nb = self.shape().1 / BLOCK;
-            match self {
-                QMatrix::Q4_1 { d, m, qs, .. } => {
-                    let (d, m, qs) = (
-                        &d[r * nb..(r + 1) * nb],
-                        &m[r * nb..(r + 1) * nb],
-                        &qs[r * nb * 16..(r + 1) * nb * 16],
-                    );
-                    // SAFETY: AVX2 and FMA were detected at run time; slices hold nb blocks each.
+            // SAFETY (each call): as in `dot_row`.
+            match self.row_blocks(r) {
+                RowBlocks::Q4_1 { d, m, qs } => {
                     return Some(unsafe { avx2::dot_q4_1_x4(d, m, qs, xs) });
                 }
-                QMatrix::Q8_0 { d, qs, .. } => {
-                    let (d, qs) = (
-                        &d[r * nb..(r + 1) * nb],
-                        &qs[r * nb * BLOCK..(r + 1) * nb * BLOCK],
-                    );
-                    // SAFETY: as above.
-                    return Some(unsafe { avx2::dot_q8_0_x4(d, qs, xs) });
-                }
+                RowBlocks::Q8_0 { d, qs } => return Some(unsafe { avx2::dot_q8_0_x4(d, qs, xs) }),
                 _ => {}
             }
         }
