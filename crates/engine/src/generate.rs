@@ -482,6 +482,24 @@ impl Engine {
         ))
     }
 
+    /// The prompt's ids and an empty cache of `context` positions with room for them and
+    /// at least one generated token.
+    fn prompt_and_cache(
+        &self,
+        prompt: Prompt<'_>,
+        context: usize,
+    ) -> Result<(Vec<u32>, KvCache), EngineError> {
+        let ids = self.prompt_tokens(prompt)?;
+        let cache = self.model.new_cache(context);
+        if ids.len() >= cache.capacity() {
+            return Err(EngineError::PromptTooLong {
+                prompt: ids.len(),
+                context: cache.capacity(),
+            });
+        }
+        Ok((ids, cache))
+    }
+
     /// Tokenizes `prompt` and runs it through a fresh cache of `context` positions: the
     /// prompt's ids, the cache, and the logits of its last position.
     pub fn prefill(
@@ -489,14 +507,7 @@ impl Engine {
         prompt: Prompt<'_>,
         context: usize,
     ) -> Result<(Vec<u32>, KvCache, Vec<f32>), EngineError> {
-        let ids = self.prompt_tokens(prompt)?;
-        let mut cache = self.model.new_cache(context);
-        if ids.len() >= cache.capacity() {
-            return Err(EngineError::PromptTooLong {
-                prompt: ids.len(),
-                context: cache.capacity(),
-            });
-        }
+        let (ids, mut cache) = self.prompt_and_cache(prompt, context)?;
         let logits = self
             .model
             .forward(&ids, &mut cache, false)?
@@ -537,14 +548,7 @@ impl Engine {
         params: &GenerateParams,
         prefix: Option<&PromptPrefix>,
     ) -> Result<Sequence, EngineError> {
-        let ids = self.prompt_tokens(prompt)?;
-        let mut cache = self.model.new_cache(params.context);
-        if ids.len() >= cache.capacity() {
-            return Err(EngineError::PromptTooLong {
-                prompt: ids.len(),
-                context: cache.capacity(),
-            });
-        }
+        let (ids, mut cache) = self.prompt_and_cache(prompt, params.context)?;
         let shared = prefix.map_or(0, |p| {
             p.tokens
                 .iter()
