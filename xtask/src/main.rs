@@ -5,6 +5,7 @@ mod bench;
 mod build;
 mod demo;
 mod file_server;
+mod fuzz;
 mod setup;
 mod test;
 mod util;
@@ -20,7 +21,9 @@ commands:
                [--port-cloud N] [--port-worker N] [--port-web N]
   build-web      build crates/web to web/pkg with the settings of wasm-pack.toml
   build-worker   build worker/ for workerd (offline worker-build)
-  bench [name]   run benchmarks and write BENCHMARKS.md";
+  bench [name]   run benchmarks and write BENCHMARKS.md
+  fuzz           run the GGUF reader's fuzz target (nightly, cargo-fuzz)
+               [--seconds N] (default 600)";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -42,6 +45,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
         "build-web" => build::web(&setup::run()?),
         "build-worker" => build::worker(&setup::run()?),
         "bench" => bench::run(rest),
+        "fuzz" => fuzz::run(rest),
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
             Ok(())

@@ -130,7 +130,7 @@ fn apt(did: &mut Vec<String>) -> anyhow::Result<()> {
 
 /// Installs a cargo-distributed tool at an exact version into the project's `.tools/bin`,
 /// reusing a copy built earlier into the user cache (so fresh clones need not rebuild).
-fn cargo_tool(
+pub(crate) fn cargo_tool(
     krate: &str,
     version: &str,
     bins: &[&str],

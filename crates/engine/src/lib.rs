@@ -1,23 +1,24 @@
 //! Straddle's local LLM engine.
 //!
-//! One file per idea, in the order a reader meets them: `gguf` (the container), `quant`
-//! (block formats), `qmatrix` (weights kept quantized, and their products), `tokenizer`,
-//! `template` (chat templates), `model` (config, layers, forward on the CPU), `device_model`
-//! (the same model on a burn device: WebGPU, Vulkan, flex), `kv` (the cache),
-//! `sample` (choosing tokens), `generate` (the loop), `speculative` (draft and verify).
+//! One file per idea, in the order a reader meets them, after the container and its block
+//! formats (`gguf` and `quant`, from `straddle-gguf`, re-exported here): `qmatrix` (weights
+//! kept quantized, and their products), `tokenizer`, `template` (chat templates), `model`
+//! (config, layers, forward on the CPU), `device_model` (the same model on a burn device:
+//! WebGPU, Vulkan, flex), `kv` (the cache), `sample` (choosing tokens), `generate` (the
+//! loop), `speculative` (draft and verify).
 
 pub mod device_engine;
 pub mod device_model;
 pub mod generate;
-pub mod gguf;
 pub mod kv;
 pub mod model;
 pub mod qmatrix;
-pub mod quant;
 pub mod sample;
 pub mod speculative;
 pub mod template;
 pub mod tokenizer;
+
+pub use straddle_gguf::{gguf, quant};
 
 pub use burn::tensor::Device;
 pub use device_engine::DeviceEngine;

@@ -1,0 +1,12 @@
+//! The GGUF file format, on its own so that whatever reads a model file (the engine, the
+//! fuzzer, a tool that inspects a download) does not need a tensor library.
+//!
+//! `gguf` is the container: header, metadata, tensor directory and lazily read tensor bytes,
+//! hardened against hostile files. `quant` is GGML's element types: block geometry,
+//! dequantization, and the encoders the tests use to write small models.
+
+pub mod gguf;
+pub mod quant;
+
+pub use gguf::{ByteSource, FileSource, Gguf, GgufError, GgufWriter, TensorInfo, Value};
+pub use quant::{QuantError, TensorType};
