@@ -6,7 +6,7 @@
 
 use crate::gguf::{ByteSource, Gguf, GgufError, TensorInfo};
 use crate::kv::KvCache;
-use crate::qmatrix::{QActs, QMatrix};
+use crate::qmatrix::{QActs, QMatrix, matmul_many};
 use crate::quant::{self, QuantError};
 
 /// Why a model could not be loaded or run.
@@ -399,9 +399,14 @@ impl Model {
                 );
                 acts[t].fill(&xn[t * d..(t + 1) * d]);
             }
-            layer.wq.matmul(&acts, &mut q);
-            layer.wk.matmul(&acts, &mut k);
-            layer.wv.matmul(&acts, &mut v);
+            matmul_many(
+                &mut [
+                    (&layer.wq, &mut q[..]),
+                    (&layer.wk, &mut k[..]),
+                    (&layer.wv, &mut v[..]),
+                ],
+                &acts,
+            );
             for (t, &(ci, pos)) in rows.iter().enumerate() {
                 for h in 0..c.n_heads {
                     self.rope(&mut q[t * d + h * hd..t * d + (h + 1) * hd], pos);
@@ -416,45 +421,42 @@ impl Model {
                     &v[t * kv_dim..(t + 1) * kv_dim],
                 );
             }
-            // Rows attend independently: split across threads (a long prompt's attention
-            // grows with the square of its length).
+            // Each (row, head) attends on its own, so the pairs are split across threads: a
+            // long prompt's attention grows with the square of its length, and even one
+            // decoded token has a head per thread to give.
             let readonly: Vec<&KvCache> = caches.iter().map(|c| &**c).collect();
-            let attend = |(t, (out_row, act)): (usize, (&mut [f32], &mut QActs))| {
+            let attend = |(i, out): (usize, &mut [f32])| {
+                let (t, h) = (i / c.n_heads, i % c.n_heads);
                 let (ci, pos) = rows[t];
                 let cache = readonly[ci];
+                let kvh = h / group;
+                let qh = &q[t * d + h * hd..t * d + (h + 1) * hd];
                 let mut sc = vec![0f32; pos + 1];
-                for h in 0..c.n_heads {
-                    let kvh = h / group;
-                    let qh = &q[t * d + h * hd..t * d + (h + 1) * hd];
-                    for (p, s) in sc.iter_mut().enumerate() {
-                        let kp = &cache.key(li, p)[kvh * hd..(kvh + 1) * hd];
-                        *s = qh.iter().zip(kp).map(|(a, b)| a * b).sum::<f32>() * scale;
-                    }
-                    softmax(&mut sc);
-                    let out = &mut out_row[h * hd..(h + 1) * hd];
-                    out.fill(0.0);
-                    for (p, &w) in sc.iter().enumerate() {
-                        let vp = &cache.value(li, p)[kvh * hd..(kvh + 1) * hd];
-                        for (o, &vv) in out.iter_mut().zip(vp) {
-                            *o += w * vv;
-                        }
+                attention_scores(
+                    qh,
+                    |p| &cache.key(li, p)[kvh * hd..(kvh + 1) * hd],
+                    scale,
+                    &mut sc,
+                );
+                softmax(&mut sc);
+                out.fill(0.0);
+                for (p, &w) in sc.iter().enumerate() {
+                    let vp = &cache.value(li, p)[kvh * hd..(kvh + 1) * hd];
+                    for (o, &vv) in out.iter_mut().zip(vp) {
+                        *o += w * vv;
                     }
                 }
-                act.fill(out_row);
             };
             #[cfg(not(target_arch = "wasm32"))]
             {
                 use rayon::prelude::*;
-                attn.par_chunks_mut(d)
-                    .zip(acts.par_iter_mut())
-                    .enumerate()
-                    .for_each(attend);
+                attn.par_chunks_mut(hd).enumerate().for_each(attend);
             }
             #[cfg(target_arch = "wasm32")]
-            attn.chunks_mut(d)
-                .zip(acts.iter_mut())
-                .enumerate()
-                .for_each(attend);
+            attn.chunks_mut(hd).enumerate().for_each(attend);
+            for (act, row) in acts.iter_mut().zip(attn.chunks(d)) {
+                act.fill(row);
+            }
             layer.wo.matmul(&acts, &mut proj);
             x.iter_mut().zip(&proj).for_each(|(a, b)| *a += b);
 
@@ -468,8 +470,10 @@ impl Model {
                 );
                 acts[t].fill(&xn[t * d..(t + 1) * d]);
             }
-            layer.w_gate.matmul(&acts, &mut gate);
-            layer.w_up.matmul(&acts, &mut up);
+            matmul_many(
+                &mut [(&layer.w_gate, &mut gate[..]), (&layer.w_up, &mut up[..])],
+                &acts,
+            );
             for t in 0..n {
                 let f = c.ffn_dim;
                 let h: Vec<f32> = gate[t * f..(t + 1) * f]
@@ -509,6 +513,35 @@ impl Model {
     }
 }
 
+/// `out[p] = (q · key(p)) × scale` for every position `p`.
+///
+/// Eight positions are summed side by side, so eight independent additions are in flight
+/// instead of one chain waiting on the last; each sum still adds its products in order from
+/// −0.0, exactly as `iter().sum()` does, so the scores are bit-identical to one position at a
+/// time (the golden tests pin logits that a reordered sum would move).
+fn attention_scores<'a>(q: &[f32], key: impl Fn(usize) -> &'a [f32], scale: f32, out: &mut [f32]) {
+    const LANES: usize = 8;
+    let hd = q.len();
+    let mut chunks = out.chunks_exact_mut(LANES);
+    let mut p0 = 0;
+    for chunk in &mut chunks {
+        let keys: [&[f32]; LANES] = std::array::from_fn(|j| &key(p0 + j)[..hd]);
+        let mut acc = [-0.0f32; LANES];
+        for (i, &qi) in q.iter().enumerate() {
+            for (a, k) in acc.iter_mut().zip(&keys) {
+                *a += qi * k[i];
+            }
+        }
+        for (o, a) in chunk.iter_mut().zip(acc) {
+            *o = a * scale;
+        }
+        p0 += LANES;
+    }
+    for (j, o) in chunks.into_remainder().iter_mut().enumerate() {
+        *o = q.iter().zip(key(p0 + j)).map(|(a, b)| a * b).sum::<f32>() * scale;
+    }
+}
+
 fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let ms = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
     let inv = 1.0 / (ms + eps).sqrt();
@@ -531,5 +564,34 @@ pub fn softmax(x: &mut [f32]) {
     }
     for v in x.iter_mut() {
         *v /= sum;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attention_scores_are_bit_identical_to_one_position_at_a_time() {
+        // Deterministic values spread over magnitudes, so reordered sums would differ.
+        let mut seed = 0x9E37_79B9u32;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            (seed as f32 / u32::MAX as f32 - 0.5) * 10f32.powi((seed % 7) as i32 - 3)
+        };
+        let hd = 64;
+        for positions in [1, 7, 8, 9, 63, 200] {
+            let q: Vec<f32> = (0..hd).map(|_| next()).collect();
+            let keys: Vec<f32> = (0..positions * hd).map(|_| next()).collect();
+            let key = |p: usize| &keys[p * hd..(p + 1) * hd];
+            let mut fast = vec![0f32; positions];
+            attention_scores(&q, key, 0.125, &mut fast);
+            for (p, got) in fast.iter().enumerate() {
+                let want = q.iter().zip(key(p)).map(|(a, b)| a * b).sum::<f32>() * 0.125;
+                assert_eq!(got.to_bits(), want.to_bits(), "position {p} of {positions}");
+            }
+        }
     }
 }

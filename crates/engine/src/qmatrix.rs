@@ -337,45 +337,78 @@ impl QMatrix {
 
     /// `out[t][r] = row r · x[t]` for each activation vector in `xs`, rows split across threads.
     pub fn matmul(&self, xs: &[QActs], out: &mut [f32]) {
-        let (rows, _) = self.shape();
+        matmul_many(&mut [(self, out)], xs);
+    }
+
+    /// Rows `first..` of the product into `chunk`, laid out row-major by row then token.
+    fn rows_into(&self, first: usize, xs: &[QActs], chunk: &mut [f32]) {
         let n = xs.len();
-        debug_assert_eq!(out.len(), rows * n);
-        if n == 0 {
-            return;
-        }
-        // Row-major result per token; computed row-chunk by row-chunk into a transposed buffer
-        // so threads write disjoint memory.
-        const CHUNK: usize = 64;
-        let mut tmp = vec![0f32; rows * n];
-        let work = |(ci, chunk): (usize, &mut [f32])| {
-            for (k, row_out) in chunk.chunks_mut(n).enumerate() {
-                let r = ci * CHUNK + k;
-                // Four activations a pass where a kernel reads each weight block once for
-                // them (batched decode, prefill); the rest one at a time.
-                let mut t = 0;
-                while t + 4 <= n {
-                    let four = [&xs[t], &xs[t + 1], &xs[t + 2], &xs[t + 3]];
-                    match self.dot_row_x4(r, four) {
-                        Some(v) => row_out[t..t + 4].copy_from_slice(&v),
-                        None => break,
-                    }
-                    t += 4;
+        for (k, row_out) in chunk.chunks_mut(n).enumerate() {
+            let r = first + k;
+            // Four activations a pass where a kernel reads each weight block once for
+            // them (batched decode, prefill); the rest one at a time.
+            let mut t = 0;
+            while t + 4 <= n {
+                let four = [&xs[t], &xs[t + 1], &xs[t + 2], &xs[t + 3]];
+                match self.dot_row_x4(r, four) {
+                    Some(v) => row_out[t..t + 4].copy_from_slice(&v),
+                    None => break,
                 }
-                for (slot, x) in row_out[t..].iter_mut().zip(&xs[t..]) {
-                    *slot = self.dot_row(r, x);
-                }
+                t += 4;
             }
-        };
-        #[cfg(not(target_arch = "wasm32"))]
-        {
-            use rayon::prelude::*;
-            tmp.par_chunks_mut(CHUNK * n).enumerate().for_each(work);
+            for (slot, x) in row_out[t..].iter_mut().zip(&xs[t..]) {
+                *slot = self.dot_row(r, x);
+            }
         }
-        #[cfg(target_arch = "wasm32")]
-        tmp.chunks_mut(CHUNK * n).enumerate().for_each(work);
-        for r in 0..rows {
-            for t in 0..n {
-                out[t * rows + r] = tmp[r * n + t];
+    }
+}
+
+/// [`QMatrix::matmul`] for several matrices that read the same activations (q, k and v;
+/// gate and up) in one parallel region: on two cores, handing work to the other thread
+/// costs about as much as a small matrix's product for one token, so one hand-off serves
+/// them all.
+pub fn matmul_many(parts: &mut [(&QMatrix, &mut [f32])], xs: &[QActs]) {
+    let n = xs.len();
+    if n == 0 {
+        return;
+    }
+    // Threads write disjoint chunks of rows. With one token a row is one value, so the
+    // chunks are the output itself; with more, each chunk is row-major by row then token
+    // and is transposed into the output afterwards.
+    const CHUNK: usize = 64;
+    let mut scratch: Vec<Vec<f32>> = parts
+        .iter()
+        .map(|(m, out)| {
+            debug_assert_eq!(out.len(), m.shape().0 * n);
+            if n == 1 {
+                Vec::new()
+            } else {
+                vec![0f32; out.len()]
+            }
+        })
+        .collect();
+    let mut tasks: Vec<(&QMatrix, usize, &mut [f32])> = Vec::new();
+    for ((m, out), tmp) in parts.iter_mut().zip(&mut scratch) {
+        let dest: &mut [f32] = if n == 1 { out } else { tmp };
+        for (ci, chunk) in dest.chunks_mut(CHUNK * n).enumerate() {
+            tasks.push((*m, ci * CHUNK, chunk));
+        }
+    }
+    let work = |(m, first, chunk): (&QMatrix, usize, &mut [f32])| m.rows_into(first, xs, chunk);
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        use rayon::prelude::*;
+        tasks.into_par_iter().for_each(work);
+    }
+    #[cfg(target_arch = "wasm32")]
+    tasks.into_iter().for_each(work);
+    if n > 1 {
+        for ((m, out), tmp) in parts.iter_mut().zip(&scratch) {
+            let rows = m.shape().0;
+            for r in 0..rows {
+                for t in 0..n {
+                    out[t * rows + r] = tmp[r * n + t];
+                }
             }
         }
     }
