@@ -8,5 +8,7 @@
 pub mod gguf;
 pub mod quant;
 
-pub use gguf::{ByteSource, FileSource, Gguf, GgufError, GgufWriter, TensorInfo, Value};
+#[cfg(unix)]
+pub use gguf::FileSource;
+pub use gguf::{ByteSource, Gguf, GgufError, GgufWriter, TensorInfo, Value};
 pub use quant::{QuantError, TensorType};
