@@ -27,6 +27,8 @@ pub enum EntityKind {
     MacAddress,
     /// A passport number, found after a context cue.
     Passport,
+    /// A street address: a house number with a street name (en, de, fr, es, it, zh).
+    StreetAddress,
 }
 
 /// How much harm a leak of an entity class does; the policy compares it with its limits.
@@ -56,6 +58,7 @@ impl EntityKind {
             EntityKind::MedicalContext => "medical_context",
             EntityKind::MacAddress => "mac_address",
             EntityKind::Passport => "passport",
+            EntityKind::StreetAddress => "street_address",
         }
     }
 
@@ -63,7 +66,10 @@ impl EntityKind {
     pub fn sensitivity(self) -> Sensitivity {
         match self {
             EntityKind::IpAddress | EntityKind::MacAddress => Sensitivity::Low,
-            EntityKind::Email | EntityKind::Phone | EntityKind::PersonName => Sensitivity::Medium,
+            EntityKind::Email
+            | EntityKind::Phone
+            | EntityKind::PersonName
+            | EntityKind::StreetAddress => Sensitivity::Medium,
             EntityKind::PaymentCard
             | EntityKind::DateOfBirth
             | EntityKind::Passport
@@ -153,6 +159,8 @@ pub fn detect(text: &str) -> Vec<Span> {
     ipv6_and_mac(text, &mut spans);
     secrets(text, &mut spans);
     crate::pii_cues::detect(text, &mut spans);
+    crate::pii_address::detect(text, &mut spans);
+    crate::pii_names::detect(text, &mut spans);
     spans.sort_by(|x, y| x.start.cmp(&y.start).then(y.end.cmp(&x.end)));
     let mut out: Vec<Span> = Vec::with_capacity(spans.len());
     for s in spans {
@@ -544,6 +552,7 @@ mod tests {
             EntityKind::CnResidentId,
             EntityKind::IpAddress,
             EntityKind::Secret,
+            EntityKind::StreetAddress,
         ] {
             assert_eq!(serde_json::to_value(k).expect("ser"), k.as_str());
         }

@@ -1,13 +1,33 @@
 //! Personal data that only context reveals: a person's name after a cue ("my name is",
-//! "Dr.", "患者", "先生"), a date of birth after "born on" or "出生日期", and a first-person
-//! medical disclosure ("I was diagnosed with", "我患有"). Every cue is a literal searched
-//! once over the text, so the scan stays linear.
+//! "je m'appelle", "Frau", "Dr.", "患者", "先生"), a date of birth after "born on",
+//! "geboren am" or "出生日期", and a first-person medical disclosure ("I was diagnosed
+//! with", "我患有"). The cues are literals found in one pass (Aho-Corasick) and each
+//! look-around is bounded, so the scan stays linear.
+
+use std::sync::OnceLock;
+
+use aho_corasick::AhoCorasick;
 
 use crate::pii::{EntityKind, Span};
+use crate::pii_names::zh_surname_len;
 
-/// English cues after which one to three capitalised words are a name.
-const NAME_CUES_EN: &[&str] = &[
+/// Cues in Latin-script languages (English, French, Spanish, German, Italian) after which
+/// one to three capitalised words are a name.
+const NAME_CUES_LATIN: &[&str] = &[
     "my name is ",
+    "je m'appelle ",
+    "mon nom est ",
+    "me llamo ",
+    "mi nombre es ",
+    "ich heiße ",
+    "ich heisse ",
+    "mein name ist ",
+    "mi chiamo ",
+    "herr ",
+    "frau ",
+    "mme ",
+    "sr. ",
+    "sra. ",
     "name: ",
     "dr. ",
     "mr. ",
@@ -35,6 +55,17 @@ const DOB_CUES: &[&str] = &[
     "出生于",
     "生日是",
     "生日：",
+    "geboren am",
+    "geburtsdatum",
+    "né le",
+    "née le",
+    "date de naissance",
+    "fecha de nacimiento",
+    "nacido el",
+    "nacida el",
+    "data di nascita",
+    "nato il",
+    "nata il",
 ];
 /// Cues before a passport number.
 const PASSPORT_CUES: &[&str] = &[
@@ -71,58 +102,84 @@ const MEDICAL_CUES: &[&str] = &[
     "我得了",
 ];
 
+/// What a cue announces.
+#[derive(Clone, Copy)]
+enum Cue {
+    Name,
+    NameZh,
+    Honorific,
+    DateOfBirth,
+    Passport,
+    Medical,
+}
+
+/// Every cue in one automaton, so the text is read once however many cues there are.
+fn cues() -> &'static (AhoCorasick, Vec<Cue>) {
+    static CUES: OnceLock<(AhoCorasick, Vec<Cue>)> = OnceLock::new();
+    CUES.get_or_init(|| {
+        let groups: [(&[&str], Cue); 6] = [
+            (NAME_CUES_LATIN, Cue::Name),
+            (NAME_CUES_ZH, Cue::NameZh),
+            (HONORIFICS_ZH, Cue::Honorific),
+            (DOB_CUES, Cue::DateOfBirth),
+            (PASSPORT_CUES, Cue::Passport),
+            (MEDICAL_CUES, Cue::Medical),
+        ];
+        let patterns: Vec<&str> = groups.iter().flat_map(|(p, _)| p.iter().copied()).collect();
+        let kinds = groups
+            .iter()
+            .flat_map(|(p, k)| std::iter::repeat_n(*k, p.len()))
+            .collect();
+        let automaton = AhoCorasick::new(patterns).expect("the cue literals build an automaton");
+        (automaton, kinds)
+    })
+}
+
 /// Adds the context-cued entities of `text` to `spans`.
 pub fn detect(text: &str, spans: &mut Vec<Span>) {
     // ASCII lower-casing keeps every byte offset, so positions found in `lower` are
-    // positions in `text`.
+    // positions in `text`; the cues are lower case (Han has no case).
     let lower = text.to_ascii_lowercase();
-    for cue in NAME_CUES_EN {
-        for (i, _) in lower.match_indices(cue) {
-            if let Some(end) = capitalised_words(text, i + cue.len()) {
-                push(spans, EntityKind::PersonName, i + cue.len(), end, 0.75);
+    let (automaton, kinds) = cues();
+    // Overlapping: "passport" and "passport number" both start where one cue does.
+    for m in automaton.find_overlapping_iter(&lower) {
+        let (i, after) = (m.start(), m.end());
+        match kinds[m.pattern().as_usize()] {
+            Cue::Name => {
+                if let Some(end) = capitalised_words(text, after) {
+                    push(spans, EntityKind::PersonName, after, end, 0.75);
+                }
             }
-        }
-    }
-    for cue in NAME_CUES_ZH {
-        for (i, _) in text.match_indices(cue) {
-            let start = i + cue.len();
-            // Two characters: most Chinese names are two or three, and a third taken wrongly
-            // would swallow the next word ("张伟今天").
-            let end = han_run(text, start, 2, 2);
-            if end > start {
-                push(spans, EntityKind::PersonName, start, end, 0.7);
+            Cue::NameZh => {
+                if let Some(end) = zh_name_after(text, after) {
+                    push(spans, EntityKind::PersonName, after, end, 0.7);
+                }
             }
-        }
-    }
-    for honorific in HONORIFICS_ZH {
-        for (i, _) in text.match_indices(honorific) {
-            // The surname right before the honorific ("王先生"); more would take in the
-            // words before it.
-            let start = han_run_back(text, i, 1);
-            if start < i {
-                push(spans, EntityKind::PersonName, start, i, 0.6);
+            Cue::Honorific => {
+                if let Some(start) = zh_name_before(text, i) {
+                    push(spans, EntityKind::PersonName, start, i, 0.6);
+                }
             }
-        }
-    }
-    for cue in DOB_CUES {
-        for (i, _) in lower.match_indices(cue) {
-            if let Some((start, end)) = date_after(text, i + cue.len()) {
-                push(spans, EntityKind::DateOfBirth, start, end, 0.85);
+            Cue::DateOfBirth => {
+                if let Some((start, end)) = date_after(text, after) {
+                    push(spans, EntityKind::DateOfBirth, start, end, 0.85);
+                }
             }
-        }
-    }
-    for cue in PASSPORT_CUES {
-        for (i, _) in lower.match_indices(cue) {
-            if let Some((start, end)) = passport_after(text, i + cue.len()) {
-                push(spans, EntityKind::Passport, start, end, 0.8);
+            Cue::Passport => {
+                if let Some((start, end)) = passport_after(text, after) {
+                    push(spans, EntityKind::Passport, start, end, 0.8);
+                }
             }
-        }
-    }
-    for cue in MEDICAL_CUES {
-        for (i, _) in lower.match_indices(cue) {
-            // The disclosure: the cue and the rest of its clause.
-            let end = clause_end(text, i + cue.len());
-            push(spans, EntityKind::MedicalContext, i, end, 0.7);
+            Cue::Medical => {
+                // The disclosure: the cue and the rest of its clause.
+                push(
+                    spans,
+                    EntityKind::MedicalContext,
+                    i,
+                    clause_end(text, after),
+                    0.7,
+                );
+            }
         }
     }
 }
@@ -136,7 +193,7 @@ fn push(spans: &mut Vec<Span>, kind: EntityKind, start: usize, end: usize, confi
     });
 }
 
-/// The end of one to three consecutive capitalised ASCII words starting at `at`.
+/// The end of one to three consecutive capitalised words starting at `at`.
 fn capitalised_words(text: &str, at: usize) -> Option<usize> {
     let b = text.as_bytes();
     let mut end = None;
@@ -146,9 +203,10 @@ fn capitalised_words(text: &str, at: usize) -> Option<usize> {
             break;
         }
         let mut j = i + 1;
+        // Bytes of non-ASCII letters continue a word ("José", "Müller").
         while b
             .get(j)
-            .is_some_and(|c| c.is_ascii_lowercase() || *c == b'\'' || *c == b'-')
+            .is_some_and(|c| c.is_ascii_lowercase() || *c == b'\'' || *c == b'-' || *c >= 0x80)
         {
             j += 1;
         }
@@ -165,39 +223,49 @@ fn capitalised_words(text: &str, at: usize) -> Option<usize> {
     end
 }
 
-fn is_han(c: char) -> bool {
-    matches!(c as u32, 0x4E00..=0x9FFF | 0x3400..=0x4DBF)
-}
-
-/// The end of `min..=max` Han characters from `at` (or `at` when fewer than `min`).
-fn han_run(text: &str, at: usize, min: usize, max: usize) -> usize {
-    let Some(rest) = text.get(at..) else {
-        return at;
-    };
-    let (mut n, mut end) = (0, at);
-    for c in rest.chars().take(max) {
-        if !is_han(c) {
-            break;
-        }
-        n += 1;
-        end += c.len_utf8();
+/// The end of a Chinese name starting at `at`: a listed surname (or 小/老/阿), then one given
+/// character, or two when the name is followed by something other than Han characters
+/// ("我叫王小明。"); a third character taken wrongly would swallow the next word ("张伟今天").
+fn zh_name_after(text: &str, at: usize) -> Option<usize> {
+    let rest = text.get(at..)?;
+    let surname = zh_surname_len(rest)?;
+    let mut given = rest[surname..].chars();
+    let first = given.next().filter(|c| is_han(*c))?;
+    let mut end = at + surname + first.len_utf8();
+    if let Some(second) = given.next().filter(|c| is_han(*c))
+        && !given.next().is_some_and(is_han)
+    {
+        end += second.len_utf8();
     }
-    if n >= min { end } else { at }
+    Some(end)
 }
 
-/// The start of up to `max` Han characters ending at `at`.
-fn han_run_back(text: &str, at: usize, max: usize) -> usize {
-    let Some(head) = text.get(..at) else {
-        return at;
-    };
+/// The start of a Chinese name ending at `at` (before an honorific): the shortest run of one
+/// to three Han characters that starts with a listed surname, widened to a compound surname
+/// ("欧阳娜娜女士") when the character before completes one.
+fn zh_name_before(text: &str, at: usize) -> Option<usize> {
+    let head = text.get(..at)?;
     let mut start = at;
-    for c in head.chars().rev().take(max) {
+    for c in head.chars().rev().take(3) {
         if !is_han(c) {
             break;
         }
         start -= c.len_utf8();
+        if zh_surname_len(&text[start..]).is_some() {
+            if let Some(before) = text[..start].chars().next_back()
+                && zh_surname_len(&text[start - before.len_utf8()..])
+                    .is_some_and(|n| n > before.len_utf8())
+            {
+                start -= before.len_utf8();
+            }
+            return Some(start);
+        }
     }
-    start
+    None
+}
+
+fn is_han(c: char) -> bool {
+    matches!(c as u32, 0x4E00..=0x9FFF | 0x3400..=0x4DBF)
 }
 
 const MONTHS: &[&str] = &[
@@ -329,6 +397,18 @@ mod tests {
             found("请转告王先生。"),
             vec![(EntityKind::PersonName, "王".into())]
         );
+        assert_eq!(
+            found("Bonjour, je m'appelle José Müller."),
+            vec![(EntityKind::PersonName, "José Müller".into())]
+        );
+        assert_eq!(
+            found("Sehr geehrte Frau Schneider,"),
+            vec![(EntityKind::PersonName, "Schneider".into())]
+        );
+        assert_eq!(
+            found("Hola, me llamo Lucía y necesito ayuda."),
+            vec![(EntityKind::PersonName, "Lucía".into())]
+        );
         // A cue with nothing name-like after it is nothing.
         assert!(found("my name is not important").is_empty());
     }
@@ -346,6 +426,14 @@ mod tests {
         assert_eq!(
             found("出生日期：1990年5月12日"),
             vec![(EntityKind::DateOfBirth, "1990年5月12日".into())]
+        );
+        assert_eq!(
+            found("Ich bin geboren am 12.05.1990 in Köln."),
+            vec![(EntityKind::DateOfBirth, "12.05.1990".into())]
+        );
+        assert_eq!(
+            found("Fecha de nacimiento: 3/7/1985"),
+            vec![(EntityKind::DateOfBirth, "3/7/1985".into())]
         );
         // A date without a birth cue is just a date.
         assert!(found("The meeting is on 12/05/2025.").is_empty());
