@@ -119,6 +119,7 @@ async function load({ id, url, sha256, backend, cache: useCache }) {
   progress("ready", got.bytes, got.bytes);
   return {
     backend: engine.backend(), languages: engine.languages(), name: engine.name() ?? null, tokenizerHash: engine.tokenizerHash(),
+    contextTokens: engine.contextTokens(),
     sha256: got.digest, fromCache: got.fromCache, bytes: got.bytes, ms: performance.now() - t0,
     gpuError, device: { webgpu: device.webgpu, software: device.software,
       maxStorageBufferBytes: device.max_storage_buffer_bytes, maxInvocationsPerWorkgroup: device.max_invocations_per_workgroup },

@@ -73,6 +73,9 @@ function validate(req) {
 /** A signal's value from a decision's trace. */
 const traceValue = (decision, name) => decision.trace.signals.find((s) => s.name === name)?.value;
 
+/** Today's date in UTC: budgets reset by UTC day. */
+const utcDay = () => new Date().toISOString().slice(0, 10);
+
 const newId = () => `chatcmpl-${crypto.randomUUID().replaceAll("-", "").slice(0, 24)}`;
 
 /** A hybrid edge–cloud client; make one with `await Straddle.create(options)`. */
@@ -219,6 +222,13 @@ export class Straddle {
       rtt_ms: this.rtt.ms ?? conn?.rtt ?? 150,
       edge_languages: this.edge?.languages ?? [],
       cloud_verifies: Boolean(this.cloudVerifies),
+      // Counted by the router where present (JSON.stringify drops the undefined ones).
+      bandwidth_kbps: conn?.downlink ? conn.downlink * 1000 : undefined,
+      edge_prefill_tokens_per_s: this.edge?.prefillTokensPerS,
+      edge_context_tokens: this.edge?.contextTokens,
+      // Once the worker has said the tenant's budget is spent, the rest of the UTC day stays
+      // on the device instead of paying a round trip to be refused.
+      budget_remaining_usd: this.budgetSpentOn === utcDay() ? 0 : undefined,
     };
   }
 
@@ -355,6 +365,7 @@ export class Straddle {
           end.meta.degraded = `the on-device model is unavailable (${this.edgeError.code}): ${this.edgeError.message}`;
         }
       } catch (e) {
+        if (e.code === "budget_exhausted") this.budgetSpentOn = utcDay();
         if (e.code === "aborted" || ctx.emitted || !this.edge) throw e;
         end = await this.runEdge(ctx, { cascade: false });
         end.meta.degraded = `the cloud failed (${e.code}): ${e.message}`;
@@ -455,6 +466,10 @@ export class Straddle {
       const speed = c.decode_tokens_per_s;
       this.edge.tokensPerS = this.edge.measured ? 0.7 * this.edge.tokensPerS + 0.3 * speed : speed;
       this.edge.measured = true;
+    }
+    if (c.prompt_tokens > 0 && c.prefill_ms > 0) {
+      const prefill = c.prompt_tokens / (c.prefill_ms / 1000);
+      this.edge.prefillTokensPerS = this.edge.prefillTokensPerS ? 0.7 * this.edge.prefillTokensPerS + 0.3 * prefill : prefill;
     }
     return {
       model: this.edge.name ?? "edge",

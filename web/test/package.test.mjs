@@ -140,17 +140,19 @@ test("a long-form prompt escalates and streams from the cloud, with usage, cost 
   }
 });
 
-test("with its worker stopped or out of budget, the page answers on the edge and says it is degraded", { skip }, async () => {
+test("with its worker stopped or out of budget, the page answers on the edge and says it is degraded, then keeps a spent budget on the device", { skip }, async () => {
   const worker = await startWorker({ UPSTREAM_URL: stack.cloudUrl, ALLOWED_ORIGINS: stack.webUrl });
   const { context, page } = await freshPage();
   try {
     const token = mintToken({ origin: stack.webUrl, sid: "degraded-test" });
     const r = await inPage(page, async (Straddle, _E, config, { worker, token }) => {
-      const s = await Straddle.create({ ...config, worker, token });
-      const ask = async () => (await s.chat.completions.create({ max_tokens: 12,
+      const ask = async (s) => (await s.chat.completions.create({ max_tokens: 12,
         messages: [{ role: "user", content: "Write a detailed essay on the history of the printing press." }] })).straddle;
-      window.__ask = ask;
-      return ask();
+      const s = await Straddle.create({ ...config, worker, token });
+      window.__ask = () => ask(s);
+      // A client that has not been told the budget is spent, for the worker-down case.
+      window.__askFresh = async () => ask(await Straddle.create({ ...config, worker, token }));
+      return ask(s);
     }, { worker: worker.url, token });
     assert.equal(r.route, "cloud", "the worker is up at first");
     // Out of budget: the worker refuses with 402 before anything goes upstream.
@@ -159,8 +161,13 @@ test("with its worker stopped or out of budget, the page answers on the edge and
     const broke = await page.evaluate(() => window.__ask());
     assert.equal(broke.route, "edge");
     assert.match(broke.degraded, /budget_exhausted/);
+    // Told once, the page keeps the rest of the day on the device without asking again.
+    const after = await page.evaluate(() => window.__ask());
+    assert.equal(after.route, "edge");
+    assert.ok(!after.degraded, "a budget rule's edge answer is not a failover");
+    assert.ok(after.reasons.some((reason) => reason.startsWith("budget:")), after.reasons.join("; "));
     await worker.mf.dispose();
-    const down = await page.evaluate(() => window.__ask());
+    const down = await page.evaluate(() => window.__askFresh());
     assert.equal(down.route, "edge");
     assert.match(down.degraded, /cloud_unreachable/);
   } finally {

@@ -38,6 +38,22 @@ pub struct Context {
     /// tokenizer hash its `/v1/models` reports equals the edge model's.
     #[serde(default)]
     pub cloud_verifies: bool,
+    /// Measured bandwidth to the worker, kilobits per second: uploading the prompt adds to
+    /// the cloud's latency. Unknown: not counted.
+    #[serde(default)]
+    pub bandwidth_kbps: Option<f32>,
+    /// Measured edge prefill speed, prompt tokens per second: the edge reads the prompt
+    /// before its first token. Unknown: not counted.
+    #[serde(default)]
+    pub edge_prefill_tokens_per_s: Option<f32>,
+    /// The longest conversation the edge can hold, in tokens (its KV cache, sized from the
+    /// device's memory); a longer one cannot run there.
+    #[serde(default)]
+    pub edge_context_tokens: Option<u32>,
+    /// What the tenant has left to spend, USD (the worker's usage report): a request
+    /// expected to cost more stays on the edge.
+    #[serde(default)]
+    pub budget_remaining_usd: Option<f64>,
 }
 
 /// Scenario weights of the composite score (larger means that term matters more).
@@ -249,12 +265,22 @@ pub fn decide(prompt: &str, max_tokens: Option<u32>, ctx: &Context, policy: &Pol
     let prompt_tokens = signals::prompt_tokens_estimate(prompt);
     let lang_ok = ctx.edge_languages.is_empty() || ctx.edge_languages.iter().any(|l| l == lang);
 
+    let edge_prefill = ctx
+        .edge_prefill_tokens_per_s
+        .filter(|s| *s > 0.0)
+        .map_or(0.0, |s| f64::from(prompt_tokens) / f64::from(s));
     let edge_latency = if ctx.edge_tokens_per_s > 0.0 {
-        f64::from(out.tokens) / f64::from(ctx.edge_tokens_per_s)
+        edge_prefill + f64::from(out.tokens) / f64::from(ctx.edge_tokens_per_s)
     } else {
         f64::INFINITY
     };
+    // The prompt goes up as JSON text: about its UTF-8 length.
+    let upload = ctx
+        .bandwidth_kbps
+        .filter(|k| *k > 0.0)
+        .map_or(0.0, |k| prompt.len() as f64 * 8.0 / (f64::from(k) * 1000.0));
     let cloud_latency = f64::from(ctx.rtt_ms) / 1000.0
+        + upload
         + f64::from(out.tokens) / f64::from(policy.cloud_tokens_per_s.max(1.0));
     let cloud_cost = f64::from(prompt_tokens) / 1000.0 * policy.cloud_price_in_per_1k
         + f64::from(out.tokens) / 1000.0 * policy.cloud_price_out_per_1k;
@@ -302,6 +328,27 @@ pub fn decide(prompt: &str, max_tokens: Option<u32>, ctx: &Context, policy: &Pol
         sig("rtt_ms", f64::from(ctx.rtt_ms).into()),
         sig("cloud_verifies", ctx.cloud_verifies.into()),
     ];
+    let mut signals = signals;
+    let optional = [
+        ("bandwidth_kbps", ctx.bandwidth_kbps.map(f64::from)),
+        (
+            "edge_prefill_tokens_per_s",
+            ctx.edge_prefill_tokens_per_s.map(f64::from),
+        ),
+        (
+            "edge_context_tokens",
+            ctx.edge_context_tokens.map(f64::from),
+        ),
+        ("budget_remaining_usd", ctx.budget_remaining_usd),
+    ];
+    for (name, value) in optional {
+        if let Some(v) = value {
+            signals.push(sig(name, v.into()));
+        }
+    }
+    let fits_edge = ctx
+        .edge_context_tokens
+        .is_none_or(|n| prompt_tokens + out.tokens <= n);
     let decision = |target: Target,
                     rule: Option<&str>,
                     reasons: Vec<String>,
@@ -343,6 +390,13 @@ pub fn decide(prompt: &str, max_tokens: Option<u32>, ctx: &Context, policy: &Pol
                 "quality warning: the edge model does not support language `{lang}`"
             ));
         }
+        if !fits_edge {
+            reasons.push(
+                "quality warning: the conversation is longer than the edge can hold; its \
+                 start will be cut"
+                    .into(),
+            );
+        }
         return decision(Target::Edge, Some("privacy"), reasons, vec![]);
     }
     if !ctx.online {
@@ -360,6 +414,32 @@ pub fn decide(prompt: &str, max_tokens: Option<u32>, ctx: &Context, policy: &Pol
             vec!["edge model not available on this device".into()],
             vec![],
         );
+    }
+    if !fits_edge {
+        return decision(
+            Target::Cloud,
+            Some("edge_context"),
+            vec![format!(
+                "about {} prompt and {} output tokens exceed the {} the edge can hold",
+                prompt_tokens,
+                out.tokens,
+                ctx.edge_context_tokens.unwrap_or(0)
+            )],
+            vec![],
+        );
+    }
+    if let Some(left) = ctx.budget_remaining_usd
+        && cloud_cost > left
+    {
+        let mut reasons = vec![format!(
+            "budget: the cloud would cost about ${cloud_cost:.5}, more than the ${left:.5} left"
+        )];
+        if !lang_ok {
+            reasons.push(format!(
+                "quality warning: the edge model does not support language `{lang}`"
+            ));
+        }
+        return decision(Target::Edge, Some("budget"), reasons, vec![]);
     }
     if !lang_ok {
         return decision(
@@ -436,6 +516,10 @@ mod tests {
             rtt_ms: 60.0,
             edge_languages: vec!["en".into()],
             cloud_verifies: false,
+            bandwidth_kbps: None,
+            edge_prefill_tokens_per_s: None,
+            edge_context_tokens: None,
+            budget_remaining_usd: None,
         }
     }
 
@@ -548,6 +632,99 @@ mod tests {
             .trace
             .rule
             .as_deref(),
+            Some("long_output")
+        );
+    }
+
+    #[test]
+    fn measured_bandwidth_and_prefill_speed_enter_the_latencies() {
+        let prompt = "What is the capital of France?";
+        let fast = Policy {
+            weights: Weights::preset("low-latency").expect("preset"),
+            ..Policy::default()
+        };
+        let base = decide(prompt, Some(20), &ctx(), &fast);
+        // A slow uplink makes the same request's cloud latency worse, and only the cloud's.
+        let slow_uplink = Context {
+            bandwidth_kbps: Some(0.01),
+            ..ctx()
+        };
+        let d = decide(prompt, Some(20), &slow_uplink, &fast);
+        let score = |d: &Decision, t: Target| {
+            d.trace
+                .scores
+                .iter()
+                .find(|(x, _)| *x == t)
+                .map(|(_, s)| *s)
+        };
+        assert!(score(&d, Target::Cloud) > score(&base, Target::Cloud));
+        assert_eq!(score(&d, Target::Edge), score(&base, Target::Edge));
+        assert_eq!(d.target, Target::Edge);
+        assert!(d.trace.signals.iter().any(|s| s.name == "bandwidth_kbps"));
+        // A slow edge prefill does the same to the edge.
+        let slow_prefill = Context {
+            edge_prefill_tokens_per_s: Some(0.05),
+            ..ctx()
+        };
+        let d = decide(prompt, Some(20), &slow_prefill, &fast);
+        assert!(score(&d, Target::Edge) > score(&base, Target::Edge));
+        assert_eq!(d.target, Target::Cloud);
+    }
+
+    #[test]
+    fn what_the_edge_cannot_hold_goes_to_the_cloud_unless_privacy_keeps_it() {
+        let small = Context {
+            edge_context_tokens: Some(16),
+            ..ctx()
+        };
+        let long = "Please summarise the following meeting notes for the team. ".repeat(8);
+        let d = decide(&long, Some(64), &small, &Policy::default());
+        assert_eq!(d.trace.rule.as_deref(), Some("edge_context"));
+        assert_eq!(d.target, Target::Cloud);
+        // With personal data the edge keeps it anyway, and says what that costs.
+        let private = format!("{long} My card is 4111 1111 1111 1111.");
+        let d = decide(&private, Some(64), &small, &Policy::default());
+        assert_eq!(d.target, Target::Edge);
+        assert!(
+            d.reasons
+                .iter()
+                .any(|r| r.contains("longer than the edge can hold"))
+        );
+        // Room enough: no rule.
+        let roomy = Context {
+            edge_context_tokens: Some(4096),
+            ..ctx()
+        };
+        assert_ne!(
+            decide(&long, Some(64), &roomy, &Policy::default())
+                .trace
+                .rule
+                .as_deref(),
+            Some("edge_context")
+        );
+    }
+
+    #[test]
+    fn an_exhausted_budget_keeps_requests_on_the_edge() {
+        let essay = "Write an essay about the sea";
+        let broke = Context {
+            budget_remaining_usd: Some(0.0),
+            ..ctx()
+        };
+        let d = decide(essay, None, &broke, &Policy::default());
+        assert_eq!(d.trace.rule.as_deref(), Some("budget"));
+        assert_eq!(d.target, Target::Edge);
+        // The edge answer may not escalate to a cloud the tenant cannot pay for.
+        assert!(d.cascade.is_none());
+        let flush = Context {
+            budget_remaining_usd: Some(100.0),
+            ..ctx()
+        };
+        assert_eq!(
+            decide(essay, None, &flush, &Policy::default())
+                .trace
+                .rule
+                .as_deref(),
             Some("long_output")
         );
     }

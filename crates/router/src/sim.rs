@@ -185,6 +185,10 @@ impl World {
             rtt_ms: self.rtt_ms as f32,
             edge_languages: vec!["en".into()],
             cloud_verifies: false,
+            bandwidth_kbps: None,
+            edge_prefill_tokens_per_s: None,
+            edge_context_tokens: None,
+            budget_remaining_usd: None,
         }
     }
 }

@@ -161,6 +161,12 @@ impl EdgeEngine {
         }
     }
 
+    /// The longest conversation the engine holds (its KV cache), for the router's context.
+    #[wasm_bindgen(js_name = contextTokens)]
+    pub fn context_tokens(&self) -> u32 {
+        EDGE_CONTEXT as u32
+    }
+
     /// The tokenizer's hash, to compare with the verifier's before speculating.
     #[wasm_bindgen(js_name = tokenizerHash)]
     pub fn tokenizer_hash(&self) -> String {
