@@ -432,12 +432,7 @@ impl Model {
                 let kvh = h / group;
                 let qh = &q[t * d + h * hd..t * d + (h + 1) * hd];
                 let mut sc = vec![0f32; pos + 1];
-                attention_scores(
-                    qh,
-                    |p| &cache.key(li, p)[kvh * hd..(kvh + 1) * hd],
-                    scale,
-                    &mut sc,
-                );
+                attention_scores(qh, |i| cache.key_row(li, kvh * hd + i), scale, &mut sc);
                 softmax(&mut sc);
                 out.fill(0.0);
                 for (p, &w) in sc.iter().enumerate() {
@@ -513,32 +508,29 @@ impl Model {
     }
 }
 
-/// `out[p] = (q · key(p)) × scale` for every position `p`.
+/// `out[p] = (q · key(p)) × scale` for every position `p`, given the keys dimension by
+/// dimension (`key_row(i)[p]` is dimension `i` of position `p`).
 ///
-/// Eight positions are summed side by side, so eight independent additions are in flight
-/// instead of one chain waiting on the last; each sum still adds its products in order from
-/// −0.0, exactly as `iter().sum()` does, so the scores are bit-identical to one position at a
-/// time (the golden tests pin logits that a reordered sum would move).
-fn attention_scores<'a>(q: &[f32], key: impl Fn(usize) -> &'a [f32], scale: f32, out: &mut [f32]) {
-    const LANES: usize = 8;
-    let hd = q.len();
-    let mut chunks = out.chunks_exact_mut(LANES);
-    let mut p0 = 0;
-    for chunk in &mut chunks {
-        let keys: [&[f32]; LANES] = std::array::from_fn(|j| &key(p0 + j)[..hd]);
-        let mut acc = [-0.0f32; LANES];
-        for (i, &qi) in q.iter().enumerate() {
-            for (a, k) in acc.iter_mut().zip(&keys) {
-                *a += qi * k[i];
-            }
+/// One pass per dimension adds its product to every position's sum: the positions are
+/// independent lanes, so the loop runs vector-wide, while each sum still adds its products
+/// in order from −0.0, exactly as `iter().sum()` over one position's key does — the scores
+/// are bit-identical to one position at a time (the golden tests pin logits that a reordered
+/// sum would move).
+fn attention_scores<'a>(
+    q: &[f32],
+    key_row: impl Fn(usize) -> &'a [f32],
+    scale: f32,
+    out: &mut [f32],
+) {
+    out.fill(-0.0);
+    for (i, &qi) in q.iter().enumerate() {
+        let row = &key_row(i)[..out.len()];
+        for (o, &k) in out.iter_mut().zip(row) {
+            *o += qi * k;
         }
-        for (o, a) in chunk.iter_mut().zip(acc) {
-            *o = a * scale;
-        }
-        p0 += LANES;
     }
-    for (j, o) in chunks.into_remainder().iter_mut().enumerate() {
-        *o = q.iter().zip(key(p0 + j)).map(|(a, b)| a * b).sum::<f32>() * scale;
+    for o in out.iter_mut() {
+        *o *= scale;
     }
 }
 
@@ -572,7 +564,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn attention_scores_are_bit_identical_to_one_position_at_a_time() {
+    fn attention_scores_by_dimension_are_bit_identical_to_one_position_at_a_time() {
         // Deterministic values spread over magnitudes, so reordered sums would differ.
         let mut seed = 0x9E37_79B9u32;
         let mut next = || {
@@ -586,8 +578,12 @@ mod tests {
             let q: Vec<f32> = (0..hd).map(|_| next()).collect();
             let keys: Vec<f32> = (0..positions * hd).map(|_| next()).collect();
             let key = |p: usize| &keys[p * hd..(p + 1) * hd];
+            // The same keys dimension by dimension, as the cache holds them.
+            let rows: Vec<Vec<f32>> = (0..hd)
+                .map(|i| (0..positions).map(|p| keys[p * hd + i]).collect())
+                .collect();
             let mut fast = vec![0f32; positions];
-            attention_scores(&q, key, 0.125, &mut fast);
+            attention_scores(&q, |i| &rows[i], 0.125, &mut fast);
             for (p, got) in fast.iter().enumerate() {
                 let want = q.iter().zip(key(p)).map(|(a, b)| a * b).sum::<f32>() * 0.125;
                 assert_eq!(got.to_bits(), want.to_bits(), "position {p} of {positions}");
