@@ -861,6 +861,27 @@ mod tests {
                     );
                 }
             }
+            // One token: whole chunks of rows go to the kernel at once (more rows than a
+            // chunk, and a chunk cut short), with the same bits as row by row.
+            let tall = 150;
+            let w: Vec<f32> = (0..tall * cols)
+                .map(|i| ((i * 613 % 239) as f32 - 119.0) / 50.0)
+                .collect();
+            let bytes = match ty {
+                TensorType::Q4_1 => encode::q4_1(&w),
+                TensorType::Q4_0 => encode::q4_0(&w),
+                _ => encode::q8_0(&w),
+            };
+            let m = QMatrix::from_gguf(ty, &bytes, tall, cols).expect("build");
+            let mut one = vec![0f32; tall];
+            m.matmul(&acts[..1], &mut one);
+            for (r, got) in one.iter().enumerate() {
+                assert_eq!(
+                    got.to_bits(),
+                    m.dot_row(r, &acts[0]).to_bits(),
+                    "{ty:?} one token r{r}"
+                );
+            }
         }
     }
 }
