@@ -201,18 +201,15 @@ pub fn detect(text: &str, spans: &mut Vec<Span>) {
             continue;
         }
         // Only a single space, or a middle initial ("John F. Kennedy"), between the two.
-        let gap = &b[g_end..start];
-        let (s_start, s_end) = if gap == b" " {
-            (start, end)
-        } else {
+        if &b[g_end..start] != b" " {
             continue;
-        };
-        let (s_start, s_end) = match middle_initial(b, s_start, s_end, &mut words) {
+        }
+        let (s_start, s_end) = match middle_initial(b, start, end, &mut words) {
             Some(next) => {
                 prev = Some(next);
                 next
             }
-            None => (s_start, s_end),
+            None => (start, end),
         };
         let surname = &lower[s_start..s_end];
         if !capitalised(&b[s_start..s_end]) || NOT_SURNAMES.contains(&surname) {
@@ -261,25 +258,29 @@ impl Iterator for Words<'_> {
 
     fn next(&mut self) -> Option<(usize, usize)> {
         let b = self.b;
-        while self.i < b.len() && !b[self.i].is_ascii_alphabetic() {
-            self.i += 1;
+        loop {
+            while self.i < b.len() && !b[self.i].is_ascii_alphabetic() {
+                self.i += 1;
+            }
+            if self.i >= b.len() {
+                return None;
+            }
+            let start = self.i;
+            while self.i < b.len()
+                && (b[self.i].is_ascii_alphabetic()
+                    || (matches!(b[self.i], b'\'' | b'-')
+                        && b.get(self.i + 1).is_some_and(u8::is_ascii_alphabetic)))
+            {
+                self.i += 1;
+            }
+            // A word glued to non-ASCII letters ("Müller") is not an ASCII word; skipped in
+            // a loop, not by recursion, so a hostile megabyte of them cannot exhaust the stack.
+            let glued =
+                b.get(self.i).is_some_and(|c| *c >= 0x80) || (start > 0 && b[start - 1] >= 0x80);
+            if !glued {
+                return Some((start, self.i));
+            }
         }
-        if self.i >= b.len() {
-            return None;
-        }
-        let start = self.i;
-        while self.i < b.len()
-            && (b[self.i].is_ascii_alphabetic()
-                || (matches!(b[self.i], b'\'' | b'-')
-                    && b.get(self.i + 1).is_some_and(u8::is_ascii_alphabetic)))
-        {
-            self.i += 1;
-        }
-        // A word glued to non-ASCII letters ("Müller") is not an ASCII word.
-        if b.get(self.i).is_some_and(|c| *c >= 0x80) || (start > 0 && b[start - 1] >= 0x80) {
-            return self.next();
-        }
-        Some((start, self.i))
     }
 }
 
@@ -317,6 +318,9 @@ mod tests {
         assert!(names("We drove to Virginia Beach and Grace Hospital.").is_empty());
         assert!(names("In May Microsoft shipped it.").is_empty());
         assert!(names("mary smith wrote in lower case").is_empty());
+        // Words glued to non-ASCII letters are skipped without recursion: a megabyte of them
+        // would otherwise overflow the stack.
+        assert!(names(&"aé".repeat(500_000)).is_empty());
         assert!(names("The Paris Agreement and New York.").is_empty());
     }
 

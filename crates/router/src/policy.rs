@@ -312,7 +312,7 @@ pub fn decide(prompt: &str, max_tokens: Option<u32>, ctx: &Context, policy: &Pol
         edge_quality * 0.3
     };
 
-    let signals = vec![
+    let mut signals = vec![
         sig("pii", serde_json::to_value(&pii).unwrap_or_default()),
         sig("language", lang.into()),
         sig("task", task.task.as_str().into()),
@@ -328,7 +328,6 @@ pub fn decide(prompt: &str, max_tokens: Option<u32>, ctx: &Context, policy: &Pol
         sig("rtt_ms", f64::from(ctx.rtt_ms).into()),
         sig("cloud_verifies", ctx.cloud_verifies.into()),
     ];
-    let mut signals = signals;
     let optional = [
         ("bandwidth_kbps", ctx.bandwidth_kbps.map(f64::from)),
         (
