@@ -125,7 +125,9 @@ fn engine() -> anyhow::Result<()> {
     table.push_str(&format!(
         "\nThe burn model (`DeviceModel`), {DEVICE_PROMPT_TOKENS}-token prompt, {DEVICE_DECODE_TOKENS} decoded tokens, 2,048-position cache:\n\n| backend | prefill tok/s | decode tok/s | load ms | weights on device MB | KV MB | peak device MB |\n|---|---|---|---|---|---|---|\n"
     ));
-    for backend in ["flex", "wgpu"] {
+    // `wgpu` is what a GPU gets (our kernels, the cooperative product), `wgpu-per-row` what a
+    // software adapter gets, `wgpu-burn` burn's own operations: the peer for our kernels.
+    for backend in ["flex", "wgpu-burn", "wgpu", "wgpu-per-row"] {
         let out = util::output(Command::new(&ours_bin).args([&model, &dp, &dd, backend]))?;
         let line = out
             .lines()

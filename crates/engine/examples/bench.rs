@@ -1,22 +1,23 @@
 //! Engine throughput on one GGUF: prefill of an N-token prompt, then M decoded tokens.
 //! `cargo run --profile fast -p straddle-engine --example bench -- <model.gguf> [prompt_tokens]
-//! [decode_tokens] [cpu|flex|wgpu]`
+//! [decode_tokens] [cpu|flex|wgpu|wgpu-per-row|wgpu-burn]`
 //! Prints one JSON line, read by `cargo xtask bench engine`. `cpu` is our own kernels; `flex`
-//! and `wgpu` run the burn model (`DeviceModel`) on that burn device.
+//! and `wgpu` run the burn model (`DeviceModel`) on that burn device with our cubecl kernels
+//! (`wgpu-per-row`: the product kernel for software adapters; `wgpu-burn`: burn's operations only).
 
 use std::time::Instant;
 
 use straddle_engine::gguf::{FileSource, Gguf};
-use straddle_engine::{Device, DeviceModel, Engine};
+use straddle_engine::{Device, DeviceModel, Engine, MatvecKernel};
 
 /// The context every row is measured at (the 2,048-token budget).
 const CONTEXT: usize = 2048;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let path = args
-        .get(1)
-        .ok_or("usage: bench <model.gguf> [prompt_tokens] [decode_tokens] [cpu|flex|wgpu]")?;
+    let path = args.get(1).ok_or(
+        "usage: bench <model.gguf> [prompt_tokens] [decode_tokens] [cpu|flex|wgpu|wgpu-per-row|wgpu-burn]",
+    )?;
     let n_prompt: usize = args.get(2).map(|s| s.parse()).transpose()?.unwrap_or(128);
     let n_decode: usize = args.get(3).map(|s| s.parse()).transpose()?.unwrap_or(128);
     let backend = args.get(4).map_or("cpu", String::as_str);
@@ -26,12 +27,29 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect();
     match backend {
         "cpu" => bench_cpu(path, &prompt, n_decode),
-        "flex" => bench_device(path, &prompt, n_decode, "burn-flex", Device::flex()),
-        "wgpu" => {
+        "flex" => bench_device(path, &prompt, n_decode, "burn-flex", Device::flex(), None),
+        // Our kernels as a GPU gets them; with the product kernel a software adapter wants;
+        // burn's operations alone.
+        "wgpu" | "wgpu-per-row" | "wgpu-burn" => {
             let device = Device::wgpu_options().init()?;
-            bench_device(path, &prompt, n_decode, "burn-wgpu", device)
+            let kernels = match backend {
+                "wgpu" => Some(MatvecKernel::Cooperative),
+                "wgpu-per-row" => Some(MatvecKernel::PerRow),
+                _ => None,
+            };
+            bench_device(
+                path,
+                &prompt,
+                n_decode,
+                &format!("burn-{backend}"),
+                device,
+                kernels,
+            )
         }
-        other => Err(format!("unknown backend `{other}` (cpu, flex, wgpu)").into()),
+        other => Err(format!(
+            "unknown backend `{other}` (cpu, flex, wgpu, wgpu-per-row, wgpu-burn)"
+        )
+        .into()),
     }
 }
 
@@ -78,10 +96,15 @@ fn bench_device(
     n_decode: usize,
     name: &str,
     device: Device,
+    kernels: Option<MatvecKernel>,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let t = Instant::now();
     let g = Gguf::read(FileSource::open(path)?)?;
-    let model = DeviceModel::load(&g, CONTEXT, &device)?;
+    let mut model = DeviceModel::load(&g, CONTEXT, &device)?;
+    model.set_own_kernels(kernels.is_some());
+    if let Some(kernel) = kernels {
+        model.set_matvec_kernel(kernel);
+    }
     device.sync()?;
     let load_ms = t.elapsed().as_secs_f64() * 1e3;
     let mut peak = 0u64;

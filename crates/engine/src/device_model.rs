@@ -19,17 +19,23 @@ use burn::tensor::quantization::{QuantScheme, QuantStore, QuantValue};
 use burn::tensor::{DType, Device, Tensor, TensorData, activation};
 
 use crate::gguf::{ByteSource, Gguf, GgufError};
+use crate::kernels;
+use crate::kernels::matvec::MatvecKernel;
 use crate::model::{Config, ModelError};
 use crate::qmatrix::QMatrix;
 use crate::quant::{self, TensorType};
 
 const BLOCK: usize = 32;
 
+/// Activation rows up to which a product runs as our matrix–vector kernel rather than burn's
+/// GEMM (decode is one row; a speculative verification a handful).
+const MATVEC_MAX_ROWS: usize = 16;
+
 /// A weight matrix `[out, in]` on the device; `x [n, in] → [n, out]`.
 struct Linear {
     /// Quantized (or, for types burn cannot hold quantized, f32) weights `[out, in]`.
     weight: Tensor<2>,
-    /// Q4_1's per-block offsets as `[in/32, out]`, applied to the block sums of `x`.
+    /// Q4_1's per-block offsets `[out, in/32]`, applied to the block sums of `x`.
     block_bias: Option<Tensor<2>>,
     in_dim: usize,
     quantized: bool,
@@ -37,7 +43,24 @@ struct Linear {
 }
 
 impl Linear {
-    fn forward(&self, x: Tensor<2>) -> Tensor<2> {
+    /// `matvec`: our kernel for few-row products, or `None` for burn's product only.
+    fn forward(&self, x: Tensor<2>, matvec: Option<MatvecKernel>) -> Tensor<2> {
+        let [n, _] = x.dims();
+        if let Some(kernel) = matvec.filter(|_| self.quantized && n <= MATVEC_MAX_ROWS)
+            && let Some(y) = kernels::matvec::quantized_matvec(
+                &x,
+                &self.weight,
+                self.block_bias.as_ref(),
+                kernel,
+            )
+        {
+            return y;
+        }
+        self.forward_burn(x)
+    }
+
+    /// The product as burn's own (tiled GEMM) kernels compute it.
+    fn forward_burn(&self, x: Tensor<2>) -> Tensor<2> {
         let [n, _] = x.dims();
         // `w.matmul(xᵀ)ᵀ` is the orientation burn's quantized matmul gets right on every
         // backend (x.matmul(wᵀ) gave wrong values on flex; see NOTES-toolchain.md).
@@ -56,7 +79,7 @@ impl Linear {
                     .reshape([n, self.in_dim / BLOCK, BLOCK])
                     .sum_dim(2)
                     .reshape([n, self.in_dim / BLOCK]);
-                y + sums.matmul(bias.clone())
+                y + sums.matmul(bias.clone().transpose())
             }
         }
     }
@@ -113,6 +136,8 @@ pub struct DeviceModel {
     norm: Tensor<2>,
     head: Linear,
     max_context: usize,
+    own_kernels: bool,
+    matvec: MatvecKernel,
 }
 
 impl std::fmt::Debug for DeviceModel {
@@ -191,84 +216,102 @@ fn linear<S: ByteSource>(
     let info = tensor_info(g, name)?;
     // GGUF lists the input dimension first.
     check_shape(name, &info.shape, &[in_dim as u64, out_dim as u64])?;
-    let bytes = g.tensor_bytes(name)?;
-    let blocks = out_dim * in_dim / BLOCK;
-    let quantized = |data: Vec<u8>, value: QuantValue| {
-        let len = data.len();
-        let t = Tensor::<2>::from_data(
-            TensorData::from_bytes_vec(data, [out_dim, in_dim], DType::QFloat(block_scheme(value))),
-            device,
-        );
-        (t, len)
-    };
-    let linear = match info.ty {
-        TensorType::Q8_0 if in_dim.is_multiple_of(BLOCK) => {
-            let mut values = Vec::with_capacity(out_dim * in_dim);
-            let mut scales = Vec::with_capacity(blocks);
-            for b in bytes.chunks_exact(34) {
-                scales.push(f16_at(b, 0));
-                values.extend(b[2..].iter().map(|&q| q as i8));
-            }
-            let (weight, device_bytes) = quantized(packed_q8(&values, &scales), QuantValue::Q8F);
-            Linear {
-                weight,
-                block_bias: None,
-                in_dim,
-                quantized: true,
-                device_bytes,
-            }
-        }
-        TensorType::Q4_0 | TensorType::Q4_1 if in_dim.is_multiple_of(BLOCK) => {
-            let with_min = info.ty == TensorType::Q4_1;
-            let block_bytes = if with_min { 20 } else { 18 };
-            let quants_at = if with_min { 4 } else { 2 };
-            let mut nibbles = vec![0i8; out_dim * in_dim];
-            let mut scales = Vec::with_capacity(blocks);
-            let mut bias = Vec::with_capacity(if with_min { blocks } else { 0 });
-            for (bi, b) in bytes.chunks_exact(block_bytes).enumerate() {
-                let d = f16_at(b, 0);
-                scales.push(d);
-                if with_min {
-                    // d·q + m = d·(q − 8) + (m + 8d)
-                    bias.push(f16_at(b, 2) + 8.0 * d);
+    Linear::upload(info.ty, &g.tensor_bytes(name)?, out_dim, in_dim, device)
+}
+
+impl Linear {
+    /// Uploads GGUF blocks of type `ty` holding an `[out_dim, in_dim]` matrix.
+    fn upload(
+        ty: TensorType,
+        bytes: &[u8],
+        out_dim: usize,
+        in_dim: usize,
+        device: &Device,
+    ) -> Result<Self, ModelError> {
+        let blocks = out_dim * in_dim / BLOCK;
+        let quantized = |data: Vec<u8>, value: QuantValue| {
+            let len = data.len();
+            let t = Tensor::<2>::from_data(
+                TensorData::from_bytes_vec(
+                    data,
+                    [out_dim, in_dim],
+                    DType::QFloat(block_scheme(value)),
+                ),
+                device,
+            );
+            (t, len)
+        };
+        let linear = match ty {
+            TensorType::Q8_0 if in_dim.is_multiple_of(BLOCK) => {
+                let mut values = Vec::with_capacity(out_dim * in_dim);
+                let mut scales = Vec::with_capacity(blocks);
+                for b in bytes.chunks_exact(34) {
+                    scales.push(f16_at(b, 0));
+                    values.extend(b[2..].iter().map(|&q| q as i8));
                 }
-                // GGUF packs element j in the low nibble of byte j and element j+16 in its
-                // high nibble.
-                let out = &mut nibbles[bi * BLOCK..(bi + 1) * BLOCK];
-                for (j, &byte) in b[quants_at..].iter().enumerate() {
-                    out[j] = (byte & 0xF) as i8 - 8;
-                    out[j + 16] = (byte >> 4) as i8 - 8;
+                let (weight, device_bytes) =
+                    quantized(packed_q8(&values, &scales), QuantValue::Q8F);
+                Linear {
+                    weight,
+                    block_bias: None,
+                    in_dim,
+                    quantized: true,
+                    device_bytes,
                 }
             }
-            let (weight, mut device_bytes) =
-                quantized(packed_q4(&nibbles, &scales), QuantValue::Q4F);
-            let block_bias = with_min.then(|| {
-                device_bytes += bias.len() * 4;
-                // [out, in/32] → [in/32, out] so it multiplies the block sums directly.
-                Tensor::<2>::from_data(TensorData::new(bias, [out_dim, in_dim / BLOCK]), device)
-                    .transpose()
-            });
-            Linear {
-                weight,
-                block_bias,
-                in_dim,
-                quantized: true,
-                device_bytes,
+            TensorType::Q4_0 | TensorType::Q4_1 if in_dim.is_multiple_of(BLOCK) => {
+                let with_min = ty == TensorType::Q4_1;
+                let block_bytes = if with_min { 20 } else { 18 };
+                let quants_at = if with_min { 4 } else { 2 };
+                let mut nibbles = vec![0i8; out_dim * in_dim];
+                let mut scales = Vec::with_capacity(blocks);
+                let mut bias = Vec::with_capacity(if with_min { blocks } else { 0 });
+                for (bi, b) in bytes.chunks_exact(block_bytes).enumerate() {
+                    let d = f16_at(b, 0);
+                    scales.push(d);
+                    if with_min {
+                        // d·q + m = d·(q − 8) + (m + 8d)
+                        bias.push(f16_at(b, 2) + 8.0 * d);
+                    }
+                    // GGUF packs element j in the low nibble of byte j and element j+16 in its
+                    // high nibble.
+                    let out = &mut nibbles[bi * BLOCK..(bi + 1) * BLOCK];
+                    for (j, &byte) in b[quants_at..].iter().enumerate() {
+                        out[j] = (byte & 0xF) as i8 - 8;
+                        out[j + 16] = (byte >> 4) as i8 - 8;
+                    }
+                }
+                let (weight, mut device_bytes) =
+                    quantized(packed_q4(&nibbles, &scales), QuantValue::Q4F);
+                let block_bias = with_min.then(|| {
+                    device_bytes += bias.len() * 4;
+                    Tensor::<2>::from_data(TensorData::new(bias, [out_dim, in_dim / BLOCK]), device)
+                });
+                Linear {
+                    weight,
+                    block_bias,
+                    in_dim,
+                    quantized: true,
+                    device_bytes,
+                }
             }
-        }
-        ty => {
-            let values = quant::dequantize(ty, &bytes)?;
-            let device_bytes = values.len() * 4;
-            Linear {
-                weight: Tensor::<2>::from_data(TensorData::new(values, [out_dim, in_dim]), device),
-                block_bias: None,
-                in_dim,
-                quantized: false,
-                device_bytes,
+            ty => {
+                let values = quant::dequantize(ty, bytes)?;
+                let device_bytes = values.len() * 4;
+                Linear {
+                    weight: Tensor::<2>::from_data(
+                        TensorData::new(values, [out_dim, in_dim]),
+                        device,
+                    ),
+                    block_bias: None,
+                    in_dim,
+                    quantized: false,
+                    device_bytes,
+                }
             }
-        }
-    };
-    Ok(linear)
+        };
+        Ok(linear)
+    }
 }
 
 fn norm_weight<S: ByteSource>(
@@ -286,7 +329,18 @@ fn norm_weight<S: ByteSource>(
     ))
 }
 
-fn rms_norm(x: Tensor<2>, weight: &Tensor<2>, eps: f32) -> Tensor<2> {
+fn rms_norm(x: Tensor<2>, weight: &Tensor<2>, eps: f32, own_kernels: bool) -> Tensor<2> {
+    if let Some(y) = own_kernels
+        .then(|| kernels::norm::rms_norm(&x, weight, eps))
+        .flatten()
+    {
+        return y;
+    }
+    rms_norm_burn(x, weight, eps)
+}
+
+/// RMSNorm composed from burn's operations (the `flex` backend; the fused kernel's reference).
+fn rms_norm_burn(x: Tensor<2>, weight: &Tensor<2>, eps: f32) -> Tensor<2> {
     let inv_rms = x
         .clone()
         .square()
@@ -350,6 +404,8 @@ impl DeviceModel {
             layers,
             norm,
             head,
+            own_kernels: true,
+            matvec: MatvecKernel::default(),
         })
     }
 
@@ -372,6 +428,23 @@ impl DeviceModel {
     /// Bytes an f32 KV cache of `capacity` positions takes on the device.
     pub fn cache_bytes(&self, capacity: usize) -> usize {
         2 * self.config.n_layers * capacity * self.config.kv_dim() * 4
+    }
+
+    /// Whether cubecl devices run our own kernels (see `kernels`: products of up to 16 rows,
+    /// RMSNorm, RoPE, attention, the SwiGLU gate; on by default) or only burn's operations; a
+    /// switch for benchmarks and for comparing the two.
+    pub fn set_own_kernels(&mut self, on: bool) {
+        self.own_kernels = on;
+    }
+
+    /// How our product kernel shares out a row (see [`MatvecKernel`]); software adapters want
+    /// [`MatvecKernel::PerRow`].
+    pub fn set_matvec_kernel(&mut self, kernel: MatvecKernel) {
+        self.matvec = kernel;
+    }
+
+    fn matvec(&self) -> Option<MatvecKernel> {
+        self.own_kernels.then_some(self.matvec)
     }
 
     /// Largest context a cache may hold.
@@ -430,55 +503,69 @@ impl DeviceModel {
         let mut x = Tensor::<2>::from_data(TensorData::new(rows, [n, d]), &self.device);
         let (cos, sin) = self.rope_tables(start, n);
         let mask = (n > 1).then(|| self.causal_mask(start, n));
-        let group = c.n_heads / c.n_kv_heads;
         let total = start + n;
         let scale = 1.0 / (hd as f32).sqrt();
 
-        for (li, layer) in self.layers.iter().enumerate() {
+        // Each layer's cache tensors are moved out and back so that burn holds the only handle
+        // and writes the new positions in place; a clone would make it copy the whole cache.
+        let old_keys = std::mem::take(&mut cache.keys);
+        let old_values = std::mem::take(&mut cache.values);
+        for ((layer, old_keys), old_values) in self.layers.iter().zip(old_keys).zip(old_values) {
             // Attention block.
-            let h = rms_norm(x.clone(), &layer.attn_norm, c.rms_eps);
+            let h = rms_norm(x.clone(), &layer.attn_norm, c.rms_eps, self.own_kernels);
             let q = rope(
-                layer.wq.forward(h.clone()).reshape([n, c.n_heads, hd]),
+                layer
+                    .wq
+                    .forward(h.clone(), self.matvec())
+                    .reshape([n, c.n_heads, hd]),
                 &cos,
                 &sin,
+                self.own_kernels,
             );
             let k = rope(
-                layer.wk.forward(h.clone()).reshape([n, c.n_kv_heads, hd]),
+                layer
+                    .wk
+                    .forward(h.clone(), self.matvec())
+                    .reshape([n, c.n_kv_heads, hd]),
                 &cos,
                 &sin,
+                self.own_kernels,
             );
-            let v = layer.wv.forward(h).reshape([n, c.n_kv_heads, hd]);
-            let keys = cache.keys[li]
-                .clone()
-                .slice_assign([0..c.n_kv_heads, start..total, 0..hd], k.swap_dims(0, 1));
-            let values = cache.values[li]
-                .clone()
-                .slice_assign([0..c.n_kv_heads, start..total, 0..hd], v.swap_dims(0, 1));
-            cache.keys[li] = keys.clone();
-            cache.values[li] = values.clone();
-            let keys = keys.slice([0..c.n_kv_heads, 0..total, 0..hd]);
-            let values = values.slice([0..c.n_kv_heads, 0..total, 0..hd]);
-
-            // Query heads h = kv·group + g share key/value head kv: fold the group into rows.
-            let q = q.swap_dims(0, 1).reshape([c.n_kv_heads, group * n, hd]);
-            let mut scores = q.matmul(keys.swap_dims(1, 2)).mul_scalar(scale);
-            if let Some(mask) = &mask {
-                scores = (scores.reshape([c.n_kv_heads, group, n, total])
-                    + mask.clone().reshape([1, 1, n, total]))
-                .reshape([c.n_kv_heads, group * n, total]);
-            }
-            let probs = activation::softmax(scores, 2);
-            let attn = probs
-                .matmul(values)
-                .reshape([c.n_heads, n, hd])
-                .swap_dims(0, 1)
-                .reshape([n, d]);
-            x = x + layer.wo.forward(attn);
+            let v = layer
+                .wv
+                .forward(h, self.matvec())
+                .reshape([n, c.n_kv_heads, hd]);
+            let keys =
+                old_keys.slice_assign([0..c.n_kv_heads, start..total, 0..hd], k.swap_dims(0, 1));
+            let values =
+                old_values.slice_assign([0..c.n_kv_heads, start..total, 0..hd], v.swap_dims(0, 1));
+            cache.keys.push(keys.clone());
+            cache.values.push(values.clone());
+            let fused = self
+                .own_kernels
+                .then(|| {
+                    kernels::attention::causal_attention_rows(&q, &keys, &values, start, scale)
+                })
+                .flatten();
+            let attn = match fused {
+                Some(attn) => attn,
+                None => self.attention_burn(q, keys, values, mask.as_ref(), start, n),
+            };
+            x = x + layer.wo.forward(attn, self.matvec());
 
             // MLP block: down(silu(gate(x)) · up(x)).
-            let h = rms_norm(x.clone(), &layer.ffn_norm, c.rms_eps);
-            let gated = activation::silu(layer.w_gate.forward(h.clone())) * layer.w_up.forward(h);
-            x = x + layer.w_down.forward(gated);
+            let h = rms_norm(x.clone(), &layer.ffn_norm, c.rms_eps, self.own_kernels);
+            let gate = layer.w_gate.forward(h.clone(), self.matvec());
+            let up = layer.w_up.forward(h, self.matvec());
+            let gated = match self
+                .own_kernels
+                .then(|| kernels::elementwise::swiglu(&gate, &up))
+                .flatten()
+            {
+                Some(gated) => gated,
+                None => activation::silu(gate) * up,
+            };
+            x = x + layer.w_down.forward(gated, self.matvec());
         }
         cache.len = total;
         let x = if all_logits {
@@ -486,7 +573,45 @@ impl DeviceModel {
         } else {
             x.slice([n - 1..n, 0..d])
         };
-        Ok(self.head.forward(rms_norm(x, &self.norm, c.rms_eps)))
+        Ok(self.head.forward(
+            rms_norm(x, &self.norm, c.rms_eps, self.own_kernels),
+            self.matvec(),
+        ))
+    }
+
+    /// Attention composed from burn's operations (the `flex` backend, contexts longer than the
+    /// fused kernel holds): `[n, heads·hd]` for queries `q [n, heads, hd]` at `start..start+n`.
+    fn attention_burn(
+        &self,
+        q: Tensor<3>,
+        keys: Tensor<3>,
+        values: Tensor<3>,
+        mask: Option<&Tensor<2>>,
+        start: usize,
+        n: usize,
+    ) -> Tensor<2> {
+        let c = &self.config;
+        let (d, hd) = (c.dim, c.head_dim);
+        let total = start + n;
+        let group = c.n_heads / c.n_kv_heads;
+        let scale = 1.0 / (hd as f32).sqrt();
+        let keys = keys.slice([0..c.n_kv_heads, 0..total, 0..hd]);
+        let values = values.slice([0..c.n_kv_heads, 0..total, 0..hd]);
+
+        // Query heads h = kv·group + g share key/value head kv: fold the group into rows.
+        let q = q.swap_dims(0, 1).reshape([c.n_kv_heads, group * n, hd]);
+        let mut scores = q.matmul(keys.swap_dims(1, 2)).mul_scalar(scale);
+        if let Some(mask) = mask {
+            scores = (scores.reshape([c.n_kv_heads, group, n, total])
+                + mask.clone().reshape([1, 1, n, total]))
+            .reshape([c.n_kv_heads, group * n, total]);
+        }
+        let probs = activation::softmax(scores, 2);
+        probs
+            .matmul(values)
+            .reshape([c.n_heads, n, hd])
+            .swap_dims(0, 1)
+            .reshape([n, d])
     }
 
     /// Runs `tokens` and reads back the logits of the last token (or every token).
@@ -552,7 +677,13 @@ impl DeviceModel {
 
 /// Rotates adjacent pairs of each head's vector (`[n, heads, hd]`) by its position's angles
 /// (GGUF's llama layout permutes Q/K rows for this "normal" RoPE mode).
-fn rope(x: Tensor<3>, cos: &Tensor<4>, sin: &Tensor<4>) -> Tensor<3> {
+fn rope(x: Tensor<3>, cos: &Tensor<4>, sin: &Tensor<4>, own_kernels: bool) -> Tensor<3> {
+    if let Some(y) = own_kernels
+        .then(|| kernels::elementwise::rope(&x, cos, sin))
+        .flatten()
+    {
+        return y;
+    }
     let [n, heads, hd] = x.dims();
     let pairs = x.reshape([n, heads, hd / 2, 2]);
     let even = pairs.clone().slice([0..n, 0..heads, 0..hd / 2, 0..1]);
@@ -567,4 +698,107 @@ fn rows_of(data: TensorData, vocab: usize) -> Result<Vec<Vec<f32>>, ModelError> 
         .try_into_vec::<f32>()
         .map_err(|e| ModelError::Device(format!("{e:?}")))?;
     Ok(values.chunks_exact(vocab).map(<[f32]>::to_vec).collect())
+}
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod tests {
+    use super::*;
+
+    /// Random GGUF blocks of `ty` for an `[out, in]` matrix (scales kept small and positive).
+    fn random_blocks(ty: TensorType, out_dim: usize, in_dim: usize, seed: u64) -> Vec<u8> {
+        let mut state = seed;
+        let mut byte = || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 56) as u8
+        };
+        let (block_bytes, halves) = match ty {
+            TensorType::Q8_0 => (34, 1),
+            TensorType::Q4_0 => (18, 1),
+            TensorType::Q4_1 => (20, 2),
+            other => panic!("no random blocks for {other:?}"),
+        };
+        let mut bytes = Vec::new();
+        for _ in 0..out_dim * in_dim / BLOCK {
+            for h in 0..halves {
+                let v = (f32::from(byte()) / 255.0 - if h == 1 { 0.5 } else { 0.0 }) * 0.05;
+                bytes.extend_from_slice(&half::f16::from_f32(v).to_le_bytes());
+            }
+            for _ in 2 * halves..block_bytes {
+                bytes.push(byte());
+            }
+        }
+        bytes
+    }
+
+    /// Both matrix–vector kernels on the device against the dequantized product on the host, for
+    /// every quantized type, row counts that do not fill a cube, inputs shorter than one word
+    /// per lane and longer than several, and one to a few activation rows.
+    #[test]
+    fn matvec_kernels_equal_the_dequantized_product() {
+        let device = match Device::wgpu_options().init() {
+            Ok(d) => d,
+            Err(e) if std::env::var_os("STRADDLE_REQUIRE_WGPU").is_none() => {
+                eprintln!("skipping: no wgpu device ({e})");
+                return;
+            }
+            Err(e) => panic!("wgpu device required but unavailable: {e}"),
+        };
+        for ty in [TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0] {
+            for (out_dim, in_dim) in [(37, 96), (64, 1024), (3, 32)] {
+                let bytes = random_blocks(ty, out_dim, in_dim, out_dim as u64 * 31 + in_dim as u64);
+                let w = quant::dequantize(ty, &bytes).expect("dequantize");
+                let linear = Linear::upload(ty, &bytes, out_dim, in_dim, &device).expect("upload");
+                for n in [1, 3, MATVEC_MAX_ROWS] {
+                    let xs: Vec<f32> = (0..n * in_dim)
+                        .map(|i| ((i * 7919) % 201) as f32 / 100.0 - 1.0)
+                        .collect();
+                    let x =
+                        Tensor::<2>::from_data(TensorData::new(xs.clone(), [n, in_dim]), &device);
+                    let run = |kernel| {
+                        kernels::matvec::quantized_matvec(
+                            &x,
+                            &linear.weight,
+                            linear.block_bias.as_ref(),
+                            kernel,
+                        )
+                        .expect("the kernel runs on a wgpu device")
+                        .into_data()
+                        .try_into_vec::<f32>()
+                        .expect("f32 output")
+                    };
+                    let cooperative = run(MatvecKernel::Cooperative);
+                    let per_row = run(MatvecKernel::PerRow);
+                    let burn = linear
+                        .forward_burn(x)
+                        .into_data()
+                        .try_into_vec::<f32>()
+                        .expect("f32 output");
+                    for t in 0..n {
+                        for r in 0..out_dim {
+                            let want: f64 = (0..in_dim)
+                                .map(|i| {
+                                    f64::from(w[r * in_dim + i]) * f64::from(xs[t * in_dim + i])
+                                })
+                                .sum();
+                            let tol = 1e-4 * (1.0 + want.abs());
+                            let what = format!("{ty:?} [{out_dim}, {in_dim}] n {n} row {t},{r}");
+                            for (name, got) in [
+                                ("cooperative", &cooperative),
+                                ("per-row", &per_row),
+                                ("burn", &burn),
+                            ] {
+                                let got = f64::from(got[t * out_dim + r]);
+                                assert!(
+                                    (got - want).abs() <= tol,
+                                    "{what}: {name} {got}, exact {want}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

@@ -4,12 +4,13 @@
 //! formats (`gguf` and `quant`, from `straddle-gguf`, re-exported here): `qmatrix` (weights
 //! kept quantized, and their products), `tokenizer`, `template` (chat templates), `model`
 //! (config, layers, forward on the CPU), `device_model` (the same model on a burn device:
-//! WebGPU, Vulkan, flex), `kv` (the cache), `sample` (choosing tokens), `generate` (the
+//! WebGPU, Vulkan, flex) and `kernels` (our cubecl kernels for it), `kv` (the cache), `sample` (choosing tokens), `generate` (the
 //! loop), `speculative` (draft and verify).
 
 pub mod device_engine;
 pub mod device_model;
 pub mod generate;
+mod kernels;
 pub mod kv;
 pub mod model;
 pub mod qmatrix;
@@ -27,6 +28,7 @@ pub use generate::{
     Completion, Engine, EngineError, Finish, Flow, GenerateParams, Prompt, PromptPrefix, Sequence,
     TokenEvent,
 };
+pub use kernels::matvec::MatvecKernel;
 pub use sample::SamplingParams;
 pub use template::ChatMessage;
 

@@ -140,6 +140,18 @@ impl EdgeEngine {
             .map_err(|e| JsError::new(&format!("WebGPU unavailable: {e}")))?;
         let engine = straddle_engine::DeviceEngine::load(bytes, EDGE_CONTEXT, &device)
             .map_err(|e| JsError::new(&e.to_string()))?;
+        // A software adapter runs workgroup barriers as context switches: one invocation per
+        // output row is faster there (see `MatvecKernel`).
+        #[cfg(target_arch = "wasm32")]
+        let engine = {
+            let mut engine = engine;
+            if crate::device::probe_device().await.software {
+                engine
+                    .model
+                    .set_matvec_kernel(straddle_engine::MatvecKernel::PerRow);
+            }
+            engine
+        };
         Ok(EdgeEngine {
             backend: Rc::new(Backend::WebGpu(Box::new(engine))),
         })
