@@ -2,7 +2,8 @@
 //!
 //! Pure: no I/O, no clock, no randomness it was not handed. Shared by the browser (which
 //! decides), the worker (which re-checks privacy) and the CLI (which evaluates).
-//! `pii` finds personal data, `signals` reads language and expected length, `policy`
+//! `pii` finds personal data, `language` names the prompt's language, `signals` reads the
+//! expected length, `policy`
 //! applies the ordered rules and the cost score and explains itself, `redact` replaces
 //! personal data with placeholders for upload and puts it back into the answer; `features`
 //! and `linear` are the small learned models (task type, difficulty) over hashed n-grams;
@@ -12,9 +13,11 @@ pub mod bandit;
 pub mod cascade;
 pub mod eval;
 pub mod features;
+pub mod language;
 pub mod linear;
 pub mod pii;
 mod pii_address;
+mod pii_address_ja_ko_ru;
 mod pii_cues;
 mod pii_names;
 pub mod policy;

@@ -27,8 +27,12 @@ pub enum EntityKind {
     MacAddress,
     /// A passport number, found after a context cue.
     Passport,
-    /// A street address: a house number with a street name (en, de, fr, es, it, zh).
+    /// A street address: a house number with a street name (en, de, fr, es, it, zh, ja, ko,
+    /// ru).
     StreetAddress,
+    /// A national identity number with its check or date validated: South Korea's resident
+    /// registration number, Russia's SNILS, Japan's My Number (after its cue).
+    NationalId,
 }
 
 /// How much harm a leak of an entity class does; the policy compares it with its limits.
@@ -59,6 +63,7 @@ impl EntityKind {
             EntityKind::MacAddress => "mac_address",
             EntityKind::Passport => "passport",
             EntityKind::StreetAddress => "street_address",
+            EntityKind::NationalId => "national_id",
         }
     }
 
@@ -76,7 +81,8 @@ impl EntityKind {
             | EntityKind::MedicalContext
             | EntityKind::Iban
             | EntityKind::UsSsn
-            | EntityKind::CnResidentId => Sensitivity::High,
+            | EntityKind::CnResidentId
+            | EntityKind::NationalId => Sensitivity::High,
             EntityKind::Secret => Sensitivity::Critical,
         }
     }
@@ -160,6 +166,7 @@ pub fn detect(text: &str) -> Vec<Span> {
     secrets(text, &mut spans);
     crate::pii_cues::detect(text, &mut spans);
     crate::pii_address::detect(text, &mut spans);
+    crate::pii_address_ja_ko_ru::detect(text, &mut spans);
     crate::pii_names::detect(text, &mut spans);
     spans.sort_by(|x, y| x.start.cmp(&y.start).then(y.end.cmp(&x.end)));
     let mut out: Vec<Span> = Vec::with_capacity(spans.len());
@@ -169,6 +176,16 @@ pub fn detect(text: &str) -> Vec<Span> {
         }
     }
     out
+}
+
+/// The text of every span of `kind` that `detect` finds in `text`.
+#[cfg(test)]
+pub(crate) fn texts_of(text: &str, kind: EntityKind) -> Vec<String> {
+    detect(text)
+        .into_iter()
+        .filter(|s| s.kind == kind)
+        .map(|s| text[s.start..s.end].to_owned())
+        .collect()
 }
 
 fn emails(text: &str, spans: &mut Vec<Span>) {
@@ -214,6 +231,13 @@ fn digit_runs(b: &[u8], spans: &mut Vec<Span>) {
             if c.is_ascii_digit() {
                 digits.push(c - b'0');
                 j += 1;
+            } else if c == b' '
+                && b.get(j + 1) == Some(&b'(')
+                && b.get(j + 2).is_some_and(u8::is_ascii_digit)
+            {
+                // "8 (912) 345-67-89", "+7 (912) …": an area code in brackets.
+                seps.push(b'(');
+                j += 2;
             } else if matches!(c, b' ' | b'-' | b'.' | b')')
                 && b.get(j + 1)
                     .is_some_and(|n| n.is_ascii_digit() || (c == b')' && *n == b' '))
@@ -244,6 +268,17 @@ fn digit_runs(b: &[u8], spans: &mut Vec<Span>) {
             cn_id_valid(&id)
         } {
             Some((EntityKind::CnResidentId, 0.95))
+        } else if (n == 13
+            && seps == [b'-']
+            && b.get(start + 6) == Some(&b'-')
+            && kr_rrn_valid(&digits))
+            || (n == 11
+                && seps == [b'-', b'-', b' ']
+                && b.get(start + 3) == Some(&b'-')
+                && snils_valid(&digits))
+        {
+            // Korean resident registration number; Russian SNILS.
+            Some((EntityKind::NationalId, 0.9))
         } else if (13..=19).contains(&n) && !plus && luhn_valid(&digits) {
             Some((EntityKind::PaymentCard, 0.9))
         } else if n == 9
@@ -258,6 +293,12 @@ fn digit_runs(b: &[u8], spans: &mut Vec<Span>) {
             Some((EntityKind::Phone, 0.85)) // Chinese mobile
         } else if n == 10 && !seps.is_empty() && (2..=9).contains(&digits[0]) {
             Some((EntityKind::Phone, 0.7)) // North American (xxx) xxx-xxxx
+        } else if (9..=11).contains(&n) && !seps.is_empty() && digits[0] == 0 && digits[1] != 0 {
+            // A national number behind its trunk prefix 0: Japan "090-1234-5678", Korea
+            // "010-1234-5678", UK "020 7946 0958", France "06 12 34 56 78", Germany.
+            Some((EntityKind::Phone, 0.7))
+        } else if n == 11 && !seps.is_empty() && digits[0] == 8 && digits[1] == 9 {
+            Some((EntityKind::Phone, 0.7)) // Russian mobile "8 (912) 345-67-89"
         } else {
             None
         };
@@ -271,6 +312,44 @@ fn digit_runs(b: &[u8], spans: &mut Vec<Span>) {
         }
         i = end.max(i + 1);
     }
+}
+
+/// South Korea's resident registration number: a birth date (YYMMDD), a sex and century
+/// digit 1–8, six more. Numbers issued since October 2020 carry no check digit, so the date
+/// and the format (a hyphen after the date) are what is validated.
+fn kr_rrn_valid(d: &[u8]) -> bool {
+    let month = d[2] * 10 + d[3];
+    let day = d[4] * 10 + d[5];
+    (1..=12).contains(&month) && (1..=31).contains(&day) && (1..=8).contains(&d[6])
+}
+
+/// Russia's SNILS (`123-456-789 01`): the last two digits are Σ dᵢ·(9 − i) mod 101, with 100
+/// written as 00.
+fn snils_valid(d: &[u8]) -> bool {
+    let sum: u32 = d[..9]
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| u32::from(x) * (9 - i as u32))
+        .sum();
+    let check = sum % 101 % 100;
+    check == u32::from(d[9]) * 10 + u32::from(d[10])
+}
+
+/// Japan's My Number: twelve digits, the last a check digit over the first eleven.
+pub(crate) fn my_number_valid(d: &[u8]) -> bool {
+    if d.len() != 12 || d.iter().any(|c| !c.is_ascii_digit()) {
+        return false;
+    }
+    let sum: u32 = (1..=11)
+        .map(|n| {
+            let p = u32::from(d[11 - n] - b'0');
+            let q = if n <= 6 { n as u32 + 1 } else { n as u32 - 5 };
+            p * q
+        })
+        .sum();
+    let r = sum % 11;
+    let check = if r <= 1 { 0 } else { 11 - r };
+    check == u32::from(d[11] - b'0')
 }
 
 fn ssn_valid(d: &[u8]) -> bool {
@@ -614,6 +693,59 @@ mod tests {
             vec![(EntityKind::Phone, "13812345678")]
         );
         assert!(found("in 2024 we sold 1500 units").is_empty());
+    }
+
+    #[test]
+    fn national_phone_formats_behind_a_trunk_prefix() {
+        for phone in [
+            "090-1234-5678",
+            "03-1234-5678",
+            "010-1234-5678",
+            "02-123-4567",
+            "020 7946 0958",
+            "06 12 34 56 78",
+            "030 12345678",
+            "8 (912) 345-67-89",
+            "+7 (912) 345-67-89",
+        ] {
+            let text = format!("電話 / call {phone}, thanks");
+            assert_eq!(found(&text), vec![(EntityKind::Phone, phone)], "{phone}");
+        }
+        // Dates, versions and counts are not phones.
+        for text in [
+            "on 01.02.2023",
+            "v0.12.3",
+            "0 1 2",
+            "scored 89 (of 100) points",
+        ] {
+            assert!(found(text).is_empty(), "{text}: {:?}", found(text));
+        }
+    }
+
+    #[test]
+    fn korean_resident_numbers_russian_snils_and_japanese_my_numbers() {
+        assert_eq!(
+            found("주민등록번호 900101-1234567 입니다"),
+            vec![(EntityKind::NationalId, "900101-1234567")]
+        );
+        // Month 13 is no birth date.
+        assert!(
+            found("주문번호 901301-1234567")
+                .iter()
+                .all(|(k, _)| *k != EntityKind::NationalId)
+        );
+        assert_eq!(
+            found("СНИЛС 112-233-445 95."),
+            vec![(EntityKind::NationalId, "112-233-445 95")]
+        );
+        assert!(found("СНИЛС 112-233-445 96.").is_empty(), "check digits");
+        assert!(my_number_valid(b"123456789018"));
+        assert!(!my_number_valid(b"123456789017"));
+        assert!(!my_number_valid(b"12345678901"));
+        assert_eq!(
+            serde_json::to_value(EntityKind::NationalId).expect("ser"),
+            "national_id"
+        );
     }
 
     #[test]

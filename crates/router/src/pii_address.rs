@@ -467,11 +467,7 @@ mod tests {
     use crate::pii::{self, EntityKind};
 
     fn addresses(text: &str) -> Vec<String> {
-        pii::detect(text)
-            .into_iter()
-            .filter(|s| s.kind == EntityKind::StreetAddress)
-            .map(|s| text[s.start..s.end].to_owned())
-            .collect()
+        pii::texts_of(text, EntityKind::StreetAddress)
     }
 
     #[test]

@@ -289,11 +289,7 @@ mod tests {
     use crate::pii::{self, EntityKind};
 
     fn names(text: &str) -> Vec<String> {
-        pii::detect(text)
-            .into_iter()
-            .filter(|s| s.kind == EntityKind::PersonName)
-            .map(|s| text[s.start..s.end].to_owned())
-            .collect()
+        pii::texts_of(text, EntityKind::PersonName)
     }
 
     #[test]

@@ -124,6 +124,9 @@ pub struct Policy {
     /// verifier's own); `cargo xtask bench speculative` measures it.
     #[serde(default = "default_tokens_per_verify")]
     pub speculative_tokens_per_call: f32,
+    /// Never use the cloud, online or not (the `offline` scenario).
+    #[serde(default)]
+    pub edge_only: bool,
 }
 
 fn default_tokens_per_verify() -> f32 {
@@ -180,6 +183,7 @@ impl Default for Policy {
             task_quality: default_task_quality(),
             cascade: CascadeRule::default(),
             speculative_tokens_per_call: default_tokens_per_verify(),
+            edge_only: false,
         }
     }
 }
@@ -190,6 +194,40 @@ impl Default for Policy {
 pub struct PolicyError(String);
 
 impl Policy {
+    /// The scenario presets: `balanced`, `low-latency`, `high-accuracy` and `low-cost` (weight
+    /// vectors), `offline` (the device only) and `privacy-strict` (anything personal of
+    /// medium sensitivity or more — names, e-mails, phones, addresses — stays on the device).
+    pub const PRESETS: &[&str] = &[
+        "balanced",
+        "low-latency",
+        "high-accuracy",
+        "low-cost",
+        "offline",
+        "privacy-strict",
+    ];
+
+    /// The whole policy for a scenario preset, or `None` for an unknown name.
+    pub fn preset(name: &str) -> Option<Self> {
+        let base = Policy {
+            version: format!("{name}-1"),
+            ..Policy::default()
+        };
+        Some(match name {
+            "offline" => Policy {
+                edge_only: true,
+                ..base
+            },
+            "privacy-strict" => Policy {
+                keep_on_device_at: Sensitivity::Medium,
+                ..base
+            },
+            _ => Policy {
+                weights: Weights::preset(name)?,
+                ..base
+            },
+        })
+    }
+
     /// Parses a policy from JSON, naming the field at fault.
     pub fn from_json(json: &str) -> Result<Self, PolicyError> {
         let p: Policy = serde_json::from_str(json).map_err(|e| PolicyError(e.to_string()))?;
@@ -259,7 +297,7 @@ pub fn decide(prompt: &str, max_tokens: Option<u32>, ctx: &Context, policy: &Pol
         .copied()
         .filter(|k| k.sensitivity() >= policy.keep_on_device_at)
         .collect();
-    let lang = signals::language(prompt);
+    let lang = crate::language::detect(prompt);
     let task = task::classify(prompt);
     let out = signals::expected_output(prompt, Some(task), max_tokens);
     let prompt_tokens = signals::prompt_tokens_estimate(prompt);
@@ -339,6 +377,13 @@ pub fn decide(prompt: &str, max_tokens: Option<u32>, ctx: &Context, policy: &Pol
             ctx.edge_context_tokens.map(f64::from),
         ),
         ("budget_remaining_usd", ctx.budget_remaining_usd),
+        // The cost model's own estimates, so a learner can correct them from feedback.
+        (
+            "edge_latency_s",
+            Some(edge_latency).filter(|s| s.is_finite()),
+        ),
+        ("cloud_latency_s", Some(cloud_latency)),
+        ("cloud_cost_usd", Some(cloud_cost)),
     ];
     for (name, value) in optional {
         if let Some(v) = value {
@@ -398,13 +443,13 @@ pub fn decide(prompt: &str, max_tokens: Option<u32>, ctx: &Context, policy: &Pol
         }
         return decision(Target::Edge, Some("privacy"), reasons, vec![]);
     }
-    if !ctx.online {
-        return decision(
-            Target::Edge,
-            Some("offline"),
-            vec!["offline: only the edge can answer".into()],
-            vec![],
-        );
+    if !ctx.online || policy.edge_only {
+        let why = if ctx.online {
+            "offline: the policy keeps every answer on this device"
+        } else {
+            "offline: only the edge can answer"
+        };
+        return decision(Target::Edge, Some("offline"), vec![why.into()], vec![]);
     }
     if !ctx.edge_available {
         return decision(
@@ -614,13 +659,22 @@ mod tests {
                 .as_deref(),
             Some("edge_unavailable")
         );
-        assert_eq!(
-            decide("你好，今天天气怎么样？", None, &ctx(), &Policy::default())
-                .trace
-                .rule
-                .as_deref(),
-            Some("language")
-        );
+        // Whatever the script: an English-only edge model hands other languages on.
+        for prompt in [
+            "你好，今天天气怎么样？",
+            "Привет! Какая сегодня погода?",
+            "今日の天気はどうですか？",
+            "Bonjour, quel temps fait-il aujourd'hui ?",
+        ] {
+            assert_eq!(
+                decide(prompt, None, &ctx(), &Policy::default())
+                    .trace
+                    .rule
+                    .as_deref(),
+                Some("language"),
+                "{prompt}"
+            );
+        }
         assert_eq!(
             decide(
                 "Write an essay about the sea",
@@ -725,6 +779,44 @@ mod tests {
                 .rule
                 .as_deref(),
             Some("long_output")
+        );
+    }
+
+    #[test]
+    fn scenario_presets_are_whole_policies() {
+        for name in Policy::PRESETS {
+            let p = Policy::preset(name).expect("a preset");
+            assert_eq!(p.version, format!("{name}-1"));
+            let json = serde_json::to_string(&p).expect("ser");
+            assert_eq!(Policy::from_json(&json).expect("valid"), p);
+        }
+        assert!(Policy::preset("cheapest").is_none());
+        let chat = "Hello! How are you today?";
+        let offline = decide(
+            chat,
+            None,
+            &ctx(),
+            &Policy::preset("offline").expect("preset"),
+        );
+        assert_eq!(offline.target, Target::Edge);
+        assert_eq!(offline.trace.rule.as_deref(), Some("offline"));
+        assert!(
+            offline.cascade.is_none(),
+            "no escalation to a cloud it may not use"
+        );
+        // An e-mail address is medium: uploaded under balanced, kept under privacy-strict.
+        let mail = "Draft a polite reply to jane.doe@example.com declining the meeting.";
+        let strict = Policy::preset("privacy-strict").expect("preset");
+        assert_eq!(
+            decide(mail, None, &ctx(), &strict).trace.rule.as_deref(),
+            Some("privacy")
+        );
+        assert_ne!(
+            decide(mail, None, &ctx(), &Policy::default())
+                .trace
+                .rule
+                .as_deref(),
+            Some("privacy")
         );
     }
 

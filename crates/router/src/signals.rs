@@ -1,4 +1,5 @@
-//! Signals read from the request text: language and expected output length.
+//! Signals read from the request text: expected output length and prompt size (the
+//! language is [`crate::language`]'s).
 
 use serde::{Deserialize, Serialize};
 
@@ -6,25 +7,6 @@ use crate::task::TaskGuess;
 
 /// Below this confidence the task type does not move the length estimate.
 const TASK_CONFIDENCE_FLOOR: f32 = 0.35;
-
-/// The dominant script of a prompt, as an ISO 639-1 guess the policy compares with the
-/// edge model's `general.languages`.
-pub fn language(text: &str) -> &'static str {
-    let (mut cjk, mut letters) = (0usize, 0usize);
-    for c in text.chars() {
-        if matches!(c as u32, 0x4E00..=0x9FFF | 0x3400..=0x4DBF | 0xF900..=0xFAFF) {
-            cjk += 1;
-        } else if c.is_alphabetic() {
-            letters += 1;
-        }
-    }
-    // A Chinese character carries about as much as a short English word.
-    if cjk > 0 && cjk * 3 >= letters {
-        "zh"
-    } else {
-        "en"
-    }
-}
 
 /// How long an answer the prompt asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -95,13 +77,6 @@ pub fn prompt_tokens_estimate(text: &str) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn language_by_script() {
-        assert_eq!(language("What is the capital of France?"), "en");
-        assert_eq!(language("北京是中国的首都吗？"), "zh");
-        assert_eq!(language("Translate 你好 into English please, thanks"), "en");
-    }
 
     #[test]
     fn output_estimate_follows_cues_task_and_max_tokens() {
