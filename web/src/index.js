@@ -242,15 +242,17 @@ export class Straddle {
     const text = req.messages.map((m) => m.content).join("\n");
     const d = JSON.parse(routeWasm(text, req.max_tokens ?? DEFAULT_MAX_TOKENS, JSON.stringify(this.context()), this.policyJson));
     const want = req.straddle?.route ?? "auto";
-    // With feedback on both targets, the bandit replaces the fixed score (never a rule).
+    // Once there is feedback, the bandit replaces the fixed score (never a rule). Its cloud
+    // arm covers speculation, which is the cloud's answer too.
     const learned = want === "auto" ? this.learner?.choose(JSON.stringify(d)) : undefined;
-    if (learned && learned !== d.target) {
+    if (learned && learned !== d.target && !(learned === "cloud" && d.target === "speculative")) {
       d.reasons = [...d.reasons, `learned from feedback: ${learned} has paid off for requests like this`];
       d.target = learned;
       d.cascade = learned === "edge" ? this.policy.cascade : null;
     }
-    // A page may insist on a route, but never past the privacy rule.
-    if (want !== "auto" && want !== d.target && d.trace.rule !== "privacy") {
+    // A page may insist on a route, but never past the privacy rule or an edge-only policy.
+    const binding = d.trace.rule === "privacy" || (d.trace.rule === "offline" && this.policy.edge_only);
+    if (want !== "auto" && want !== d.target && !binding) {
       d.reasons = [`the request asked for ${want}`, ...d.reasons];
       d.target = want;
       d.cascade = null;

@@ -148,22 +148,20 @@ fn selected(kinds: &[String]) -> impl Fn(straddle_router::pii::EntityKind) -> bo
 }
 
 /// The whole policy for a scenario preset (`balanced`, `low-latency`, `high-accuracy`,
-/// `low-cost`) as JSON, for pages to adjust and pass to `route`.
+/// `low-cost`, `offline`, `privacy-strict`) as JSON, for pages to adjust and pass to `route`.
 #[wasm_bindgen(js_name = policyPreset)]
 pub fn policy_preset(name: &str) -> Result<String, JsError> {
     preset_json(name).map_err(|e| JsError::new(&e))
 }
 
 fn preset_json(name: &str) -> Result<String, String> {
-    use straddle_router::policy::{Policy, Weights};
-    let weights = Weights::preset(name).ok_or_else(|| {
-        format!("unknown policy preset `{name}` (balanced, low-latency, high-accuracy, low-cost)")
+    use straddle_router::policy::Policy;
+    let policy = Policy::preset(name).ok_or_else(|| {
+        format!(
+            "unknown policy preset `{name}` ({})",
+            Policy::PRESETS.join(", ")
+        )
     })?;
-    let policy = Policy {
-        version: format!("{name}-1"),
-        weights,
-        ..Policy::default()
-    };
     serde_json::to_string(&policy).map_err(|e| e.to_string())
 }
 
@@ -187,8 +185,7 @@ impl Learner {
         use straddle_router::bandit::LinUcb;
         let bandit = match state_json {
             Some(json) => LinUcb::from_json(json).map_err(|e| e.to_string())?,
-            // Forgets slowly (≈ the last 500 answers per target), explores moderately.
-            None => LinUcb::new(1.0, 0.998),
+            None => LinUcb::default(),
         };
         Ok(Learner {
             bandit,
@@ -198,7 +195,8 @@ impl Learner {
 
     /// The target the bandit prefers for a scored decision (`decision_json` as `route`
     /// returns it); `undefined` when a rule decided (privacy, offline, …: not the bandit's
-    /// call) or before it has feedback on both targets.
+    /// call) or before any feedback (the policy's score decides). Feedback on either target
+    /// is enough: from then on it also explores the other.
     pub fn choose(&self, decision_json: &str) -> Result<Option<String>, JsError> {
         self.prefer(decision_json).map_err(|e| JsError::new(&e))
     }
@@ -206,13 +204,13 @@ impl Learner {
     fn prefer(&self, decision_json: &str) -> Result<Option<String>, String> {
         use straddle_router::policy::Target;
         let d = parse_decision(decision_json)?;
-        if d.trace.rule.is_some() || self.bandit.pulls.contains(&0) {
+        if d.trace.rule.is_some() || self.bandit.pulls == [0, 0] {
             return Ok(None);
         }
-        let x = straddle_router::bandit::features(&d);
+        let obs = straddle_router::bandit::Observation::of(&d, &self.weights);
         Ok(self
             .bandit
-            .choose(&x, &[Target::Edge, Target::Cloud])
+            .choose(&obs, &[Target::Edge, Target::Cloud])
             .map(|t| target_name(t).to_string()))
     }
 
@@ -244,9 +242,9 @@ impl Learner {
             "cloud" => Target::Cloud,
             other => return Err(format!("unknown target `{other}`")),
         };
-        let x = straddle_router::bandit::features(&d);
+        let obs = straddle_router::bandit::Observation::of(&d, &self.weights);
         let reward = self.weights.reward(quality, cost_usd, latency_s);
-        self.bandit.update(target, &x, reward);
+        self.bandit.update(target, &obs, reward);
         Ok(())
     }
 
@@ -379,7 +377,7 @@ mod tests {
     }
 
     #[test]
-    fn the_learner_leaves_rules_alone_and_follows_rewards_once_it_has_both_targets() {
+    fn the_learner_leaves_rules_alone_and_follows_rewards() {
         let ctx = r#"{"online":true,"edge_available":true,"edge_tokens_per_s":30,"rtt_ms":50,"edge_languages":["en"]}"#;
         let scored = route_json("Hello! How are you?", Some(32), ctx, None).expect("decision");
         let private = route_json("my card 4111 1111 1111 1111", Some(32), ctx, None).expect("d");
