@@ -77,13 +77,13 @@ pub fn run() -> anyhow::Result<Tools> {
 
 fn rust_target(did: &mut Vec<String>) -> anyhow::Result<()> {
     let installed = util::output(Command::new("rustup").args(["target", "list", "--installed"]))
-        .context("rustup is needed to add the wasm32 target (https://rustup.rs)")?;
-    if !installed
-        .lines()
-        .any(|l| l.trim() == "wasm32-unknown-unknown")
-    {
-        sh(Command::new("rustup").args(["target", "add", "wasm32-unknown-unknown"]))?;
-        did.push("rust target wasm32-unknown-unknown".into());
+        .context("rustup is needed to add the wasm32 targets (https://rustup.rs)")?;
+    // The browser package and the worker; the router's wasm latency benchmark (Node, WASI).
+    for target in ["wasm32-unknown-unknown", "wasm32-wasip1"] {
+        if !installed.lines().any(|l| l.trim() == target) {
+            sh(Command::new("rustup").args(["target", "add", target]))?;
+            did.push(format!("rust target {target}"));
+        }
     }
     Ok(())
 }
