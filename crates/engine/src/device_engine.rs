@@ -83,14 +83,7 @@ impl DeviceEngine {
         prompt: Prompt<'_>,
         params: &GenerateParams,
     ) -> Result<Sequence<DeviceCache>, EngineError> {
-        let prompt_ids = self.prompt_tokens(prompt)?;
-        let mut cache = self.model.new_cache(params.context);
-        if prompt_ids.len() >= cache.capacity() {
-            return Err(EngineError::PromptTooLong {
-                prompt: prompt_ids.len(),
-                context: cache.capacity(),
-            });
-        }
+        let (prompt_ids, mut cache) = self.prompt_and_cache(prompt, params.context)?;
         let t0 = Instant::now();
         let logits = self
             .model
@@ -103,6 +96,48 @@ impl DeviceEngine {
         Ok(Sequence::prefilled(
             cache, capacity, logits, prompt_ids, params, prefill_ms,
         ))
+    }
+
+    /// Tokenizes the prompt and sets up its cache without running the model: the sequence is
+    /// prefilled by the following [`Self::step`]s, batched with the others.
+    pub fn queue(
+        &self,
+        prompt: Prompt<'_>,
+        params: &GenerateParams,
+    ) -> Result<Sequence<DeviceCache>, EngineError> {
+        let (prompt_ids, cache) = self.prompt_and_cache(prompt, params.context)?;
+        let capacity = cache.capacity();
+        Ok(Sequence::queued(cache, capacity, prompt_ids, params))
+    }
+
+    /// The prompt's ids and a fresh cache of `context` positions that has room after them.
+    fn prompt_and_cache(
+        &self,
+        prompt: Prompt<'_>,
+        context: usize,
+    ) -> Result<(Vec<u32>, DeviceCache), EngineError> {
+        let ids = self.prompt_tokens(prompt)?;
+        let cache = self.model.new_cache(context);
+        if ids.len() >= cache.capacity() {
+            return Err(EngineError::PromptTooLong {
+                prompt: ids.len(),
+                context: cache.capacity(),
+            });
+        }
+        Ok((ids, cache))
+    }
+
+    /// One forward pass for a batch of sequences (see [`crate::Engine::step`]), blocking on
+    /// the readback: the native server's continuous batching on a GPU.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn step(
+        &self,
+        seqs: &mut [&mut Sequence<DeviceCache>],
+        prefill_budget: usize,
+    ) -> Result<(), EngineError> {
+        crate::generate::step_sequences(seqs, prefill_budget, |chunks, caches, want| {
+            self.model.forward_chunks_blocking(chunks, caches, want)
+        })
     }
 
     /// Samples the sequence's next token (see [`crate::Engine::next_token`]).

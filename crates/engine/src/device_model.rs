@@ -475,6 +475,34 @@ impl DeviceModel {
         }
     }
 
+    /// Grows `cache` to hold `capacity` positions (capped at [`Self::max_context`]), keeping
+    /// what it holds: a verify session's cache grows with its answer.
+    pub fn reserve(&self, cache: &mut DeviceCache, capacity: usize) {
+        let capacity = capacity.min(self.max_context);
+        if capacity <= cache.capacity {
+            return;
+        }
+        let c = &self.config;
+        let (kv, hd, len) = (c.n_kv_heads, c.head_dim, cache.len);
+        let grow = |old: Tensor<3>| {
+            let fresh = Tensor::<3>::zeros([kv, capacity, hd], &self.device);
+            if len == 0 {
+                fresh
+            } else {
+                fresh.slice_assign([0..kv, 0..len, 0..hd], old.slice([0..kv, 0..len, 0..hd]))
+            }
+        };
+        cache.keys = std::mem::take(&mut cache.keys)
+            .into_iter()
+            .map(grow)
+            .collect();
+        cache.values = std::mem::take(&mut cache.values)
+            .into_iter()
+            .map(grow)
+            .collect();
+        cache.capacity = capacity;
+    }
+
     /// Runs `tokens` at positions `cache.len()..` and returns the logits, still on the device,
     /// of the last token (`[1, vocab]`) or of every token (`[n, vocab]`) when `all_logits`.
     pub fn forward(
@@ -483,41 +511,152 @@ impl DeviceModel {
         cache: &mut DeviceCache,
         all_logits: bool,
     ) -> Result<Tensor<2>, ModelError> {
+        let n = tokens.len();
+        let x = self.forward_hidden(&[tokens], &mut [cache])?;
+        let x = if all_logits {
+            x
+        } else {
+            x.slice([n - 1..n, 0..self.config.dim])
+        };
+        Ok(self.logits(x))
+    }
+
+    /// Runs several sequences at once (continuous batching): `chunks[i]` at positions
+    /// `caches[i].len()..`, every product over all their rows together. Returns, still on the
+    /// device, the logits of the last token of each chunk whose `want_logits` is set, in order
+    /// (`None` when none is).
+    pub fn forward_chunks(
+        &self,
+        chunks: &[&[u32]],
+        caches: &mut [&mut DeviceCache],
+        want_logits: &[bool],
+    ) -> Result<Option<Tensor<2>>, ModelError> {
+        let x = self.forward_hidden(chunks, caches)?;
+        let d = self.config.dim;
+        let mut end = 0;
+        let mut last_rows = Vec::new();
+        for (chunk, &want) in chunks.iter().zip(want_logits) {
+            end += chunk.len();
+            if want {
+                last_rows.push(x.clone().slice([end - 1..end, 0..d]));
+            }
+        }
+        Ok((!last_rows.is_empty()).then(|| self.logits(Tensor::cat(last_rows, 0))))
+    }
+
+    /// [`Self::forward_chunks`] for native callers, blocking on the readback: one entry per
+    /// chunk, the logits where they were wanted.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn forward_chunks_blocking(
+        &self,
+        chunks: &[&[u32]],
+        caches: &mut [&mut DeviceCache],
+        want_logits: &[bool],
+    ) -> Result<Vec<Option<Vec<f32>>>, ModelError> {
+        let rows = match self.forward_chunks(chunks, caches, want_logits)? {
+            Some(logits) => rows_of(
+                logits
+                    .try_into_data()
+                    .map_err(|e| ModelError::Device(format!("{e:?}")))?,
+                self.config.vocab,
+            )?,
+            None => Vec::new(),
+        };
+        let mut rows = rows.into_iter();
+        Ok(want_logits
+            .iter()
+            .map(|&want| if want { rows.next() } else { None })
+            .collect())
+    }
+
+    /// The output head over final hidden rows `[n, dim] → [n, vocab]`.
+    fn logits(&self, x: Tensor<2>) -> Tensor<2> {
+        let c = &self.config;
+        self.head.forward(
+            rms_norm(x, &self.norm, c.rms_eps, self.own_kernels),
+            self.matvec(),
+        )
+    }
+
+    /// The transformer over every chunk's tokens: the final hidden rows `[Σ n_i, dim]`, chunk
+    /// after chunk. Products, norms and the MLP see all rows at once; RoPE positions and
+    /// attention are each sequence's own.
+    fn forward_hidden(
+        &self,
+        chunks: &[&[u32]],
+        caches: &mut [&mut DeviceCache],
+    ) -> Result<Tensor<2>, ModelError> {
         let c = &self.config;
         let (d, hd) = (c.dim, c.head_dim);
-        let n = tokens.len();
-        let start = cache.len;
-        if n == 0 || start + n > cache.capacity {
-            return Err(ModelError::ContextFull {
-                needed: start + n.max(1),
-                capacity: cache.capacity,
-            });
+        if chunks.is_empty() || chunks.len() != caches.len() {
+            return Err(ModelError::Config(format!(
+                "{} chunks for {} caches",
+                chunks.len(),
+                caches.len()
+            )));
         }
-        let mut rows = vec![0f32; n * d];
-        for (t, &tok) in tokens.iter().enumerate() {
+        // (first row, rows, first position) of each chunk.
+        let mut spans = Vec::with_capacity(chunks.len());
+        let mut rows_total = 0;
+        for (tokens, cache) in chunks.iter().zip(caches.iter()) {
+            let (n, start) = (tokens.len(), cache.len);
+            if n == 0 || start + n > cache.capacity {
+                return Err(ModelError::ContextFull {
+                    needed: start + n.max(1),
+                    capacity: cache.capacity,
+                });
+            }
+            if cache.keys.len() != c.n_layers || cache.values.len() != c.n_layers {
+                return Err(ModelError::Config(
+                    "the cache was made for a model with a different number of layers".into(),
+                ));
+            }
+            spans.push((rows_total, n, start));
+            rows_total += n;
+        }
+        let mut rows = vec![0f32; rows_total * d];
+        for (t, &tok) in chunks.iter().flat_map(|ch| ch.iter()).enumerate() {
             if tok as usize >= c.vocab {
                 return Err(ModelError::BadToken(tok));
             }
             self.embed.row(tok as usize, &mut rows[t * d..(t + 1) * d]);
         }
-        let mut x = Tensor::<2>::from_data(TensorData::new(rows, [n, d]), &self.device);
-        let (cos, sin) = self.rope_tables(start, n);
-        let mask = (n > 1).then(|| self.causal_mask(start, n));
-        let total = start + n;
+        let mut x = Tensor::<2>::from_data(TensorData::new(rows, [rows_total, d]), &self.device);
+        let (cos, sin) = self.rope_tables(&spans);
+        let masks: Vec<Option<Tensor<2>>> = spans
+            .iter()
+            .map(|&(_, n, start)| (n > 1).then(|| self.causal_mask(start, n)))
+            .collect();
         let scale = 1.0 / (hd as f32).sqrt();
+        let alone = spans.len() == 1;
+        let rows_of_span = |t: &Tensor<3>, (first, n, _): (usize, usize, usize)| {
+            if alone {
+                t.clone()
+            } else {
+                let [_, heads, hd] = t.dims();
+                t.clone().slice([first..first + n, 0..heads, 0..hd])
+            }
+        };
 
         // Each layer's cache tensors are moved out and back so that burn holds the only handle
         // and writes the new positions in place; a clone would make it copy the whole cache.
-        let old_keys = std::mem::take(&mut cache.keys);
-        let old_values = std::mem::take(&mut cache.values);
-        for ((layer, old_keys), old_values) in self.layers.iter().zip(old_keys).zip(old_values) {
+        let mut old: Vec<_> = caches
+            .iter_mut()
+            .map(|cache| {
+                (
+                    std::mem::take(&mut cache.keys).into_iter(),
+                    std::mem::take(&mut cache.values).into_iter(),
+                )
+            })
+            .collect();
+        for layer in &self.layers {
             // Attention block.
             let h = rms_norm(x.clone(), &layer.attn_norm, c.rms_eps, self.own_kernels);
             let q = rope(
                 layer
                     .wq
                     .forward(h.clone(), self.matvec())
-                    .reshape([n, c.n_heads, hd]),
+                    .reshape([rows_total, c.n_heads, hd]),
                 &cos,
                 &sin,
                 self.own_kernels,
@@ -526,7 +665,7 @@ impl DeviceModel {
                 layer
                     .wk
                     .forward(h.clone(), self.matvec())
-                    .reshape([n, c.n_kv_heads, hd]),
+                    .reshape([rows_total, c.n_kv_heads, hd]),
                 &cos,
                 &sin,
                 self.own_kernels,
@@ -534,22 +673,40 @@ impl DeviceModel {
             let v = layer
                 .wv
                 .forward(h, self.matvec())
-                .reshape([n, c.n_kv_heads, hd]);
-            let keys =
-                old_keys.slice_assign([0..c.n_kv_heads, start..total, 0..hd], k.swap_dims(0, 1));
-            let values =
-                old_values.slice_assign([0..c.n_kv_heads, start..total, 0..hd], v.swap_dims(0, 1));
-            cache.keys.push(keys.clone());
-            cache.values.push(values.clone());
-            let fused = self
-                .own_kernels
-                .then(|| {
-                    kernels::attention::causal_attention_rows(&q, &keys, &values, start, scale)
-                })
-                .flatten();
-            let attn = match fused {
-                Some(attn) => attn,
-                None => self.attention_burn(q, keys, values, mask.as_ref(), start, n),
+                .reshape([rows_total, c.n_kv_heads, hd]);
+            let mut attn = Vec::with_capacity(spans.len());
+            for (i, &span) in spans.iter().enumerate() {
+                let (_, n, start) = span;
+                let total = start + n;
+                let (Some(old_keys), Some(old_values)) = (old[i].0.next(), old[i].1.next()) else {
+                    return Err(ModelError::Config("the cache lost a layer".into()));
+                };
+                let keys = old_keys.slice_assign(
+                    [0..c.n_kv_heads, start..total, 0..hd],
+                    rows_of_span(&k, span).swap_dims(0, 1),
+                );
+                let values = old_values.slice_assign(
+                    [0..c.n_kv_heads, start..total, 0..hd],
+                    rows_of_span(&v, span).swap_dims(0, 1),
+                );
+                caches[i].keys.push(keys.clone());
+                caches[i].values.push(values.clone());
+                let q = rows_of_span(&q, span);
+                let fused = self
+                    .own_kernels
+                    .then(|| {
+                        kernels::attention::causal_attention_rows(&q, &keys, &values, start, scale)
+                    })
+                    .flatten();
+                attn.push(match fused {
+                    Some(a) => a,
+                    None => self.attention_burn(q, keys, values, masks[i].as_ref(), start, n),
+                });
+            }
+            let attn = if attn.len() == 1 {
+                attn.swap_remove(0)
+            } else {
+                Tensor::cat(attn, 0)
             };
             x = x + layer.wo.forward(attn, self.matvec());
 
@@ -567,16 +724,10 @@ impl DeviceModel {
             };
             x = x + layer.w_down.forward(gated, self.matvec());
         }
-        cache.len = total;
-        let x = if all_logits {
-            x
-        } else {
-            x.slice([n - 1..n, 0..d])
-        };
-        Ok(self.head.forward(
-            rms_norm(x, &self.norm, c.rms_eps, self.own_kernels),
-            self.matvec(),
-        ))
+        for (cache, &(_, n, _)) in caches.iter_mut().zip(&spans) {
+            cache.len += n;
+        }
+        Ok(x)
     }
 
     /// Attention composed from burn's operations (the `flex` backend, contexts longer than the
@@ -644,14 +795,15 @@ impl DeviceModel {
         rows_of(data, self.config.vocab)
     }
 
-    /// cos/sin of the RoPE angles for positions `start..start+n`, shaped `[n, 1, hd/2, 1]` to
-    /// broadcast over heads and the (even, odd) pair axis.
-    fn rope_tables(&self, start: usize, n: usize) -> (Tensor<4>, Tensor<4>) {
+    /// cos/sin of the RoPE angles for every row of `spans` (first row, rows, first position),
+    /// shaped `[rows, 1, hd/2, 1]` to broadcast over heads and the (even, odd) pair axis.
+    fn rope_tables(&self, spans: &[(usize, usize, usize)]) -> (Tensor<4>, Tensor<4>) {
         let c = &self.config;
         let half = c.head_dim / 2;
+        let n: usize = spans.iter().map(|&(_, n, _)| n).sum();
         let mut cos = Vec::with_capacity(n * half);
         let mut sin = Vec::with_capacity(n * half);
-        for pos in start..start + n {
+        for pos in spans.iter().flat_map(|&(_, n, start)| start..start + n) {
             for i in 0..half {
                 let angle = pos as f32 * c.rope_theta.powf(-2.0 * i as f32 / c.head_dim as f32);
                 cos.push(angle.cos());

@@ -576,67 +576,80 @@ impl Engine {
         seqs: &mut [&mut Sequence],
         prefill_budget: usize,
     ) -> Result<(), EngineError> {
-        let mut budget = prefill_budget;
-        // (sequence, tokens fed this step) for every sequence that feeds any.
-        let mut feeds: Vec<(usize, usize)> = Vec::new();
-        for (i, s) in seqs.iter().enumerate() {
-            let unfed = s.context.len().saturating_sub(s.fed);
-            if s.finished || unfed == 0 {
-                continue;
-            }
-            let take = if s.is_decoding() {
-                unfed
-            } else {
-                let take = unfed.min(budget);
-                budget -= take;
-                take
-            };
-            if take > 0 {
-                feeds.push((i, take));
-            }
-        }
-        if feeds.is_empty() {
-            return Ok(());
-        }
-        let chunks: Vec<Vec<u32>> = feeds
-            .iter()
-            .map(|&(i, take)| seqs[i].context[seqs[i].fed..seqs[i].fed + take].to_vec())
-            .collect();
-        let want: Vec<bool> = feeds
-            .iter()
-            .map(|&(i, take)| seqs[i].fed + take == seqs[i].context.len())
-            .collect();
-        let mut fed_seqs: Vec<&mut Sequence> = Vec::with_capacity(feeds.len());
-        let mut next = feeds.iter().map(|&(i, _)| i).peekable();
-        for (i, s) in seqs.iter_mut().enumerate() {
-            if next.peek() == Some(&i) {
-                next.next();
-                fed_seqs.push(&mut **s);
-            }
-        }
-        let chunk_refs: Vec<&[u32]> = chunks.iter().map(Vec::as_slice).collect();
-        let logits = {
-            let mut caches: Vec<&mut KvCache> = fed_seqs.iter_mut().map(|s| &mut s.cache).collect();
-            self.model.forward_chunks(&chunk_refs, &mut caches, &want)?
-        };
-        for ((s, &(_, take)), l) in fed_seqs.into_iter().zip(&feeds).zip(logits) {
-            let prefilling = !s.is_decoding();
-            s.fed += take;
-            if let Some(l) = l {
-                s.logits = l;
-                if prefilling {
-                    s.out.prefill_ms = s.queued_at.elapsed().as_secs_f64() * 1000.0;
-                    s.decode_started = Instant::now();
-                }
-            }
-        }
-        Ok(())
+        step_sequences(seqs, prefill_budget, |chunks, caches, want| {
+            self.model.forward_chunks(chunks, caches, want)
+        })
     }
 
     /// A fresh KV cache sized for `context` positions.
     pub fn new_cache(&self, context: usize) -> KvCache {
         self.model.new_cache(context)
     }
+}
+
+/// One continuous-batching step over `seqs` (see [`Engine::step`]) for any model: `forward`
+/// runs each fed sequence's chunk at its cache's next positions, in one pass, and returns the
+/// last logits of the chunks it is asked for.
+pub(crate) fn step_sequences<C>(
+    seqs: &mut [&mut Sequence<C>],
+    prefill_budget: usize,
+    forward: impl FnOnce(&[&[u32]], &mut [&mut C], &[bool]) -> Result<Vec<Option<Vec<f32>>>, ModelError>,
+) -> Result<(), EngineError> {
+    let mut budget = prefill_budget;
+    // (sequence, tokens fed this step) for every sequence that feeds any.
+    let mut feeds: Vec<(usize, usize)> = Vec::new();
+    for (i, s) in seqs.iter().enumerate() {
+        let unfed = s.context.len().saturating_sub(s.fed);
+        if s.finished || unfed == 0 {
+            continue;
+        }
+        let take = if s.is_decoding() {
+            unfed
+        } else {
+            let take = unfed.min(budget);
+            budget -= take;
+            take
+        };
+        if take > 0 {
+            feeds.push((i, take));
+        }
+    }
+    if feeds.is_empty() {
+        return Ok(());
+    }
+    let chunks: Vec<Vec<u32>> = feeds
+        .iter()
+        .map(|&(i, take)| seqs[i].context[seqs[i].fed..seqs[i].fed + take].to_vec())
+        .collect();
+    let want: Vec<bool> = feeds
+        .iter()
+        .map(|&(i, take)| seqs[i].fed + take == seqs[i].context.len())
+        .collect();
+    let mut fed_seqs: Vec<&mut Sequence<C>> = Vec::with_capacity(feeds.len());
+    let mut next = feeds.iter().map(|&(i, _)| i).peekable();
+    for (i, s) in seqs.iter_mut().enumerate() {
+        if next.peek() == Some(&i) {
+            next.next();
+            fed_seqs.push(&mut **s);
+        }
+    }
+    let chunk_refs: Vec<&[u32]> = chunks.iter().map(Vec::as_slice).collect();
+    let logits = {
+        let mut caches: Vec<&mut C> = fed_seqs.iter_mut().map(|s| &mut s.cache).collect();
+        forward(&chunk_refs, &mut caches, &want)?
+    };
+    for ((s, &(_, take)), l) in fed_seqs.into_iter().zip(&feeds).zip(logits) {
+        let prefilling = !s.is_decoding();
+        s.fed += take;
+        if let Some(l) = l {
+            s.logits = l;
+            if prefilling {
+                s.out.prefill_ms = s.queued_at.elapsed().as_secs_f64() * 1000.0;
+                s.decode_started = Instant::now();
+            }
+        }
+    }
+    Ok(())
 }
 
 /// How much of `text` is safe to show: up to a stop string (and whether one was found),

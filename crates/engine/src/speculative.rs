@@ -10,6 +10,8 @@
 
 use web_time::Instant;
 
+#[cfg(not(target_arch = "wasm32"))]
+use crate::device_model::{DeviceCache, DeviceModel};
 use crate::generate::{Engine, EngineError, Finish, GenerateParams, Prompt, stable_text};
 use crate::kv::KvCache;
 use crate::model::{Model, ModelError};
@@ -122,16 +124,60 @@ impl Model {
         rng: &mut Rng,
     ) -> Result<Verdict, ModelError> {
         let start = cache.len();
-        let mut input = Vec::with_capacity(draft.len() + 1);
-        input.push(pending);
-        input.extend_from_slice(draft);
-        let all = self.forward(&input, cache, true)?;
-        let mut ctx = context.to_vec();
-        ctx.push(pending);
-        let verdict = judge(|i| &all[i], draft, params, &ctx, rng);
+        let all = self.forward(&after(pending, draft), cache, true)?;
+        let verdict = judge_after(&all, pending, draft, params, context, rng);
         cache.truncate(start + 1 + verdict.accepted);
         Ok(verdict)
     }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl DeviceModel {
+    /// [`Model::verify_after`] on the device, blocking on the readback (a native server).
+    pub fn verify_after(
+        &self,
+        cache: &mut DeviceCache,
+        pending: u32,
+        draft: &[u32],
+        params: &SamplingParams,
+        context: &[u32],
+        rng: &mut Rng,
+    ) -> Result<Verdict, ModelError> {
+        let start = cache.len();
+        let all = self.forward_blocking(&after(pending, draft), cache, true)?;
+        let verdict = judge_after(&all, pending, draft, params, context, rng);
+        cache.truncate(start + 1 + verdict.accepted);
+        Ok(verdict)
+    }
+}
+
+/// The input of a verification after a pending token: the token, then the draft.
+fn after(pending: u32, draft: &[u32]) -> Vec<u32> {
+    let mut input = Vec::with_capacity(draft.len() + 1);
+    input.push(pending);
+    input.extend_from_slice(draft);
+    input
+}
+
+/// The verdict on `draft` from the logits of a pass over [`after`]`(pending, draft)`.
+fn judge_after(
+    all: &[Vec<f32>],
+    pending: u32,
+    draft: &[u32],
+    params: &SamplingParams,
+    context: &[u32],
+    rng: &mut Rng,
+) -> Verdict {
+    let mut ctx = context.to_vec();
+    ctx.push(pending);
+    // A pass returns a row per input token; an empty row would only come from a broken device.
+    judge(
+        |i| all.get(i).map_or(&[][..], Vec::as_slice),
+        draft,
+        params,
+        &ctx,
+        rng,
+    )
 }
 
 /// The verdict on a greedy draft, given the target's logits predicting each draft position

@@ -112,6 +112,106 @@ fn tiny_models_match_the_cpu_model_on_every_backend() {
     }
 }
 
+/// Continuous batching on the device: sequences run together equal each run alone, a cache
+/// grown mid-sequence keeps what it held, and a verification after a pending token accepts the
+/// greedy continuation up to the first wrong token.
+#[test]
+fn batched_sequences_equal_each_alone_on_every_backend() {
+    use straddle_engine::sample::{Rng, SamplingParams, argmax};
+    let (a, b) = ([3u32, 17, 5], [9u32, 1, 2, 7, 4]);
+    for (backend, device) in devices() {
+        let g = Gguf::read(tiny::model(TensorType::Q4_1, 4, 2, false)).expect("tiny gguf");
+        let dev = DeviceModel::load(&g, 64, &device).expect("device load");
+        let close = |got: &[f32], want: &[f32], what: &str| {
+            let tol = 1e-4 * max_abs(want) + 1e-4;
+            let diff = max_diff(got, want);
+            assert!(diff <= tol, "{backend} {what}: |Δlogit| {diff} > {tol}");
+        };
+
+        // Alone: each prompt, then one decoded token each.
+        let (mut ca, mut cb) = (dev.new_cache(64), dev.new_cache(64));
+        let la = dev.forward_blocking(&a, &mut ca, false).expect("a")[0].clone();
+        let lb = dev.forward_blocking(&b, &mut cb, false).expect("b")[0].clone();
+        let la2 = dev.forward_blocking(&[6], &mut ca, false).expect("a+1")[0].clone();
+        let lb2 = dev.forward_blocking(&[8], &mut cb, false).expect("b+1")[0].clone();
+
+        // Together, the first sequence in a cache too small for its decode step until grown.
+        let (mut ta, mut tb) = (dev.new_cache(3), dev.new_cache(64));
+        let both = dev
+            .forward_chunks_blocking(&[&a, &b], &mut [&mut ta, &mut tb], &[true, true])
+            .expect("batched prefill");
+        close(both[0].as_deref().expect("logits a"), &la, "prefill a");
+        close(both[1].as_deref().expect("logits b"), &lb, "prefill b");
+        assert!(matches!(
+            dev.forward_chunks_blocking(&[&[6], &[8]], &mut [&mut ta, &mut tb], &[true, true]),
+            Err(ModelError::ContextFull { .. })
+        ));
+        assert_eq!(
+            (ta.len(), tb.len()),
+            (3, 5),
+            "a refused batch moves no cache"
+        );
+        dev.reserve(&mut ta, 16);
+        assert_eq!((ta.len(), ta.capacity()), (3, 16));
+        let next = dev
+            .forward_chunks_blocking(&[&[6], &[8]], &mut [&mut ta, &mut tb], &[false, true])
+            .expect("batched decode");
+        assert!(next[0].is_none(), "{backend}: logits came back unasked");
+        close(next[1].as_deref().expect("logits b+1"), &lb2, "decode b");
+        let again = dev.forward_blocking(&[7], &mut ta, false).expect("a+2");
+        let mut check = dev.new_cache(64);
+        dev.forward_blocking(&a, &mut check, false).expect("a");
+        close(
+            &dev.forward_blocking(&[6], &mut check, false).expect("a+1")[0],
+            &la2,
+            "decode a alone twice",
+        );
+        close(
+            &again[0],
+            &dev.forward_blocking(&[7], &mut check, false).expect("a+2")[0],
+            "decode after growing",
+        );
+
+        // Verification after a pending token: the greedy continuation of `a` is accepted up
+        // to a token that is not it.
+        let mut greedy = Vec::new();
+        let mut cache = dev.new_cache(64);
+        let mut logits = dev.forward_blocking(&a, &mut cache, false).expect("a")[0].clone();
+        for _ in 0..3 {
+            let t = argmax(&logits);
+            greedy.push(t);
+            logits = dev
+                .forward_blocking(&[t], &mut cache, false)
+                .expect("greedy")[0]
+                .clone();
+        }
+        let wrong = (greedy[2] + 1) % tiny::VOCAB as u32;
+        let mut cache = dev.new_cache(64);
+        dev.forward_blocking(&a[..2], &mut cache, false)
+            .expect("held");
+        let verdict = dev
+            .verify_after(
+                &mut cache,
+                a[2],
+                &[greedy[0], greedy[1], wrong],
+                &SamplingParams::default(),
+                &a[..2],
+                &mut Rng::new(0),
+            )
+            .expect("verify");
+        assert_eq!(
+            (verdict.accepted, verdict.next_token),
+            (2, greedy[2]),
+            "{backend}"
+        );
+        assert_eq!(
+            cache.len(),
+            a.len() + 2,
+            "{backend}: the cache keeps what was accepted"
+        );
+    }
+}
+
 #[test]
 fn device_model_reports_bad_tokens_and_a_full_context() {
     let g = Gguf::read(tiny::model(TensorType::Q4_1, 4, 2, false)).expect("tiny gguf");
