@@ -9,6 +9,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use straddle_protocol::{ApiError, ErrorKind, ModelInfo, ModelList};
 
+pub mod backend;
 mod chat;
 pub mod scheduler;
 pub mod verify;
@@ -19,31 +20,48 @@ pub struct ModelCard {
     pub id: String,
     pub context_length: Option<u32>,
     pub architecture: String,
+    /// The tokenizer's hash: clients draft for `/v1/verify` only with the same tokenizer.
+    pub tokenizer_hash: Option<String>,
+    /// Where the model runs (`cpu`, or `wgpu` with the adapter's name), reported by `/health`.
+    pub backend: String,
 }
 
 /// Shared state of the routes.
-#[derive(Debug)]
 pub struct AppState {
     pub model: ModelCard,
-    /// The engine, when the server was started with one (tests of the HTTP surface run without).
-    pub engine: Option<Arc<straddle_engine::Engine>>,
-    /// The batching decode loop over `engine`.
+    /// The batching decode loop (absent in tests of the HTTP surface alone).
     pub scheduler: Option<scheduler::Scheduler>,
-    /// Speculative-decoding sessions of `/v1/verify`.
-    pub verify_sessions: Arc<verify::Sessions>,
+    /// `/v1/verify` over the same model, with its sessions.
+    pub verifier: Option<Arc<dyn verify::Verify>>,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState")
+            .field("model", &self.model)
+            .field("scheduler", &self.scheduler)
+            .field("verifier", &self.verifier.is_some())
+            .finish()
+    }
 }
 
 impl ModelCard {
-    /// The card of a loaded engine (`fallback_id` when the GGUF has no `general.name`).
-    pub fn of(engine: &straddle_engine::Engine, fallback_id: &str) -> Self {
+    /// The card of a loaded model: its GGUF `general.name` (else `fallback_id`), context
+    /// length and tokenizer, running on `backend`.
+    pub fn new(
+        name: Option<&str>,
+        fallback_id: &str,
+        context_length: usize,
+        tokenizer_hash: &str,
+        backend: &str,
+    ) -> Self {
         Self {
-            id: engine
-                .name
-                .clone()
-                .unwrap_or_else(|| fallback_id.to_string()),
-            context_length: u32::try_from(engine.model.config.context_length).ok(),
+            id: name.unwrap_or(fallback_id).to_string(),
+            context_length: u32::try_from(context_length).ok(),
             // The engine loads only `llama`-architecture files.
             architecture: "llama".into(),
+            tokenizer_hash: Some(tokenizer_hash.to_string()),
+            backend: backend.to_string(),
         }
     }
 }
@@ -77,9 +95,12 @@ impl IntoResponse for ErrorResponse {
 }
 
 async fn health(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
-    Json(
-        serde_json::json!({"status": "ok", "model": state.model.id, "generation": state.engine.is_some()}),
-    )
+    Json(serde_json::json!({
+        "status": "ok",
+        "model": state.model.id,
+        "backend": state.model.backend,
+        "generation": state.scheduler.is_some(),
+    }))
 }
 
 async fn models(State(state): State<Arc<AppState>>) -> Json<ModelList> {
@@ -89,7 +110,7 @@ async fn models(State(state): State<Arc<AppState>>) -> Json<ModelList> {
             id: state.model.id.clone(),
             object: "model".into(),
             owned_by: "straddle".into(),
-            tokenizer_hash: state.engine.as_ref().map(|e| e.tokenizer.hash.clone()),
+            tokenizer_hash: state.model.tokenizer_hash.clone(),
             context_length: state.model.context_length,
         }],
     })
@@ -128,13 +149,13 @@ async fn verify_route(State(state): State<Arc<AppState>>, body: axum::body::Byte
         Err(e) => return ErrorResponse(ApiError::from_json_error(&e)).into_response(),
         Ok(req) => req,
     };
-    let Some(engine) = state.engine.clone() else {
+    let Some(verifier) = state.verifier.clone() else {
         return ErrorResponse(
             ApiError::new(ErrorKind::Unavailable, "no model loaded").with_code("engine_not_ready"),
         )
         .into_response();
     };
-    crate::verify::verify(engine, state.verify_sessions.clone(), req).await
+    crate::verify::verify(verifier, req).await
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
@@ -164,10 +185,11 @@ mod tests {
                 id: "m".into(),
                 context_length: Some(8192),
                 architecture: "llama".into(),
+                tokenizer_hash: None,
+                backend: "none".into(),
             },
-            engine: None,
             scheduler: None,
-            verify_sessions: Default::default(),
+            verifier: None,
         }))
     }
 

@@ -33,6 +33,17 @@ struct Args {
     /// `/v1/verify` sessions that may hold a KV cache at once (the least recent give theirs up).
     #[arg(long, env = "STRADDLE_CLOUD_VERIFY_SESSIONS", default_value_t = 16)]
     verify_sessions: usize,
+    /// Where the model runs: `auto` takes a GPU through wgpu (Vulkan, Metal, DX12) when one is
+    /// present and the CPU kernels otherwise; `wgpu` insists, even on a software adapter.
+    #[arg(long, env = "STRADDLE_CLOUD_BACKEND", value_enum, default_value_t = BackendChoice::Auto)]
+    backend: BackendChoice,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum BackendChoice {
+    Auto,
+    Cpu,
+    Wgpu,
 }
 
 #[tokio::main]
@@ -43,6 +54,7 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let model = args
         .model
+        .clone()
         .unwrap_or_else(straddle_engine::default_model_path);
     let started = std::time::Instant::now();
     let listener = tokio::net::TcpListener::bind(args.listen)
@@ -60,39 +72,158 @@ async fn main() -> anyhow::Result<()> {
             model.display()
         )
     })?;
-    let engine = straddle_engine::Engine::load(source, straddle_engine::generate::DEFAULT_CONTEXT)
-        .with_context(|| format!("loading model {}", model.display()))?;
-    tracing::info!(
-        model = engine.name.as_deref().unwrap_or("unnamed"),
-        weights_mb = engine.model.weight_bytes() / 1_000_000,
-        load_ms = started.elapsed().as_millis() as u64,
-        "engine ready (CPU)"
-    );
     let fallback_id = model
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let card = straddle_cloud::ModelCard::of(&engine, &fallback_id);
-    let engine = Arc::new(engine);
-    let scheduler = straddle_cloud::scheduler::Scheduler::spawn(
-        engine.clone(),
-        args.queue,
-        args.max_batch,
-        args.prefill_chunk,
-    );
-    let app = straddle_cloud::router(Arc::new(straddle_cloud::AppState {
-        model: card,
-        engine: Some(engine),
-        scheduler: Some(scheduler),
-        verify_sessions: Arc::new(straddle_cloud::verify::Sessions::new(
-            std::time::Duration::from_secs(args.verify_idle),
-            args.verify_sessions,
-        )),
-    }));
+    let context = straddle_engine::generate::DEFAULT_CONTEXT;
+    let (backend, why) = choose_backend(args.backend).await;
+    tracing::info!(backend = %backend, reason = %why, "backend chosen");
+    let state = match backend {
+        Backend::Cpu => {
+            let engine = straddle_engine::Engine::load(source, context)
+                .with_context(|| format!("loading model {}", model.display()))?;
+            tracing::info!(
+                model = engine.name.as_deref().unwrap_or("unnamed"),
+                weights_mb = engine.model.weight_bytes() / 1_000_000,
+                load_ms = started.elapsed().as_millis() as u64,
+                "engine ready on the CPU"
+            );
+            let card = straddle_cloud::ModelCard::new(
+                engine.name.as_deref(),
+                &fallback_id,
+                engine.model.config.context_length,
+                &engine.tokenizer.hash,
+                "cpu",
+            );
+            serve(
+                Arc::new(straddle_cloud::backend::Cpu::new(engine)),
+                card,
+                &args,
+            )
+        }
+        Backend::Wgpu {
+            ref adapter,
+            software,
+        } => {
+            let device = straddle_engine::Device::wgpu_options()
+                .init()
+                .map_err(|e| anyhow::anyhow!("starting wgpu: {e}"))?;
+            let mut engine = straddle_engine::DeviceEngine::load(source, context, &device)
+                .with_context(|| format!("loading model {}", model.display()))?;
+            if software {
+                // Barriers are context switches on a CPU adapter (see the engine's kernels).
+                engine
+                    .model
+                    .set_matvec_kernel(straddle_engine::MatvecKernel::PerRow);
+            }
+            tracing::info!(
+                model = engine.name.as_deref().unwrap_or("unnamed"),
+                adapter = %adapter,
+                weights_mb = engine.model.weight_bytes() / 1_000_000,
+                load_ms = started.elapsed().as_millis() as u64,
+                "engine ready on the GPU"
+            );
+            let card = straddle_cloud::ModelCard::new(
+                engine.name.as_deref(),
+                &fallback_id,
+                engine.model.config.context_length,
+                &engine.tokenizer.hash,
+                &format!("wgpu ({adapter})"),
+            );
+            serve(Arc::new(engine), card, &args)
+        }
+    };
+    let app = straddle_cloud::router(Arc::new(state));
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())
         .await?;
     Ok(())
+}
+
+/// Where the model runs, with the wgpu adapter's name and whether it is a software one.
+#[derive(Debug)]
+enum Backend {
+    Cpu,
+    Wgpu { adapter: String, software: bool },
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Backend::Cpu => f.write_str("cpu"),
+            Backend::Wgpu { adapter, .. } => write!(f, "wgpu ({adapter})"),
+        }
+    }
+}
+
+/// The backend for `choice`, and why. A software adapter (lavapipe, llvmpipe, WARP) is not
+/// taken on `auto`: the CPU kernels decode about 20 times faster than the device model on one
+/// (BENCHMARKS.md, "Engine on burn devices").
+async fn choose_backend(choice: BackendChoice) -> (Backend, String) {
+    if choice == BackendChoice::Cpu {
+        return (Backend::Cpu, "asked for".into());
+    }
+    let instance =
+        wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+    let adapter = instance
+        .request_adapter(&wgpu::RequestAdapterOptions {
+            power_preference: wgpu::PowerPreference::HighPerformance,
+            ..Default::default()
+        })
+        .await;
+    let info = match adapter {
+        Ok(a) => a.get_info(),
+        Err(e) if choice == BackendChoice::Wgpu => {
+            // Asked for wgpu: let its own start say what is missing.
+            return (
+                Backend::Wgpu {
+                    adapter: "unknown".into(),
+                    software: false,
+                },
+                format!("asked for, though no adapter was found: {e}"),
+            );
+        }
+        Err(e) => return (Backend::Cpu, format!("no GPU adapter: {e}")),
+    };
+    let software = info.device_type == wgpu::DeviceType::Cpu;
+    let adapter = format!("{} via {:?}", info.name, info.backend);
+    match choice {
+        BackendChoice::Auto if software => (
+            Backend::Cpu,
+            format!("the only adapter, {adapter}, runs on the CPU: the CPU kernels are faster"),
+        ),
+        BackendChoice::Auto => (
+            Backend::Wgpu { adapter, software },
+            format!("{:?} found", info.device_type),
+        ),
+        _ => (Backend::Wgpu { adapter, software }, "asked for".into()),
+    }
+}
+
+/// The routes' state over `served`: its decode loop and its verify sessions.
+fn serve<S: straddle_cloud::backend::Served>(
+    served: Arc<S>,
+    model: straddle_cloud::ModelCard,
+    args: &Args,
+) -> straddle_cloud::AppState {
+    let scheduler = straddle_cloud::scheduler::Scheduler::spawn(
+        served.clone(),
+        args.queue,
+        args.max_batch,
+        args.prefill_chunk,
+    );
+    let sessions = straddle_cloud::verify::Sessions::new(
+        std::time::Duration::from_secs(args.verify_idle),
+        args.verify_sessions,
+    );
+    straddle_cloud::AppState {
+        model,
+        scheduler: Some(scheduler),
+        verifier: Some(Arc::new(straddle_cloud::verify::Verifier::new(
+            served, sessions,
+        ))),
+    }
 }
 
 /// Resolves on Ctrl-C or SIGTERM (what `cargo xtask demo` and process managers send).

@@ -9,11 +9,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, TryRecvError, TrySendError};
 use std::time::Instant;
 
-use straddle_engine::{
-    ChatMessage, Engine, Finish, GenerateParams, Prompt, PromptPrefix, Sequence,
-};
+use straddle_engine::{ChatMessage, Finish, GenerateParams, Sequence};
 use straddle_protocol::{ApiError, ErrorKind};
 use tokio::sync::mpsc::UnboundedSender;
+
+use crate::backend::Served;
 
 /// What a request's stream receives.
 #[derive(Debug)]
@@ -102,8 +102,8 @@ pub struct Scheduler {
 impl Scheduler {
     /// Starts the decode thread with a queue of `queue` waiting requests, at most `max_batch`
     /// sequences in a step and at most `prefill_chunk` prompt tokens prefilled per step.
-    pub fn spawn(
-        engine: Arc<Engine>,
+    pub fn spawn<S: Served>(
+        engine: Arc<S>,
         queue: usize,
         max_batch: usize,
         prefill_chunk: usize,
@@ -113,7 +113,7 @@ impl Scheduler {
         let m = metrics.clone();
         std::thread::Builder::new()
             .name("straddle-decode".into())
-            .spawn(move || decode_loop(&engine, &rx, &m, max_batch.max(1), prefill_chunk.max(1)))
+            .spawn(move || decode_loop(&*engine, &rx, &m, max_batch.max(1), prefill_chunk.max(1)))
             .map(drop)
             .unwrap_or_else(|e| tracing::error!(error = %e, "could not start the decode thread"));
         Self { tx, metrics }
@@ -142,8 +142,8 @@ impl Scheduler {
     }
 }
 
-struct Live {
-    seq: Sequence,
+struct Live<C> {
+    seq: Sequence<C>,
     events: UnboundedSender<SeqEvent>,
     queued_at: Instant,
     first_token: bool,
@@ -151,28 +151,25 @@ struct Live {
     prefix_offered: bool,
 }
 
-fn decode_loop(
-    engine: &Engine,
+fn decode_loop<S: Served>(
+    engine: &S,
     rx: &mpsc::Receiver<(Job, Instant)>,
     m: &Metrics,
     max_batch: usize,
     prefill_chunk: usize,
 ) {
-    let mut live: Vec<Live> = Vec::new();
-    // The most recent prompt's keys and values: later prompts start from the part they
-    // share with it (the chat template's system prompt at least), as llama.cpp's server does.
-    let mut prefix: Option<PromptPrefix> = None;
+    let mut live: Vec<Live<S::Cache>> = Vec::new();
     loop {
         // Admit: block when idle, otherwise take what is waiting, up to the batch limit.
         if live.is_empty() {
             match rx.recv() {
-                Ok(job) => admit(engine, job, prefix.as_ref(), &mut live, m),
+                Ok(job) => admit(engine, job, &mut live, m),
                 Err(_) => return,
             }
         }
         while live.len() < max_batch {
             match rx.try_recv() {
-                Ok(job) => admit(engine, job, prefix.as_ref(), &mut live, m),
+                Ok(job) => admit(engine, job, &mut live, m),
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) if live.is_empty() => return,
                 Err(TryRecvError::Disconnected) => break,
@@ -211,7 +208,7 @@ fn decode_loop(
             .filter(|l| !l.seq.is_finished() && l.seq.prompt_unfed() == 0)
             .count() as u64;
         let unfed_before: usize = live.iter().map(|l| l.seq.prompt_unfed()).sum();
-        let mut refs: Vec<&mut Sequence> = live.iter_mut().map(|l| &mut l.seq).collect();
+        let mut refs: Vec<&mut Sequence<S::Cache>> = live.iter_mut().map(|l| &mut l.seq).collect();
         if let Err(e) = engine.step(&mut refs, prefill_chunk) {
             for l in live.iter_mut() {
                 let _ = l.events.send(SeqEvent::Error(ApiError::new(
@@ -225,7 +222,7 @@ fn decode_loop(
         for l in live.iter_mut() {
             if !l.prefix_offered && l.seq.prompt_unfed() == 0 {
                 l.prefix_offered = true;
-                prefix = l.seq.prompt_prefix().or(prefix.take());
+                engine.offer_prefix(&l.seq);
             }
         }
         m.prefill_tokens.fetch_add(
@@ -260,11 +257,10 @@ fn decode_loop(
     }
 }
 
-fn admit(
-    engine: &Engine,
+fn admit<S: Served>(
+    engine: &S,
     (job, queued_at): (Job, Instant),
-    prefix: Option<&PromptPrefix>,
-    live: &mut Vec<Live>,
+    live: &mut Vec<Live<S::Cache>>,
     m: &Metrics,
 ) {
     m.queue_depth.fetch_sub(1, Ordering::Relaxed);
@@ -272,7 +268,7 @@ fn admit(
         return;
     }
     // Only tokenized here: the prompt is prefilled by the next steps, batched.
-    match engine.queue_after(Prompt::Messages(&job.messages), &job.params, prefix) {
+    match engine.queue(&job.messages, &job.params) {
         Ok(seq) => {
             m.prefix_reused_tokens
                 .fetch_add(seq.prompt_reused() as u64, Ordering::Relaxed);

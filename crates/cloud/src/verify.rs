@@ -12,12 +12,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::response::{IntoResponse, Response};
-use straddle_engine::kv::KvCache;
 use straddle_engine::sample::Rng;
-use straddle_engine::{ChatMessage, Engine, Prompt, SamplingParams};
+use straddle_engine::{ChatMessage, SamplingParams};
 use straddle_protocol::{ApiError, ErrorKind, Usage, VerifyRequest, VerifyResponse};
 
 use crate::ErrorResponse;
+use crate::backend::Served;
 
 /// Drafts longer than this are refused: the verify pass is one batched forward.
 const MAX_DRAFT: usize = 64;
@@ -25,25 +25,25 @@ const MAX_DRAFT: usize = 64;
 const HEADROOM: usize = 64;
 
 /// One generation's state between verify calls.
-struct Session {
+struct Session<C> {
     /// Prefix and every token emitted so far; the last is pending (not in the cache yet).
     tokens: Vec<u32>,
     /// Holds `tokens` but the last, while live.
-    cache: Option<KvCache>,
+    cache: Option<C>,
     params: SamplingParams,
     rng: Rng,
     last_used: Instant,
 }
 
 /// The verify sessions of a server.
-pub struct Sessions {
-    map: Mutex<HashMap<String, Session>>,
+pub struct Sessions<C> {
+    map: Mutex<HashMap<String, Session<C>>>,
     kv_idle: Duration,
     token_idle: Duration,
     max_live: usize,
 }
 
-impl std::fmt::Debug for Sessions {
+impl<C> std::fmt::Debug for Sessions<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sessions")
             .field("kv_idle", &self.kv_idle)
@@ -52,13 +52,13 @@ impl std::fmt::Debug for Sessions {
     }
 }
 
-impl Default for Sessions {
+impl<C> Default for Sessions<C> {
     fn default() -> Self {
         Self::new(Duration::from_secs(60), 16)
     }
 }
 
-impl Sessions {
+impl<C> Sessions<C> {
     /// Sessions whose caches are dropped after `kv_idle` or beyond `max_live` live ones; their
     /// token lists are kept ten times longer.
     pub fn new(kv_idle: Duration, max_live: usize) -> Self {
@@ -75,16 +75,16 @@ impl Sessions {
         self.lock().values().filter(|s| s.cache.is_some()).count()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Session>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Session<C>>> {
         // A panic elsewhere while holding the lock leaves a map that is still consistent.
         self.map.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn take(&self, id: &str) -> Option<Session> {
+    fn take(&self, id: &str) -> Option<Session<C>> {
         self.lock().remove(id)
     }
 
-    fn put(&self, id: String, session: Session) {
+    fn put(&self, id: String, session: Session<C>) {
         let now = Instant::now();
         let mut map = self.lock();
         map.insert(id, session);
@@ -94,7 +94,7 @@ impl Sessions {
                 s.cache = None;
             }
         }
-        let mut live: Vec<(Instant, &mut Session)> = map
+        let mut live: Vec<(Instant, &mut Session<C>)> = map
             .values_mut()
             .filter(|s| s.cache.is_some())
             .map(|s| (s.last_used, s))
@@ -109,12 +109,37 @@ impl Sessions {
     }
 }
 
+/// `/v1/verify` over a served model, whatever its backend.
+pub trait Verify: Send + Sync + 'static {
+    /// Runs one verify call (blocking: a forward pass).
+    fn run(&self, req: VerifyRequest) -> Result<VerifyResponse, ApiError>;
+}
+
+/// A model and its verify sessions.
+pub struct Verifier<S: Served> {
+    served: Arc<S>,
+    sessions: Sessions<S::Cache>,
+}
+
+impl<S: Served> Verifier<S> {
+    /// Verifies against `served`, keeping sessions in `sessions`.
+    pub fn new(served: Arc<S>, sessions: Sessions<S::Cache>) -> Self {
+        Self { served, sessions }
+    }
+}
+
+impl<S: Served> Verify for Verifier<S> {
+    fn run(&self, req: VerifyRequest) -> Result<VerifyResponse, ApiError> {
+        run(&*self.served, &self.sessions, req)
+    }
+}
+
 /// Checks a draft against the served model.
-pub async fn verify(engine: Arc<Engine>, sessions: Arc<Sessions>, req: VerifyRequest) -> Response {
+pub async fn verify(verifier: Arc<dyn Verify>, req: VerifyRequest) -> Response {
     if let Err(e) = check(&req) {
         return ErrorResponse(e).into_response();
     }
-    let result = tokio::task::spawn_blocking(move || run(&engine, &sessions, req)).await;
+    let result = tokio::task::spawn_blocking(move || verifier.run(req)).await;
     match result {
         Ok(Ok(v)) => axum::Json(v).into_response(),
         Ok(Err(e)) => ErrorResponse(e).into_response(),
@@ -177,22 +202,27 @@ fn session_error(code: &str, message: String) -> ApiError {
     ApiError::new(ErrorKind::Conflict, message).with_code(code)
 }
 
-fn run(e: &Engine, sessions: &Sessions, req: VerifyRequest) -> Result<VerifyResponse, ApiError> {
+fn run<S: Served>(
+    e: &S,
+    sessions: &Sessions<S::Cache>,
+    req: VerifyRequest,
+) -> Result<VerifyResponse, ApiError> {
+    let tokenizer = e.tokenizer();
     if let Some(theirs) = req
         .tokenizer_hash
         .as_ref()
-        .filter(|h| **h != e.tokenizer.hash)
+        .filter(|h| **h != tokenizer.hash)
     {
         return Err(ApiError::new(
             ErrorKind::Conflict,
             format!(
                 "tokenizer mismatch: request {theirs}, server {}",
-                e.tokenizer.hash
+                tokenizer.hash
             ),
         )
         .with_code("tokenizer_mismatch"));
     }
-    let vocab = e.tokenizer.vocab_size() as u32;
+    let vocab = tokenizer.vocab_size() as u32;
     if let Some(bad) = req.draft_tokens.iter().find(|&&t| t >= vocab) {
         return Err(ApiError::invalid(
             "draft_tokens",
@@ -254,65 +284,47 @@ fn run(e: &Engine, sessions: &Sessions, req: VerifyRequest) -> Result<VerifyResp
     }
 
     let needed = (session.tokens.len() + draft.len() + 1 + HEADROOM).min(context);
-    // Tokens this call brings to the model: the prefix of a fresh session, or the pending
-    // token of a continuing one, and the draft.
-    let mut forwarded = 0;
-    let verdict = if fresh {
-        // The whole prefix is read here; its last position's logits judge draft[0].
-        let mut cache = e.model.new_cache(needed);
-        let logits = e
-            .model
-            .forward(&session.tokens, &mut cache, false)
-            .map_err(internal)?
-            .pop()
-            .ok_or_else(|| internal("no logits"))?;
-        forwarded += session.tokens.len() + draft.len();
-        let v = e
-            .model
-            .verify(
-                &mut cache,
-                &logits,
-                draft,
-                &session.params,
-                &session.tokens,
-                &mut session.rng,
-            )
-            .map_err(internal)?;
-        session.cache = Some(cache);
-        v
+    // Tokens this call brings to the model (what it is billed for): the prefix of a fresh
+    // session, or the pending token of a continuing one, and the draft.
+    let forwarded = if fresh {
+        session.tokens.len() + draft.len()
     } else {
-        let (pending, held) = session
-            .tokens
-            .split_last()
-            .ok_or_else(|| internal("empty session"))?;
-        let mut cache = match session.cache.take() {
-            Some(c) => c,
-            None => {
-                // Dropped for memory or idleness: rebuilt from the tokens, transparently.
-                // Not billed: the caller asked for a continuation, and a budget holds only
-                // the new tokens of one.
-                let mut c = e.model.new_cache(needed);
-                e.model.forward(held, &mut c, false).map_err(internal)?;
-                tracing::debug!(tokens = held.len(), "verify session re-prefilled");
-                c
-            }
-        };
-        cache.reserve(needed);
-        forwarded += 1 + draft.len();
-        let v = e
-            .model
-            .verify_after(
-                &mut cache,
-                *pending,
-                draft,
-                &session.params,
-                held,
-                &mut session.rng,
-            )
-            .map_err(internal)?;
-        session.cache = Some(cache);
-        v
+        1 + draft.len()
     };
+    // The prefix but its last token goes into the cache; the last is verified with the draft,
+    // so a fresh call and a continuing one are the same pass.
+    let (pending, held) = session
+        .tokens
+        .split_last()
+        .ok_or_else(|| internal("empty session"))?;
+    let mut cache = match session.cache.take() {
+        Some(c) => c,
+        None => {
+            // A fresh session, or one whose cache was dropped for memory or idleness: rebuilt
+            // from the tokens, transparently. A rebuild is not billed: the caller asked for a
+            // continuation, and a budget holds only the new tokens of one.
+            let mut c = e.new_cache(needed);
+            if !held.is_empty() {
+                e.prefill(held, &mut c).map_err(internal)?;
+            }
+            if !fresh {
+                tracing::debug!(tokens = held.len(), "verify session re-prefilled");
+            }
+            c
+        }
+    };
+    e.reserve(&mut cache, needed);
+    let verdict = e
+        .verify_after(
+            &mut cache,
+            *pending,
+            draft,
+            &session.params,
+            held,
+            &mut session.rng,
+        )
+        .map_err(internal)?;
+    session.cache = Some(cache);
     session.tokens.extend_from_slice(&draft[..verdict.accepted]);
     session.tokens.push(verdict.next_token);
     session.last_used = Instant::now();
@@ -328,7 +340,7 @@ fn run(e: &Engine, sessions: &Sessions, req: VerifyRequest) -> Result<VerifyResp
     })
 }
 
-fn prefix_tokens(e: &Engine, req: &VerifyRequest) -> Result<Vec<u32>, ApiError> {
+fn prefix_tokens<S: Served>(e: &S, req: &VerifyRequest) -> Result<Vec<u32>, ApiError> {
     let prefix = match &req.prefix_tokens {
         Some(t) => t.clone(),
         None => {
@@ -337,7 +349,7 @@ fn prefix_tokens(e: &Engine, req: &VerifyRequest) -> Result<Vec<u32>, ApiError> 
                 .iter()
                 .map(|m| ChatMessage::new(m.role.as_str(), m.content.clone()))
                 .collect();
-            e.prompt_tokens(Prompt::Messages(&msgs))
+            e.prompt_tokens(&msgs)
                 .map_err(|err| ApiError::invalid("messages", err.to_string()))?
         }
     };
