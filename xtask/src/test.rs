@@ -195,6 +195,8 @@ fn native(tools: &Tools) -> anyhow::Result<Counts> {
         util::cargo()
             .args(["test", "--workspace"])
             .env("STRADDLE_TEST_MODEL", &tools.model)
+            // Setup installs lavapipe: a wgpu test that cannot get an adapter fails, not skips.
+            .env("STRADDLE_REQUIRE_WGPU", "1")
             .current_dir(root()),
     );
     // Each test binary links burn with debug info (~1 GB); every code change leaves the old
