@@ -7,7 +7,11 @@
 //! - Q8_0 `x = d·q` is Q8F per block of 32 with an f32 scale;
 //! - Q4_0 `x = d·(q − 8)` is Q4F per block of 32;
 //! - Q4_1 `x = d·q + m` is `d·(q − 8) + (m + 8d)`: a Q4F tensor plus one bias per block, applied
-//!   as `blocksum32(x) · biasᵀ` after the quantized product.
+//!   as `blocksum32(x) · biasᵀ` after the quantized product;
+//! - Q4_K `x = s·q − m` per sub-block of 32 (6-bit `s`, `m` times the super-block's `d`, `dmin`)
+//!   is the same: `s·(q − 8) + (8s − m)`, Q4F plus one bias per block of 32;
+//! - Q6_K `x = (d·sc)·q`, `q` in −32..32 with a signed 8-bit `sc` per sub-block of 16, is Q8F per
+//!   block of 16.
 //!
 //! Other tensor types are dequantized to f32 once at load (stated in [`DeviceModel::weight_bytes`]).
 //! The embedding table stays on the host: a prompt needs a handful of rows, not a 49k-row
@@ -26,6 +30,8 @@ use crate::qmatrix::QMatrix;
 use crate::quant::{self, TensorType};
 
 const BLOCK: usize = 32;
+/// Values in a K-quant super-block (Q4_K, Q6_K): a row must hold whole ones.
+const K_BLOCK: usize = 256;
 
 /// Activation rows up to which a product runs as our matrix–vector kernel rather than burn's
 /// GEMM (decode is one row; a speculative verification a handful).
@@ -199,11 +205,11 @@ fn packed_q8(values: &[i8], scales: &[f32]) -> Vec<u8> {
     bytes
 }
 
-fn block_scheme(value: QuantValue) -> QuantScheme {
+fn block_scheme(value: QuantValue, block: usize) -> QuantScheme {
     QuantScheme::default()
         .with_value(value)
         .with_store(QuantStore::PackedU32(0))
-        .per_block([BLOCK as u8], burn::tensor::quantization::ScaleDtype::F32)
+        .per_block([block as u8], burn::tensor::quantization::ScaleDtype::F32)
 }
 
 fn linear<S: ByteSource>(
@@ -228,19 +234,48 @@ impl Linear {
         in_dim: usize,
         device: &Device,
     ) -> Result<Self, ModelError> {
-        let blocks = out_dim * in_dim / BLOCK;
-        let quantized = |data: Vec<u8>, value: QuantValue| {
+        let quantized = |data: Vec<u8>, value: QuantValue, block: usize| {
             let len = data.len();
             let t = Tensor::<2>::from_data(
                 TensorData::from_bytes_vec(
                     data,
                     [out_dim, in_dim],
-                    DType::QFloat(block_scheme(value)),
+                    DType::QFloat(block_scheme(value, block)),
                 ),
                 device,
             );
             (t, len)
         };
+        // 8-bit values with one scale per `block`; no offsets.
+        let q8 = |values: &[i8], scales: &[f32], block: usize| {
+            let (weight, device_bytes) =
+                quantized(packed_q8(values, scales), QuantValue::Q8F, block);
+            Linear {
+                weight,
+                block_bias: None,
+                in_dim,
+                quantized: true,
+                device_bytes,
+            }
+        };
+        // Signed 4-bit values with one scale per block of 32 and, for the types with a
+        // minimum, one offset per block.
+        let q4 = |nibbles: &[i8], scales: &[f32], bias: Option<Vec<f32>>| {
+            let (weight, mut device_bytes) =
+                quantized(packed_q4(nibbles, scales), QuantValue::Q4F, BLOCK);
+            let block_bias = bias.map(|bias| {
+                device_bytes += bias.len() * 4;
+                Tensor::<2>::from_data(TensorData::new(bias, [out_dim, in_dim / BLOCK]), device)
+            });
+            Linear {
+                weight,
+                block_bias,
+                in_dim,
+                quantized: true,
+                device_bytes,
+            }
+        };
+        let blocks = out_dim * in_dim / BLOCK;
         let linear = match ty {
             TensorType::Q8_0 if in_dim.is_multiple_of(BLOCK) => {
                 let mut values = Vec::with_capacity(out_dim * in_dim);
@@ -249,15 +284,18 @@ impl Linear {
                     scales.push(f16_at(b, 0));
                     values.extend(b[2..].iter().map(|&q| q as i8));
                 }
-                let (weight, device_bytes) =
-                    quantized(packed_q8(&values, &scales), QuantValue::Q8F);
-                Linear {
-                    weight,
-                    block_bias: None,
-                    in_dim,
-                    quantized: true,
-                    device_bytes,
+                q8(&values, &scales, BLOCK)
+            }
+            // x = (d·sc)·q with q in −32..32: 8-bit values, one scale per sub-block of 16.
+            TensorType::Q6_K if in_dim.is_multiple_of(K_BLOCK) => {
+                let mut values = Vec::with_capacity(out_dim * in_dim);
+                let mut scales = Vec::with_capacity(out_dim * in_dim / 16);
+                for b in bytes.chunks_exact(ty.block_bytes() as usize) {
+                    let block = quant::unpack_q6_k(b);
+                    values.extend_from_slice(&block.q);
+                    scales.extend_from_slice(&block.scale);
                 }
+                q8(&values, &scales, 16)
             }
             TensorType::Q4_0 | TensorType::Q4_1 if in_dim.is_multiple_of(BLOCK) => {
                 let with_min = ty == TensorType::Q4_1;
@@ -281,19 +319,20 @@ impl Linear {
                         out[j + 16] = (byte >> 4) as i8 - 8;
                     }
                 }
-                let (weight, mut device_bytes) =
-                    quantized(packed_q4(&nibbles, &scales), QuantValue::Q4F);
-                let block_bias = with_min.then(|| {
-                    device_bytes += bias.len() * 4;
-                    Tensor::<2>::from_data(TensorData::new(bias, [out_dim, in_dim / BLOCK]), device)
-                });
-                Linear {
-                    weight,
-                    block_bias,
-                    in_dim,
-                    quantized: true,
-                    device_bytes,
+                q4(&nibbles, &scales, with_min.then_some(bias))
+            }
+            // x = s·q − m per sub-block of 32 = s·(q − 8) + (8s − m): Q4_1's device layout.
+            TensorType::Q4_K if in_dim.is_multiple_of(K_BLOCK) => {
+                let mut nibbles = Vec::with_capacity(out_dim * in_dim);
+                let mut scales = Vec::with_capacity(blocks);
+                let mut bias = Vec::with_capacity(blocks);
+                for b in bytes.chunks_exact(ty.block_bytes() as usize) {
+                    let block = quant::unpack_q4_k(b);
+                    nibbles.extend(block.q.iter().map(|&q| q as i8 - 8));
+                    scales.extend_from_slice(&block.scale);
+                    bias.extend(block.scale.iter().zip(&block.min).map(|(s, m)| 8.0 * s - m));
                 }
+                q4(&nibbles, &scales, Some(bias))
             }
             ty => {
                 let values = quant::dequantize(ty, bytes)?;
@@ -865,6 +904,20 @@ mod tests {
                 .wrapping_add(1442695040888963407);
             (state >> 56) as u8
         };
+        let mut value = || (f32::from(byte()) / 255.0 - 0.5) * 0.2;
+        match ty {
+            TensorType::Q4_K => {
+                return quant::encode::q4_k(
+                    &(0..out_dim * in_dim).map(|_| value()).collect::<Vec<_>>(),
+                );
+            }
+            TensorType::Q6_K => {
+                return quant::encode::q6_k(
+                    &(0..out_dim * in_dim).map(|_| value()).collect::<Vec<_>>(),
+                );
+            }
+            _ => {}
+        }
         let (block_bytes, halves) = match ty {
             TensorType::Q8_0 => (34, 1),
             TensorType::Q4_0 => (18, 1),
@@ -897,11 +950,23 @@ mod tests {
             }
             Err(e) => panic!("wgpu device required but unavailable: {e}"),
         };
-        for ty in [TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0] {
-            for (out_dim, in_dim) in [(37, 96), (64, 1024), (3, 32)] {
+        for ty in [
+            TensorType::Q4_0,
+            TensorType::Q4_1,
+            TensorType::Q8_0,
+            TensorType::Q4_K,
+            TensorType::Q6_K,
+        ] {
+            let shapes: &[(usize, usize)] = if ty.block_elements() == 256 {
+                &[(37, 256), (64, 1024), (3, 512)]
+            } else {
+                &[(37, 96), (64, 1024), (3, 32)]
+            };
+            for &(out_dim, in_dim) in shapes {
                 let bytes = random_blocks(ty, out_dim, in_dim, out_dim as u64 * 31 + in_dim as u64);
                 let w = quant::dequantize(ty, &bytes).expect("dequantize");
                 let linear = Linear::upload(ty, &bytes, out_dim, in_dim, &device).expect("upload");
+                assert!(linear.quantized, "{ty:?} stays quantized on the device");
                 for n in [1, 3, MATVEC_MAX_ROWS] {
                     let xs: Vec<f32> = (0..n * in_dim)
                         .map(|i| ((i * 7919) % 201) as f32 / 100.0 - 1.0)

@@ -132,6 +132,29 @@ impl QMatrix {
                     qs,
                 }
             }
+            // x = s·q − m per sub-block of 32 is Q4_1 with d = s and a minimum of −m.
+            TensorType::Q4_K if cols.is_multiple_of(256) => {
+                let (mut d, mut m, mut qs) = (
+                    Vec::with_capacity(nb),
+                    Vec::with_capacity(nb),
+                    Vec::with_capacity(nb * 16),
+                );
+                for b in bytes.chunks_exact(ty.block_bytes() as usize) {
+                    let block = quant::unpack_q4_k(b);
+                    d.extend_from_slice(&block.scale);
+                    m.extend(block.min.iter().map(|v| -v));
+                    for sub in block.q.chunks_exact(BLOCK) {
+                        qs.extend((0..16).map(|j| sub[j] | (sub[j + 16] << 4)));
+                    }
+                }
+                QMatrix::Q4_1 {
+                    rows,
+                    cols,
+                    d,
+                    m,
+                    qs,
+                }
+            }
             TensorType::Q4_0 if cols.is_multiple_of(BLOCK) => {
                 let (mut d, mut qs) = (Vec::with_capacity(nb), Vec::with_capacity(nb * 16));
                 for b in bytes.chunks_exact(18) {
@@ -778,22 +801,26 @@ mod tests {
 
     #[test]
     fn quantized_matmul_matches_dequantized_reference() {
-        let (rows, cols) = (70, 96);
-        let w: Vec<f32> = (0..rows * cols)
-            .map(|i| ((i * 7919 % 211) as f32 - 105.0) / 100.0)
-            .collect();
-        let xs: Vec<Vec<f32>> = (0..3)
-            .map(|t| {
-                (0..cols)
-                    .map(|i| ((i * 31 + t * 17) % 23) as f32 / 10.0 - 1.1)
-                    .collect()
-            })
-            .collect();
-        for (ty, bytes) in [
-            (TensorType::Q4_1, encode::q4_1(&w)),
-            (TensorType::Q4_0, encode::q4_0(&w)),
-            (TensorType::Q8_0, encode::q8_0(&w)),
+        let rows = 70;
+        let weights = |cols: usize| -> Vec<f32> {
+            (0..rows * cols)
+                .map(|i| ((i * 7919 % 211) as f32 - 105.0) / 100.0)
+                .collect()
+        };
+        for (ty, cols, encoder) in [
+            (TensorType::Q4_1, 96, encode::q4_1 as fn(&[f32]) -> Vec<u8>),
+            (TensorType::Q4_0, 96, encode::q4_0),
+            (TensorType::Q8_0, 96, encode::q8_0),
+            (TensorType::Q4_K, 512, encode::q4_k),
         ] {
+            let bytes = encoder(&weights(cols));
+            let xs: Vec<Vec<f32>> = (0..3)
+                .map(|t| {
+                    (0..cols)
+                        .map(|i| ((i * 31 + t * 17) % 23) as f32 / 10.0 - 1.1)
+                        .collect()
+                })
+                .collect();
             let m = QMatrix::from_gguf(ty, &bytes, rows, cols).expect("build");
             let deq = quant::dequantize(ty, &bytes).expect("dequant");
             let acts: Vec<QActs> = xs.iter().map(|x| QActs::quantize(x)).collect();

@@ -65,9 +65,12 @@ fn tiny_models_match_the_cpu_model_on_every_backend() {
         for ty in [
             TensorType::F32,
             TensorType::F16,
+            TensorType::BF16,
             TensorType::Q8_0,
             TensorType::Q4_0,
             TensorType::Q4_1,
+            TensorType::Q4_K,
+            TensorType::Q6_K,
         ] {
             for (heads, kv_heads, untied) in [(4, 4, false), (4, 2, true), (8, 2, false)] {
                 let g = Gguf::read(tiny::model(ty, heads, kv_heads, untied)).expect("tiny gguf");
@@ -76,6 +79,15 @@ fn tiny_models_match_the_cpu_model_on_every_backend() {
                 let cpu = Model::load(&exact, 64).expect("cpu load");
                 let dev = DeviceModel::load(&g, 64, &device).expect("device load");
                 let what = format!("{backend} {ty:?} heads {heads}/{kv_heads} untied {untied}");
+                if ty.block_elements() > 1 {
+                    // Block types stay packed on the device: at most 10 bits a weight (Q6_K
+                    // as 8-bit values with an f32 scale per 16) against f32's 32.
+                    let f32_bytes = DeviceModel::load(&exact, 64, &device)
+                        .expect("f32 device load")
+                        .weight_bytes();
+                    let ratio = dev.weight_bytes() as f64 / f32_bytes as f64;
+                    assert!(ratio < 0.33, "{what}: device weights {ratio:.2} of f32");
+                }
 
                 // Batched prefill of 5, then one decode step, against the CPU model.
                 let mut cpu_cache = cpu.new_cache(64);

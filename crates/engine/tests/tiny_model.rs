@@ -21,9 +21,12 @@ fn batched_prefill_equals_token_by_token_decode_for_every_type() {
     for ty in [
         TensorType::F32,
         TensorType::F16,
+        TensorType::BF16,
         TensorType::Q8_0,
         TensorType::Q4_0,
         TensorType::Q4_1,
+        TensorType::Q4_K,
+        TensorType::Q6_K,
     ] {
         for (heads, kv_heads) in [(4, 4), (4, 2), (4, 1)] {
             let g = Gguf::read(tiny::model(ty, heads, kv_heads, false)).expect("tiny gguf");

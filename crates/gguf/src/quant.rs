@@ -191,47 +191,90 @@ fn scale_min_k4(j: usize, q: &[u8]) -> (f32, f32) {
     (f32::from(sc), f32::from(m))
 }
 
-/// Q4_K: super-block of 256 as 8 sub-blocks of 32, each with a 6-bit scale and minimum.
-pub fn dequant_q4_k(b: &[u8], out: &mut [f32]) {
+/// A Q4_K block unpacked: `x[i] = scale[i / 32] · q[i] − min[i / 32]`, with `q` in `0..16`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Q4KBlock {
+    pub q: [u8; 256],
+    pub scale: [f32; 8],
+    pub min: [f32; 8],
+}
+
+/// Unpacks a 144-byte Q4_K block (super-block of 256 as 8 sub-blocks of 32, each with a 6-bit
+/// scale and minimum) without dequantizing, so a device can keep it as 4-bit blocks of 32.
+pub fn unpack_q4_k(b: &[u8]) -> Q4KBlock {
     let d = f16_at(b, 0);
     let dmin = f16_at(b, 2);
     let scales = &b[4..16];
     let qs = &b[16..144];
+    let mut block = Q4KBlock {
+        q: [0; 256],
+        scale: [0.0; 8],
+        min: [0.0; 8],
+    };
+    for j in 0..8 {
+        let (sc, m) = scale_min_k4(j, scales);
+        block.scale[j] = d * sc;
+        block.min[j] = dmin * m;
+    }
+    // Each 32 bytes hold two sub-blocks: the first in the low nibbles, the second in the high.
     for chunk in 0..4 {
-        let (sc1, m1) = scale_min_k4(2 * chunk, scales);
-        let (sc2, m2) = scale_min_k4(2 * chunk + 1, scales);
-        let q = &qs[32 * chunk..32 * chunk + 32];
-        let o = &mut out[64 * chunk..64 * chunk + 64];
-        for l in 0..32 {
-            o[l] = d * sc1 * f32::from(q[l] & 0x0F) - dmin * m1;
-            o[l + 32] = d * sc2 * f32::from(q[l] >> 4) - dmin * m2;
+        for (l, &byte) in qs[32 * chunk..32 * chunk + 32].iter().enumerate() {
+            block.q[64 * chunk + l] = byte & 0x0F;
+            block.q[64 * chunk + 32 + l] = byte >> 4;
         }
+    }
+    block
+}
+
+/// Q4_K: super-block of 256 as 8 sub-blocks of 32, each with a 6-bit scale and minimum.
+pub fn dequant_q4_k(b: &[u8], out: &mut [f32]) {
+    let block = unpack_q4_k(b);
+    for (i, o) in out.iter_mut().enumerate().take(256) {
+        *o = block.scale[i / 32] * f32::from(block.q[i]) - block.min[i / 32];
     }
 }
 
-/// Q6_K: 256 values of 6 bits (4 low in `ql`, 2 high in `qh`), 16 signed 8-bit scales, f16 `d`.
-pub fn dequant_q6_k(b: &[u8], out: &mut [f32]) {
+/// A Q6_K block unpacked: `x[i] = scale[i / 16] · q[i]`, with `q` in `−32..32`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Q6KBlock {
+    pub q: [i8; 256],
+    pub scale: [f32; 16],
+}
+
+/// Unpacks a 210-byte Q6_K block (256 values of 6 bits, 4 low in `ql` and 2 high in `qh`, 16
+/// signed 8-bit scales of sub-blocks of 16, f16 `d`) without dequantizing.
+pub fn unpack_q6_k(b: &[u8]) -> Q6KBlock {
     let (ql_all, rest) = b.split_at(128);
     let (qh_all, rest) = rest.split_at(64);
     let (sc_all, d_bytes) = rest.split_at(16);
     let d = f16_at(d_bytes, 0);
+    let mut block = Q6KBlock {
+        q: [0; 256],
+        scale: [0.0; 16],
+    };
+    for (s, &sc) in block.scale.iter_mut().zip(sc_all) {
+        *s = d * f32::from(sc as i8);
+    }
+    let six = |low: u8, high: u8| ((low | (high << 4)) as i8) - 32;
     for half in 0..2 {
         let ql = &ql_all[64 * half..];
         let qh = &qh_all[32 * half..];
-        let sc = &sc_all[8 * half..];
-        let o = &mut out[128 * half..128 * half + 128];
+        let q = &mut block.q[128 * half..128 * half + 128];
         for l in 0..32 {
-            let is = l / 16;
-            let q1 = i32::from((ql[l] & 0x0F) | ((qh[l] & 3) << 4)) - 32;
-            let q2 = i32::from((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32;
-            let q3 = i32::from((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-            let q4 = i32::from((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-            let s = |i: usize| d * f32::from(sc[i] as i8);
-            o[l] = s(is) * q1 as f32;
-            o[l + 32] = s(is + 2) * q2 as f32;
-            o[l + 64] = s(is + 4) * q3 as f32;
-            o[l + 96] = s(is + 6) * q4 as f32;
+            q[l] = six(ql[l] & 0x0F, qh[l] & 3);
+            q[l + 32] = six(ql[l + 32] & 0x0F, (qh[l] >> 2) & 3);
+            q[l + 64] = six(ql[l] >> 4, (qh[l] >> 4) & 3);
+            q[l + 96] = six(ql[l + 32] >> 4, (qh[l] >> 6) & 3);
         }
+    }
+    block
+}
+
+/// Q6_K: 256 values of 6 bits (4 low in `ql`, 2 high in `qh`), 16 signed 8-bit scales, f16 `d`.
+pub fn dequant_q6_k(b: &[u8], out: &mut [f32]) {
+    let block = unpack_q6_k(b);
+    for (i, o) in out.iter_mut().enumerate().take(256) {
+        *o = block.scale[i / 16] * f32::from(block.q[i]);
     }
 }
 
@@ -297,6 +340,122 @@ pub mod encode {
             out.extend_from_slice(&m.to_le_bytes());
             let q = |v: f32| (((v - m.to_f32()) * inv).round() as i32).clamp(0, 15) as u8;
             out.extend((0..16).map(|j| q(block[j]) | (q(block[j + 16]) << 4)));
+        }
+        out
+    }
+
+    /// The smallest f16 at least `v`, so 63 units of it cover the largest of 63 steps.
+    fn unit_covering(v: f32) -> f16 {
+        let h = f16::from_f32(v);
+        if h.to_f32() < v {
+            f16::from_bits(h.to_bits() + 1)
+        } else {
+            h
+        }
+    }
+
+    /// f32 → Q4_K blocks (`values.len()` a multiple of 256): per sub-block of 32 a 4-bit range
+    /// from its minimum, the sub-blocks' scales and minimums as 6-bit multiples of `d`, `dmin`.
+    pub fn q4_k(values: &[f32]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for block in values.chunks_exact(256) {
+            // Minimums rounded up and then scales rounded up to cover the rounded ranges, so
+            // every value lands in 0..16 without clamping.
+            let mut sub_min = [0f32; 8];
+            let mut sub_max = [0f32; 8];
+            for (j, sub) in block.chunks_exact(32).enumerate() {
+                sub_min[j] = -sub.iter().copied().fold(0f32, f32::min);
+                sub_max[j] = sub.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            }
+            let dmin = unit_covering(sub_min.iter().copied().fold(0f32, f32::max) / 63.0);
+            let six_up = |v: f32, unit: f16| {
+                if unit.to_f32() == 0.0 {
+                    0u8
+                } else {
+                    (v / unit.to_f32()).ceil().clamp(0.0, 63.0) as u8
+                }
+            };
+            let m: Vec<u8> = sub_min.iter().map(|&v| six_up(v, dmin)).collect();
+            let sub_scale: Vec<f32> = (0..8)
+                .map(|j| (sub_max[j] + dmin.to_f32() * f32::from(m[j])) / 15.0)
+                .collect();
+            let d = unit_covering(sub_scale.iter().copied().fold(0f32, f32::max) / 63.0);
+            let sc: Vec<u8> = sub_scale.iter().map(|&v| six_up(v, d)).collect();
+            let mut packed = [0u8; 12];
+            for j in 0..4 {
+                packed[j] = sc[j] | ((sc[j + 4] >> 4) << 6);
+                packed[j + 4] = m[j] | ((m[j + 4] >> 4) << 6);
+                packed[j + 8] = (sc[j + 4] & 0x0F) | ((m[j + 4] & 0x0F) << 4);
+            }
+            out.extend_from_slice(&d.to_le_bytes());
+            out.extend_from_slice(&dmin.to_le_bytes());
+            out.extend_from_slice(&packed);
+            let q = |i: usize| {
+                let j = i / 32;
+                let scale = d.to_f32() * f32::from(sc[j]);
+                if scale == 0.0 {
+                    return 0u8;
+                }
+                let min = dmin.to_f32() * f32::from(m[j]);
+                ((block[i] + min) / scale).round().clamp(0.0, 15.0) as u8
+            };
+            for chunk in 0..4 {
+                out.extend((0..32).map(|l| q(64 * chunk + l) | (q(64 * chunk + 32 + l) << 4)));
+            }
+        }
+        out
+    }
+
+    /// f32 → Q6_K blocks (`values.len()` a multiple of 256): per sub-block of 16 a signed 6-bit
+    /// range, the sub-blocks' scales as signed 8-bit multiples of `d`.
+    pub fn q6_k(values: &[f32]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for block in values.chunks_exact(256) {
+            let sub_scale: Vec<f32> = block
+                .chunks_exact(16)
+                .map(|sub| sub.iter().fold(0f32, |a, v| a.max(v.abs())) / 31.0)
+                .collect();
+            let d = f16::from_f32(sub_scale.iter().copied().fold(0f32, f32::max) / 127.0);
+            let sc: Vec<i8> = sub_scale
+                .iter()
+                .map(|&v| {
+                    if d.to_f32() == 0.0 {
+                        0
+                    } else {
+                        (v / d.to_f32()).round().clamp(-128.0, 127.0) as i8
+                    }
+                })
+                .collect();
+            let q: Vec<u8> = block
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| {
+                    let scale = d.to_f32() * f32::from(sc[i / 16]);
+                    let q = if scale == 0.0 {
+                        0.0
+                    } else {
+                        (v / scale).round()
+                    };
+                    (q.clamp(-32.0, 31.0) as i32 + 32) as u8
+                })
+                .collect();
+            let mut ql = [0u8; 128];
+            let mut qh = [0u8; 64];
+            for half in 0..2 {
+                let q = &q[128 * half..];
+                for l in 0..32 {
+                    ql[64 * half + l] = (q[l] & 0x0F) | ((q[l + 64] & 0x0F) << 4);
+                    ql[64 * half + l + 32] = (q[l + 32] & 0x0F) | ((q[l + 96] & 0x0F) << 4);
+                    qh[32 * half + l] = (q[l] >> 4)
+                        | ((q[l + 32] >> 4) << 2)
+                        | ((q[l + 64] >> 4) << 4)
+                        | ((q[l + 96] >> 4) << 6);
+                }
+            }
+            out.extend_from_slice(&ql);
+            out.extend_from_slice(&qh);
+            out.extend(sc.iter().map(|&s| s as u8));
+            out.extend_from_slice(&d.to_le_bytes());
         }
         out
     }
@@ -411,6 +570,46 @@ mod tests {
             for (a, b) in v.iter().zip(&back) {
                 assert!((a - b).abs() <= tol, "{ty:?}: {a} vs {b}");
             }
+        }
+    }
+
+    #[test]
+    fn k_quant_encoders_round_trip_within_a_step() {
+        // Two super-blocks, sub-blocks of differing ranges (so the 6-bit scales differ).
+        let spread = |i: usize| 1.0 + (i / 32) as f32 * 0.1;
+        let v: Vec<f32> = (0..512)
+            .map(|i| ((i * 37 % 64) as f32 - 32.0) / 10.0 * spread(i))
+            .collect();
+        for (ty, bytes, tol) in [
+            // Half a step of each sub-block's range (6.3 · spread) over 15 and 63 levels.
+            (TensorType::Q4_K, encode::q4_k(&v), 0.22),
+            (TensorType::Q6_K, encode::q6_k(&v), 0.06),
+        ] {
+            assert_eq!(bytes.len() as u64, 2 * ty.block_bytes(), "{ty:?}");
+            let back = dequantize(ty, &bytes).expect("dequant");
+            for (i, (a, b)) in v.iter().zip(&back).enumerate() {
+                assert!((a - b).abs() <= tol * spread(i), "{ty:?} [{i}]: {a} vs {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn unpacked_k_blocks_hold_the_dequantized_values() {
+        let v: Vec<f32> = (0..256).map(|i| (i as f32 * 0.37).sin()).collect();
+        let b4 = encode::q4_k(&v);
+        let unpacked = unpack_q4_k(&b4);
+        let back = dequantize(TensorType::Q4_K, &b4).expect("q4_k");
+        for (i, &want) in back.iter().enumerate() {
+            assert!(unpacked.q[i] < 16);
+            let x = unpacked.scale[i / 32] * f32::from(unpacked.q[i]) - unpacked.min[i / 32];
+            assert_eq!(x, want);
+        }
+        let b6 = encode::q6_k(&v);
+        let unpacked = unpack_q6_k(&b6);
+        let back = dequantize(TensorType::Q6_K, &b6).expect("q6_k");
+        for (i, &want) in back.iter().enumerate() {
+            assert!((-32..32).contains(&unpacked.q[i]));
+            assert_eq!(unpacked.scale[i / 16] * f32::from(unpacked.q[i]), want);
         }
     }
 

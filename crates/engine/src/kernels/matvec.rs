@@ -40,11 +40,12 @@ const _: () = assert!(LANES == 32 && LANES * ROWS_PER_CUBE == 256);
 /// Invocations per cube of [`MatvecKernel::PerRow`].
 const PER_ROW_CUBE: u32 = 64;
 
-/// This invocation's share of `Σ_b scale[r, b] · Σ_j q[r, 32b + j] · x[t, 32b + j]
-/// (+ bias[r, b] · Σ_j x[t, 32b + j])`: the words `first_word, first_word + step, …` of row `row`.
+/// This invocation's share of `Σ_b scale[r, b] · Σ_j q[r, Bb + j] · x[t, Bb + j]
+/// (+ bias[r, b] · Σ_j x[t, Bb + j])` for blocks of `B = block` values: the words `first_word,
+/// first_word + step, …` of row `row`.
 ///
 /// `words` packs `32 / bits` signed values per `u32`, lowest bits first, rows of `in_dim / (32 /
-/// bits)` words; `scales` and `bias` hold one value per row and block of 32.
+/// bits)` words; `scales` and `bias` hold one value per row and block.
 #[allow(clippy::too_many_arguments)]
 #[cube]
 fn row_share(
@@ -58,15 +59,16 @@ fn row_share(
     step: usize,
     in_dim: usize,
     #[comptime] bits: u32,
+    #[comptime] block: u32,
     #[comptime] with_bias: bool,
 ) -> f32 {
     let per_word = comptime!(32 / bits);
-    let words_per_block = comptime!(bits);
+    let words_per_block = comptime!(block / (32 / bits));
     let mask = comptime!((1u32 << bits) - 1);
     let sign = comptime!(1u32 << (bits - 1));
     let offset = comptime!((1u32 << (bits - 1)) as f32);
     let words_per_row = in_dim / per_word as usize;
-    let blocks_per_row = in_dim / 32;
+    let blocks_per_row = in_dim / block as usize;
     let mut acc = 0.0f32;
     let mut w = first_word;
     while w < words_per_row {
@@ -106,6 +108,7 @@ fn cooperative_matvec(
     in_dim: usize,
     out_dim: usize,
     #[comptime] bits: u32,
+    #[comptime] block: u32,
     #[comptime] with_bias: bool,
 ) {
     let lane = UNIT_POS_X as usize;
@@ -114,7 +117,7 @@ fn cooperative_matvec(
     let mut acc = 0.0f32;
     if row < out_dim {
         acc = row_share(
-            x, words, scales, bias, token, row, lane, 32usize, in_dim, bits, with_bias,
+            x, words, scales, bias, token, row, lane, 32usize, in_dim, bits, block, with_bias,
         );
     }
 
@@ -151,19 +154,21 @@ fn per_row_matvec(
     in_dim: usize,
     out_dim: usize,
     #[comptime] bits: u32,
+    #[comptime] block: u32,
     #[comptime] with_bias: bool,
 ) {
     let row = ABSOLUTE_POS_X as usize;
     let token = CUBE_POS_Y as usize;
     if row < out_dim {
         out[token * out_dim + row] = row_share(
-            x, words, scales, bias, token, row, 0usize, 1usize, in_dim, bits, with_bias,
+            x, words, scales, bias, token, row, 0usize, 1usize, in_dim, bits, block, with_bias,
         );
     }
 }
 
 /// `x [n, in] · weightᵀ (+ blocksum32(x) · biasᵀ)` for a weight held as burn's Q4F or Q8F
-/// blocks of 32 along `in` (`PackedU32`, f32 scales) and Q4_1's offsets `bias [out, in/32]`.
+/// blocks along `in` (`PackedU32`, f32 scales; Q4F in blocks of 32, Q8F in blocks of 32 or 16)
+/// and Q4_1's offsets `bias [out, in/32]`.
 ///
 /// `None` when the tensors do not live on a cubecl device or are not laid out as this kernel
 /// reads them; the caller then runs burn's own product.
@@ -181,11 +186,15 @@ pub(crate) fn quantized_matvec(
     let DType::QFloat(scheme) = weight.dtype() else {
         return None;
     };
-    let bits = match scheme.value {
-        QuantValue::Q4F => 4,
-        QuantValue::Q8F => 8,
+    let block = scheme.block_size()?.num_elements();
+    let bits = match (scheme.value, block) {
+        (QuantValue::Q4F, 32) => 4,
+        (QuantValue::Q8F, 32 | 16) if bias.is_none() => 8,
         _ => return None,
     };
+    if !in_dim.is_multiple_of(block) {
+        return None;
+    }
     let BackendTensor::Quantized(w) = cube_primitive(weight.clone())? else {
         return None;
     };
@@ -201,7 +210,7 @@ pub(crate) fn quantized_matvec(
     if scales.dtype != DType::F32 {
         return None;
     }
-    let blocks = out_dim * in_dim / 32;
+    let blocks = out_dim * in_dim / block;
     let client = x.client.clone();
     let (out, output) = empty_f32(&x, [n, out_dim]);
     // An unused one-element stand-in keeps the kernel's signature fixed without a bias.
@@ -228,6 +237,7 @@ pub(crate) fn quantized_matvec(
             in_dim,
             out_dim,
             bits,
+            block as u32,
             bias.is_some(),
         ),
         MatvecKernel::PerRow => per_row_matvec::launch(
@@ -242,6 +252,7 @@ pub(crate) fn quantized_matvec(
             in_dim,
             out_dim,
             bits,
+            block as u32,
             bias.is_some(),
         ),
     }

@@ -6,9 +6,17 @@
 use straddle_engine::gguf::{GgufWriter, Value};
 use straddle_engine::quant::{TensorType, encode};
 
-pub const D: usize = 64;
-pub const FFN: usize = 96;
 pub const VOCAB: usize = 40;
+
+/// Model width and FFN width for weights of type `ty`: rows must hold whole blocks, 256 values
+/// for the K-quants.
+fn dims(ty: TensorType) -> (usize, usize) {
+    if ty.block_elements() == 256 {
+        (256, 512)
+    } else {
+        (64, 96)
+    }
+}
 
 struct Lcg(u64);
 impl Lcg {
@@ -33,20 +41,28 @@ fn encode_as(ty: TensorType, v: &[f32]) -> Vec<u8> {
             .collect(),
         TensorType::Q8_0 => encode::q8_0(v),
         TensorType::Q4_0 => encode::q4_0(v),
+        TensorType::BF16 => v
+            .iter()
+            .flat_map(|x| half::bf16::from_f32(*x).to_le_bytes())
+            .collect(),
         TensorType::Q4_1 => encode::q4_1(v),
+        TensorType::Q4_K => encode::q4_k(v),
+        TensorType::Q6_K => encode::q6_k(v),
         other => panic!("no encoder for {other:?}"),
     }
 }
 
 /// A 2-layer model with `heads`/`kv_heads` attention heads and weights of type `ty`.
 pub fn model(ty: TensorType, heads: u32, kv_heads: u32, untied: bool) -> Vec<u8> {
-    build(heads, kv_heads, untied, |v| (ty, encode_as(ty, v)))
+    build(dims(ty), heads, kv_heads, untied, |v| {
+        (ty, encode_as(ty, v))
+    })
 }
 
 /// The same model as [`model`], with every `ty` weight replaced by its exact dequantized
 /// values stored as F32: a full-precision reference for the quantized one.
 pub fn model_as_f32(ty: TensorType, heads: u32, kv_heads: u32, untied: bool) -> Vec<u8> {
-    build(heads, kv_heads, untied, |v| {
+    build(dims(ty), heads, kv_heads, untied, |v| {
         let exact = straddle_engine::quant::dequantize(ty, &encode_as(ty, v)).expect("dequantize");
         (TensorType::F32, encode_as(TensorType::F32, &exact))
     })
@@ -54,18 +70,19 @@ pub fn model_as_f32(ty: TensorType, heads: u32, kv_heads: u32, untied: bool) -> 
 
 /// Builds the model, storing each random weight matrix as `encode` does.
 fn build(
+    (d, ffn): (usize, usize),
     heads: u32,
     kv_heads: u32,
     untied: bool,
     encode: impl Fn(&[f32]) -> (TensorType, Vec<u8>),
 ) -> Vec<u8> {
     let mut rng = Lcg(7);
-    let kv = D / heads as usize * kv_heads as usize;
+    let kv = d / heads as usize * kv_heads as usize;
     let mut w = GgufWriter::new()
         .kv("general.architecture", Value::String("llama".into()))
         .kv("llama.block_count", Value::U32(2))
-        .kv("llama.embedding_length", Value::U32(D as u32))
-        .kv("llama.feed_forward_length", Value::U32(FFN as u32))
+        .kv("llama.embedding_length", Value::U32(d as u32))
+        .kv("llama.feed_forward_length", Value::U32(ffn as u32))
         .kv("llama.attention.head_count", Value::U32(heads))
         .kv("llama.attention.head_count_kv", Value::U32(kv_heads))
         .kv("llama.rope.freq_base", Value::F32(10_000.0))
@@ -75,31 +92,31 @@ fn build(
         let (ty, bytes) = encode(&rng.vec(rows * cols));
         w.tensor(name, &[cols as u64, rows as u64], ty, bytes)
     };
-    let embed = rng.vec(VOCAB * D);
+    let embed = rng.vec(VOCAB * d);
     let (ty, bytes) = encode(&embed);
-    w = w.tensor("token_embd.weight", &[D as u64, VOCAB as u64], ty, bytes);
+    w = w.tensor("token_embd.weight", &[d as u64, VOCAB as u64], ty, bytes);
     if untied {
         // Same values as the embedding: an untied head must then give the tied logits.
         let (ty, bytes) = encode(&embed);
-        w = w.tensor("output.weight", &[D as u64, VOCAB as u64], ty, bytes);
+        w = w.tensor("output.weight", &[d as u64, VOCAB as u64], ty, bytes);
     }
     let norm = |n: usize| -> Vec<u8> {
         (0..n)
             .flat_map(|i| (1.0 + i as f32 * 0.01).to_le_bytes())
             .collect()
     };
-    w = w.tensor("output_norm.weight", &[D as u64], TensorType::F32, norm(D));
+    w = w.tensor("output_norm.weight", &[d as u64], TensorType::F32, norm(d));
     for l in 0..2 {
         let n = |s: &str| format!("blk.{l}.{s}.weight");
-        w = w.tensor(&n("attn_norm"), &[D as u64], TensorType::F32, norm(D));
-        w = w.tensor(&n("ffn_norm"), &[D as u64], TensorType::F32, norm(D));
-        w = mat(w, &n("attn_q"), D, D, &mut rng);
-        w = mat(w, &n("attn_k"), kv, D, &mut rng);
-        w = mat(w, &n("attn_v"), kv, D, &mut rng);
-        w = mat(w, &n("attn_output"), D, D, &mut rng);
-        w = mat(w, &n("ffn_gate"), FFN, D, &mut rng);
-        w = mat(w, &n("ffn_up"), FFN, D, &mut rng);
-        w = mat(w, &n("ffn_down"), D, FFN, &mut rng);
+        w = w.tensor(&n("attn_norm"), &[d as u64], TensorType::F32, norm(d));
+        w = w.tensor(&n("ffn_norm"), &[d as u64], TensorType::F32, norm(d));
+        w = mat(w, &n("attn_q"), d, d, &mut rng);
+        w = mat(w, &n("attn_k"), kv, d, &mut rng);
+        w = mat(w, &n("attn_v"), kv, d, &mut rng);
+        w = mat(w, &n("attn_output"), d, d, &mut rng);
+        w = mat(w, &n("ffn_gate"), ffn, d, &mut rng);
+        w = mat(w, &n("ffn_up"), ffn, d, &mut rng);
+        w = mat(w, &n("ffn_down"), d, ffn, &mut rng);
     }
     w.to_bytes()
 }
