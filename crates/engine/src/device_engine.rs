@@ -111,7 +111,7 @@ impl DeviceEngine {
     }
 
     /// The prompt's ids and a fresh cache of `context` positions that has room after them.
-    fn prompt_and_cache(
+    pub(crate) fn prompt_and_cache(
         &self,
         prompt: Prompt<'_>,
         context: usize,

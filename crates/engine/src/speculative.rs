@@ -8,14 +8,159 @@
 //! otherwise draws from p with x removed, which leaves every emitted token distributed as p
 //! (the rejection rule of Leviathan et al. 2023 with q = δ_x).
 
+use std::future::Future;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+
 use web_time::Instant;
 
-#[cfg(not(target_arch = "wasm32"))]
+use crate::device_engine::DeviceEngine;
 use crate::device_model::{DeviceCache, DeviceModel};
 use crate::generate::{Engine, EngineError, Finish, GenerateParams, Prompt, stable_text};
 use crate::kv::KvCache;
 use crate::model::{Model, ModelError};
 use crate::sample::{self, Rng, SamplingParams};
+use crate::tokenizer::Tokenizer;
+
+/// A model that drafts: the CPU [`Model`] or a [`DeviceModel`] (whose passes are awaited,
+/// because a browser reads GPU results back asynchronously). The drafting loop and the
+/// speculation's bookkeeping are written once over it.
+// Callers are single-threaded (a browser tab, a blocking CLI), so the futures need no `Send`.
+#[allow(async_fn_in_trait)]
+pub trait Drafter {
+    /// The model's KV cache for one sequence.
+    type Cache: DraftCache;
+
+    /// Runs `tokens` after the cache's contents and returns the last position's logits.
+    async fn forward_last(
+        &self,
+        tokens: &[u32],
+        cache: &mut Self::Cache,
+    ) -> Result<Vec<f32>, ModelError>;
+}
+
+/// What speculation needs of a cache: its length, rewinding it, its room.
+pub trait DraftCache {
+    /// Positions filled.
+    fn filled(&self) -> usize;
+    /// Forgets positions from `len` on.
+    fn rewind(&mut self, len: usize);
+    /// Positions it can hold.
+    fn room(&self) -> usize;
+}
+
+impl DraftCache for KvCache {
+    fn filled(&self) -> usize {
+        self.len()
+    }
+    fn rewind(&mut self, len: usize) {
+        self.truncate(len);
+    }
+    fn room(&self) -> usize {
+        self.capacity()
+    }
+}
+
+impl DraftCache for DeviceCache {
+    fn filled(&self) -> usize {
+        self.len()
+    }
+    fn rewind(&mut self, len: usize) {
+        self.truncate(len);
+    }
+    fn room(&self) -> usize {
+        self.capacity()
+    }
+}
+
+impl Drafter for Model {
+    type Cache = KvCache;
+
+    async fn forward_last(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+    ) -> Result<Vec<f32>, ModelError> {
+        Ok(self
+            .forward(tokens, cache, false)?
+            .pop()
+            .unwrap_or_default())
+    }
+}
+
+impl Drafter for DeviceModel {
+    type Cache = DeviceCache;
+
+    async fn forward_last(
+        &self,
+        tokens: &[u32],
+        cache: &mut DeviceCache,
+    ) -> Result<Vec<f32>, ModelError> {
+        Ok(self
+            .forward_read(tokens, cache, false)
+            .await?
+            .pop()
+            .unwrap_or_default())
+    }
+}
+
+/// The value of a future that never waits: the CPU model's passes are synchronous, so its
+/// drafting runs the shared async code to completion in one poll.
+fn ready<F: Future>(future: F) -> F::Output {
+    let mut future = pin!(future);
+    match future
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+    {
+        Poll::Ready(value) => value,
+        // Only `Drafter for Model` reaches here, whose passes never wait.
+        Poll::Pending => unreachable!("a CPU pass awaited"),
+    }
+}
+
+/// Drafts `k` tokens greedily after the cache's contents, given the logits of its last
+/// position; the cache grows by every drafted token but the last.
+async fn draft_greedy<D: Drafter>(
+    model: &D,
+    cache: &mut D::Cache,
+    last_logits: &[f32],
+    k: usize,
+) -> Result<Draft, ModelError> {
+    let mut logits = last_logits.to_vec();
+    let mut out = Draft {
+        tokens: Vec::with_capacity(k),
+        probs: Vec::with_capacity(k),
+    };
+    let greedy = SamplingParams::default();
+    let mut rng = Rng::new(0);
+    for i in 0..k {
+        let s = sample::sample(&logits, &greedy, &[], &mut rng);
+        out.tokens.push(s.token);
+        out.probs.push(s.logprob.exp());
+        if i + 1 == k {
+            break;
+        }
+        logits = model.forward_last(&[s.token], cache).await?;
+    }
+    Ok(out)
+}
+
+/// The drafting side after a verdict: keeps the accepted draft in the cache, feeds the
+/// verifier's token, and returns the logits to draft from next. `base` is the cache length
+/// before the draft.
+async fn accept_verdict<D: Drafter>(
+    model: &D,
+    cache: &mut D::Cache,
+    base: usize,
+    draft: &Draft,
+    verdict: &Verdict,
+) -> Result<Vec<f32>, ModelError> {
+    let keep = base + verdict.accepted.min(draft.tokens.len());
+    cache.rewind(keep);
+    let mut feed: Vec<u32> = draft.tokens[cache.filled() - base..keep - base].to_vec();
+    feed.push(verdict.next_token);
+    model.forward_last(&feed, cache).await
+}
 
 /// Drafted tokens with the draft model's probability of each.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,27 +189,7 @@ impl Model {
         last_logits: &[f32],
         k: usize,
     ) -> Result<Draft, ModelError> {
-        let mut logits = last_logits.to_vec();
-        let mut out = Draft {
-            tokens: Vec::with_capacity(k),
-            probs: Vec::with_capacity(k),
-        };
-        let greedy = SamplingParams::default();
-        let mut rng = Rng::new(0);
-        for i in 0..k {
-            let s = sample::sample(&logits, &greedy, &[], &mut rng);
-            out.tokens.push(s.token);
-            let p = s.logprob.exp();
-            out.probs.push(p);
-            if i + 1 == k {
-                break;
-            }
-            logits = self
-                .forward(&[s.token], cache, false)?
-                .pop()
-                .unwrap_or_default();
-        }
-        Ok(out)
+        ready(draft_greedy(self, cache, last_logits, k))
     }
 
     /// The drafting side after a verdict: keeps the accepted draft in the cache, feeds the
@@ -77,11 +202,7 @@ impl Model {
         draft: &Draft,
         verdict: &Verdict,
     ) -> Result<Vec<f32>, ModelError> {
-        let keep = base + verdict.accepted.min(draft.tokens.len());
-        cache.truncate(keep);
-        let mut feed: Vec<u32> = draft.tokens[cache.len() - base..keep - base].to_vec();
-        feed.push(verdict.next_token);
-        Ok(self.forward(&feed, cache, false)?.pop().unwrap_or_default())
+        ready(accept_verdict(self, cache, base, draft, verdict))
     }
 
     /// Verifies `draft` after the cache's contents (`last_logits` are those of its last
@@ -131,9 +252,19 @@ impl Model {
     }
 }
 
-#[cfg(not(target_arch = "wasm32"))]
 impl DeviceModel {
+    /// [`Model::draft`] on the device.
+    pub async fn draft(
+        &self,
+        cache: &mut DeviceCache,
+        last_logits: &[f32],
+        k: usize,
+    ) -> Result<Draft, ModelError> {
+        draft_greedy(self, cache, last_logits, k).await
+    }
+
     /// [`Model::verify_after`] on the device, blocking on the readback (a native server).
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn verify_after(
         &self,
         cache: &mut DeviceCache,
@@ -367,8 +498,11 @@ pub struct SpeculationStats {
 /// verdict to [`Speculation::settle`], which emits the accepted tokens and the verifier's own.
 /// If the verifier fails, [`Speculation::step_alone`] goes on with the edge model alone from
 /// exactly the tokens emitted so far.
-pub struct Speculation {
-    cache: KvCache,
+///
+/// `C` is the drafting model's cache: the CPU [`Engine`]'s (the methods above, synchronous) or
+/// a [`DeviceEngine`]'s (`*_with` methods, awaited; they take either model).
+pub struct Speculation<C = KvCache> {
+    cache: C,
     /// Logits after the last emitted token (what the next draft starts from).
     logits: Vec<f32>,
     prompt: Vec<u32>,
@@ -386,7 +520,7 @@ pub struct Speculation {
     stats: SpeculationStats,
 }
 
-impl std::fmt::Debug for Speculation {
+impl<C> std::fmt::Debug for Speculation<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Speculation")
             .field("tokens", &self.tokens.len())
@@ -395,7 +529,7 @@ impl std::fmt::Debug for Speculation {
     }
 }
 
-impl Speculation {
+impl Speculation<KvCache> {
     /// Tokenizes and prefills `prompt` on the drafting model. Every later call takes the
     /// same `engine` (the state holds no borrow, so a wasm object can own it).
     pub fn start(
@@ -405,7 +539,51 @@ impl Speculation {
         lengths: DraftLength,
     ) -> Result<Self, EngineError> {
         let (prompt, cache, logits) = engine.prefill(prompt, params.context)?;
-        Ok(Self {
+        Ok(Self::prefilled(cache, logits, prompt, params, lengths))
+    }
+
+    /// Drafts the next tokens to verify; `None` once finished. A draft still awaiting its
+    /// verdict is returned again rather than redrafted.
+    pub fn draft(&mut self, engine: &Engine) -> Result<Option<&[u32]>, EngineError> {
+        ready(self.draft_with(&engine.model))
+    }
+
+    /// Takes the verifier's verdict on the pending draft and returns the new text to show.
+    pub fn settle(&mut self, engine: &Engine, verdict: Verdict) -> Result<String, EngineError> {
+        ready(self.settle_with(&engine.model, &engine.tokenizer, verdict))
+    }
+
+    /// One token from the edge model alone (the verifier is gone): forgets any pending draft
+    /// and samples with the generation's own settings. Returns the new text, or `None` once
+    /// finished.
+    pub fn step_alone(&mut self, engine: &Engine) -> Result<Option<String>, EngineError> {
+        ready(self.step_alone_with(&engine.model, &engine.tokenizer))
+    }
+}
+
+impl Speculation<DeviceCache> {
+    /// [`Speculation::start`] with the drafting model on a device (WebGPU in a browser).
+    pub async fn start_on_device(
+        engine: &DeviceEngine,
+        prompt: Prompt<'_>,
+        params: &GenerateParams,
+        lengths: DraftLength,
+    ) -> Result<Self, EngineError> {
+        let (prompt, mut cache) = engine.prompt_and_cache(prompt, params.context)?;
+        let logits = engine.model.forward_last(&prompt, &mut cache).await?;
+        Ok(Self::prefilled(cache, logits, prompt, params, lengths))
+    }
+}
+
+impl<C: DraftCache> Speculation<C> {
+    fn prefilled(
+        cache: C,
+        logits: Vec<f32>,
+        prompt: Vec<u32>,
+        params: &GenerateParams,
+        lengths: DraftLength,
+    ) -> Self {
+        Self {
             cache,
             logits,
             prompt,
@@ -419,7 +597,7 @@ impl Speculation {
             draft_ms: 0.0,
             finish: None,
             stats: SpeculationStats::default(),
-        })
+        }
     }
 
     /// The prompt's token ids (the first verify call's prefix).
@@ -452,9 +630,11 @@ impl Speculation {
         &self.lengths
     }
 
-    /// Drafts the next tokens to verify; `None` once finished. A draft still awaiting its
-    /// verdict is returned again rather than redrafted.
-    pub fn draft(&mut self, engine: &Engine) -> Result<Option<&[u32]>, EngineError> {
+    /// [`Speculation::draft`] with any drafting model.
+    pub async fn draft_with<D: Drafter<Cache = C>>(
+        &mut self,
+        model: &D,
+    ) -> Result<Option<&[u32]>, EngineError> {
         if self.finish.is_some() {
             return Ok(None);
         }
@@ -463,16 +643,21 @@ impl Speculation {
             // The verifier adds one token of its own to every call.
             let k = self.lengths.k().min(room.saturating_sub(1)).max(1);
             let started = Instant::now();
-            let base = self.cache.len();
-            let d = engine.model.draft(&mut self.cache, &self.logits, k)?;
+            let base = self.cache.filled();
+            let d = draft_greedy(model, &mut self.cache, &self.logits, k).await?;
             self.draft_ms = started.elapsed().as_secs_f32() * 1000.0;
             self.pending = Some((base, d, Instant::now()));
         }
         Ok(self.pending.as_ref().map(|(_, d, _)| d.tokens.as_slice()))
     }
 
-    /// Takes the verifier's verdict on the pending draft and returns the new text to show.
-    pub fn settle(&mut self, engine: &Engine, verdict: Verdict) -> Result<String, EngineError> {
+    /// [`Speculation::settle`] with any drafting model.
+    pub async fn settle_with<D: Drafter<Cache = C>>(
+        &mut self,
+        model: &D,
+        tokenizer: &Tokenizer,
+        verdict: Verdict,
+    ) -> Result<String, EngineError> {
         let Some((base, d, sent)) = self.pending.take() else {
             return Ok(String::new());
         };
@@ -485,23 +670,25 @@ impl Speculation {
             .record(d.tokens.len(), accepted, self.draft_ms, call_ms);
         let mut emitted: Vec<u32> = d.tokens[..accepted].to_vec();
         emitted.push(verdict.next_token);
-        let text = self.emit(engine, &emitted)?;
+        let text = self.emit(tokenizer, &emitted)?;
         if self.finish.is_none() {
             let verdict = Verdict {
                 accepted,
                 ..verdict
             };
-            self.logits = engine.model.accept(&mut self.cache, base, &d, &verdict)?;
+            self.logits = accept_verdict(model, &mut self.cache, base, &d, &verdict).await?;
         }
         Ok(text)
     }
 
-    /// One token from the edge model alone (the verifier is gone): forgets any pending draft
-    /// and samples with the generation's own settings. Returns the new text, or `None` once
-    /// finished.
-    pub fn step_alone(&mut self, engine: &Engine) -> Result<Option<String>, EngineError> {
+    /// [`Speculation::step_alone`] with any drafting model.
+    pub async fn step_alone_with<D: Drafter<Cache = C>>(
+        &mut self,
+        model: &D,
+        tokenizer: &Tokenizer,
+    ) -> Result<Option<String>, EngineError> {
         if let Some((base, _, _)) = self.pending.take() {
-            self.cache.truncate(base);
+            self.cache.rewind(base);
         }
         if self.finish.is_some() {
             return Ok(None);
@@ -510,34 +697,29 @@ impl Speculation {
         context.extend_from_slice(&self.tokens);
         let s = sample::sample(&self.logits, &self.params.sampling, &context, &mut self.rng);
         self.stats.edge_alone += 1;
-        let text = self.emit(engine, &[s.token])?;
+        let text = self.emit(tokenizer, &[s.token])?;
         if self.finish.is_none() {
-            self.logits = engine
-                .model
-                .forward(&[s.token], &mut self.cache, false)?
-                .pop()
-                .unwrap_or_default();
+            self.logits = model.forward_last(&[s.token], &mut self.cache).await?;
         }
         Ok(Some(text))
     }
 
     /// Appends tokens up to a stop token, a stop string or the token limit.
-    fn emit(&mut self, engine: &Engine, new: &[u32]) -> Result<String, EngineError> {
-        let stop_ids = &engine.tokenizer.stop_ids;
+    fn emit(&mut self, tokenizer: &Tokenizer, new: &[u32]) -> Result<String, EngineError> {
         for &t in new {
-            if stop_ids.contains(&t) || self.params.stop_tokens.contains(&t) {
+            if tokenizer.stop_ids.contains(&t) || self.params.stop_tokens.contains(&t) {
                 self.finish = Some(Finish::Stop);
                 break;
             }
             self.tokens.push(t);
             if self.tokens.len() >= self.params.max_tokens
-                || self.prompt.len() + self.tokens.len() >= self.cache.capacity()
+                || self.prompt.len() + self.tokens.len() >= self.cache.room()
             {
                 self.finish = Some(Finish::Length);
                 break;
             }
         }
-        let full = engine.tokenizer.decode(&self.tokens)?;
+        let full = tokenizer.decode(&self.tokens)?;
         let (stable, stopped) = stable_text(&full, &self.params.stop);
         if stopped {
             self.finish = Some(Finish::Stop);

@@ -352,3 +352,122 @@ fn real_model_agrees_with_llama_cpp_on_every_backend() {
         );
     }
 }
+
+/// Runs a future to completion on this thread (the device model's readback is async).
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let std::task::Poll::Ready(v) = future.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park();
+    }
+}
+
+/// Speculation drafting on the device (what the page does on WebGPU), verified greedily by
+/// the CPU model: the output is the verifier's own greedy output token for token, drafts are
+/// mostly accepted (the cache is rewound to the accepted prefix correctly), and a switch to the
+/// device alone mid-answer continues from exactly the tokens shown.
+#[test]
+fn drafting_on_the_device_gives_the_verifier_s_greedy_output() {
+    use straddle_engine::speculative::{DraftLength, Speculation, Verdict};
+    use straddle_engine::{ChatMessage, DeviceEngine, GenerateParams};
+
+    const TOKENS: usize = 14;
+    let Some(path) = common::model_path() else {
+        return;
+    };
+    let Some(device) = wgpu_device() else {
+        return;
+    };
+    let cpu = Engine::load(FileSource::open(&path).expect("open"), 256).expect("cpu load");
+    let dev =
+        DeviceEngine::load(FileSource::open(&path).expect("open"), 256, &device).expect("load");
+    let params = GenerateParams {
+        max_tokens: TOKENS,
+        context: 256,
+        ..Default::default()
+    };
+    let mut accepted = 0;
+    let mut drafted = 0;
+    for (i, question) in [
+        "Write a short story about a robot who learns to paint.",
+        "Explain how a bicycle works.",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let messages = [ChatMessage::new("user", question)];
+        let greedy = cpu
+            .generate(Prompt::Messages(&messages), &params, |_| {
+                straddle_engine::Flow::Continue
+            })
+            .expect("cpu greedy");
+        // The verifier: greedy verification against the CPU model's answer.
+        let verify = |shown: &[u32], draft: &[u32]| {
+            let at = |j: usize| greedy.tokens.get(j).copied();
+            let accepted = draft
+                .iter()
+                .enumerate()
+                .take_while(|&(j, &t)| at(shown.len() + j) == Some(t))
+                .count();
+            let next_token = at(shown.len() + accepted)
+                .unwrap_or_else(|| cpu.tokenizer.stop_ids.first().copied().unwrap_or(0));
+            Verdict {
+                accepted,
+                next_token,
+            }
+        };
+        let mut spec = block_on(Speculation::start_on_device(
+            &dev,
+            Prompt::Messages(&messages),
+            &params,
+            DraftLength::default(),
+        ))
+        .expect("start");
+        // The second question switches to the device alone after two verify calls.
+        let alone_after = if i == 1 { 2 } else { usize::MAX };
+        let mut calls = 0;
+        while calls < alone_after {
+            let Some(draft) = block_on(spec.draft_with(&dev.model)).expect("draft") else {
+                break;
+            };
+            let draft = draft.to_vec();
+            let v = verify(spec.tokens(), &draft);
+            drafted += draft.len();
+            accepted += v.accepted;
+            block_on(spec.settle_with(&dev.model, &dev.tokenizer, v)).expect("settle");
+            calls += 1;
+        }
+        if alone_after == usize::MAX {
+            assert_eq!(spec.tokens(), greedy.tokens, "{question}");
+            assert_eq!(spec.text(), greedy.text, "{question}");
+            assert!(calls < greedy.tokens.len(), "{calls} calls");
+        } else {
+            let shown = spec.tokens().to_vec();
+            assert_eq!(shown, greedy.tokens[..shown.len()], "{question}");
+            while block_on(spec.step_alone_with(&dev.model, &dev.tokenizer))
+                .expect("alone")
+                .is_some()
+            {}
+            assert_eq!(&spec.tokens()[..shown.len()], shown.as_slice());
+            assert_eq!(spec.tokens().len(), TOKENS, "{question}: nothing dropped");
+            assert_eq!(
+                spec.text(),
+                dev.tokenizer.decode(spec.tokens()).expect("decode")
+            );
+            assert_eq!(spec.stats().edge_alone, TOKENS - shown.len());
+        }
+    }
+    let rate = accepted as f64 / drafted as f64;
+    eprintln!("device drafts: {accepted}/{drafted} accepted");
+    assert!(rate >= 0.5, "device drafts accepted {rate:.2}");
+}
