@@ -21,11 +21,11 @@ pub trait Served: Send + Sync + 'static {
     fn tokenizer(&self) -> &Tokenizer;
     /// A conversation's prompt ids, chat template applied.
     fn prompt_tokens(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, EngineError>;
-    /// A sequence for `messages`, to be prefilled by the following [`Served::step`]s; the CPU
+    /// A sequence for `prompt`, to be prefilled by the following [`Served::step`]s; the CPU
     /// engine starts from the part of the prompt it shares with the latest one.
     fn queue(
         &self,
-        messages: &[ChatMessage],
+        prompt: Prompt<'_>,
         params: &GenerateParams,
     ) -> Result<Sequence<Self::Cache>, EngineError>;
     /// Offers a sequence whose prompt is in its cache as the start of later prompts.
@@ -96,12 +96,11 @@ impl Served for Cpu {
 
     fn queue(
         &self,
-        messages: &[ChatMessage],
+        prompt: Prompt<'_>,
         params: &GenerateParams,
     ) -> Result<Sequence<KvCache>, EngineError> {
         let prefix = self.prefix();
-        self.engine
-            .queue_after(Prompt::Messages(messages), params, prefix.as_ref())
+        self.engine.queue_after(prompt, params, prefix.as_ref())
     }
 
     fn offer_prefix(&self, seq: &Sequence<KvCache>) {
@@ -162,10 +161,10 @@ impl Served for DeviceEngine {
 
     fn queue(
         &self,
-        messages: &[ChatMessage],
+        prompt: Prompt<'_>,
         params: &GenerateParams,
     ) -> Result<Sequence<DeviceCache>, EngineError> {
-        DeviceEngine::queue(self, Prompt::Messages(messages), params)
+        DeviceEngine::queue(self, prompt, params)
     }
 
     // Prefix reuse would copy keys and values on the device; a GPU prefills the template's

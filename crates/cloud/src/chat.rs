@@ -61,6 +61,7 @@ pub async fn complete(scheduler: &Scheduler, model: String, req: ChatRequest) ->
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     if let Err(e) = scheduler.submit(Job {
         messages,
+        continues: req.continue_final_message == Some(true),
         params: params(&req, straddle_engine::generate::DEFAULT_CONTEXT),
         events: tx,
     }) {

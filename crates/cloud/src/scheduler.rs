@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, TryRecvError, TrySendError};
 use std::time::Instant;
 
-use straddle_engine::{ChatMessage, Finish, GenerateParams, Sequence};
+use straddle_engine::{ChatMessage, Finish, GenerateParams, Prompt, Sequence};
 use straddle_protocol::{ApiError, ErrorKind};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -31,6 +31,8 @@ pub enum SeqEvent {
 /// A request waiting for a slot.
 pub struct Job {
     pub messages: Vec<ChatMessage>,
+    /// Continue the last message, the assistant's, rather than answer after it.
+    pub continues: bool,
     pub params: GenerateParams,
     pub events: UnboundedSender<SeqEvent>,
 }
@@ -268,7 +270,12 @@ fn admit<S: Served>(
         return;
     }
     // Only tokenized here: the prompt is prefilled by the next steps, batched.
-    match engine.queue(&job.messages, &job.params) {
+    let prompt = if job.continues {
+        Prompt::Continue(&job.messages)
+    } else {
+        Prompt::Messages(&job.messages)
+    };
+    match engine.queue(prompt, &job.params) {
         Ok(seq) => {
             m.prefix_reused_tokens
                 .fetch_add(seq.prompt_reused() as u64, Ordering::Relaxed);

@@ -197,7 +197,38 @@ fn answers_streamed_and_whole_and_rejects_bad_input() {
     assert_eq!(usage.map(|u| u.completion_tokens), Some(12));
     assert_eq!(independent_reading(&sse), (streamed, 12));
 
+    // A reply handed over part-way (from speculation) continues where its text stops.
+    let cut = text
+        .char_indices()
+        .filter(|&(_, c)| c == ' ')
+        .nth(2)
+        .map_or(text.len() / 2, |(i, _)| i);
+    let partial = &text[..cut];
+    let body = serde_json::json!({
+        "messages": [
+            {"role": "user", "content": "List three primary colors."},
+            {"role": "assistant", "content": partial},
+        ],
+        "continue_final_message": true,
+        "max_tokens": 12,
+    })
+    .to_string();
+    let (status, cont) = http(p, "POST", "/v1/chat/completions", &body).expect("response");
+    assert_eq!(status, 200, "{cont}");
+    let v: serde_json::Value = serde_json::from_str(&cont).expect("json");
+    let rest = v["choices"][0]["message"]["content"]
+        .as_str()
+        .expect("content");
+    assert!(
+        format!("{partial}{rest}").starts_with(&text),
+        "{partial:?} + {rest:?} does not go on as {text:?}"
+    );
+
     for (bad, field) in [
+        (
+            r#"{"messages":[{"role":"user","content":"x"}],"continue_final_message":true}"#,
+            Some("continue_final_message"),
+        ),
         ("{not json", None),
         (r#"{"messages":[]}"#, Some("messages")),
         (r#"{"messages":[{"role":"wizard","content":"x"}]}"#, None),

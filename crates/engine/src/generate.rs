@@ -37,6 +37,9 @@ pub enum Prompt<'a> {
     Text(&'a str),
     /// A conversation, rendered with the model's chat template and a generation prompt.
     Messages(&'a [ChatMessage]),
+    /// A conversation whose last turn, the assistant's, is continued rather than closed (a
+    /// reply handed over part-way, e.g. from speculation to plain streaming).
+    Continue(&'a [ChatMessage]),
     /// Token ids.
     Tokens(&'a [u32]),
 }
@@ -402,6 +405,7 @@ pub(crate) fn encode_prompt(
     let ids = match prompt {
         Prompt::Text(t) => tokenizer.encode(t)?,
         Prompt::Messages(m) => tokenizer.encode(&template.render(m, true)?)?,
+        Prompt::Continue(m) => tokenizer.encode(&template.render_continuing(m)?)?,
         Prompt::Tokens(t) => t.to_vec(),
     };
     if ids.is_empty() {

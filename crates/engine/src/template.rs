@@ -86,11 +86,74 @@ impl ChatTemplate {
         })
         .map_err(|e| TemplateError(e.to_string()))
     }
+
+    /// Renders `messages` so that the model continues the last one, the assistant's: the
+    /// conversation up to the end of that turn's text, without what closes the turn (as
+    /// `continue_final_message` does in Hugging Face's `apply_chat_template`). An empty last
+    /// turn is the plain generation prompt.
+    pub fn render_continuing(&self, messages: &[ChatMessage]) -> Result<String, TemplateError> {
+        let Some((last, earlier)) = messages.split_last() else {
+            return self.render(messages, true);
+        };
+        if last.role != "assistant" {
+            return Err(TemplateError(format!(
+                "only an assistant turn can be continued; the last message is the {}'s",
+                last.role
+            )));
+        }
+        let text = last.content.trim();
+        if text.is_empty() {
+            return self.render(earlier, true);
+        }
+        let rendered = self.render(messages, false)?;
+        let Some(at) = rendered.rfind(text) else {
+            return Err(TemplateError(
+                "the template does not show the assistant's turn as given, so it cannot be continued"
+                    .into(),
+            ));
+        };
+        // Keep the turn's own leading and trailing spaces where the template kept them.
+        let whole = last.content.trim_start();
+        let end = if rendered[at..].starts_with(whole) {
+            at + whole.len()
+        } else {
+            at + text.len()
+        };
+        Ok(rendered[..end].to_string())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_continued_turn_stops_where_its_text_does() {
+        let t = ChatTemplate::chatml();
+        let turns = |reply: &str| {
+            vec![
+                ChatMessage::new("user", "Name a colour."),
+                ChatMessage::new("assistant", reply),
+            ]
+        };
+        assert_eq!(
+            t.render_continuing(&turns("The sky is")).expect("render"),
+            "<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\nThe sky is"
+        );
+        // A trailing space the template keeps stays: the next token may start a word.
+        assert!(
+            t.render_continuing(&turns("Blue, and "))
+                .expect("render")
+                .ends_with("assistant\nBlue, and ")
+        );
+        // Nothing said yet: the ordinary generation prompt.
+        assert_eq!(
+            t.render_continuing(&turns("")).expect("render"),
+            t.render(&turns("")[..1], true).expect("render")
+        );
+        let user_last = [ChatMessage::new("user", "Hi")];
+        assert!(t.render_continuing(&user_last).is_err());
+    }
 
     #[test]
     fn renders_a_jinja_template_with_generation_prompt() {

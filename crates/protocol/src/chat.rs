@@ -113,6 +113,10 @@ pub struct ChatRequest {
     pub repetition_penalty: Option<f32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
+    /// Continue the last message, the assistant's, instead of answering after it (vLLM's
+    /// extension): how a reply begun elsewhere (speculation) is handed to plain streaming.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continue_final_message: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub straddle: Option<StraddleEnvelope>,
 }
@@ -146,6 +150,17 @@ impl ChatRequest {
         }
         if self.token_limit() == Some(0) {
             return Err(ApiError::invalid("max_tokens", "must be at least 1"));
+        }
+        if self.continue_final_message == Some(true)
+            && self
+                .messages
+                .last()
+                .is_some_and(|m| m.role != Role::Assistant)
+        {
+            return Err(ApiError::invalid(
+                "continue_final_message",
+                "the last message must be the assistant's to continue it",
+            ));
         }
         Ok(())
     }
@@ -309,6 +324,20 @@ mod tests {
     fn unknown_role_is_rejected() {
         let body = r#"{"messages":[{"role":"wizard","content":"hi"}]}"#;
         assert!(serde_json::from_str::<ChatRequest>(body).is_err());
+    }
+
+    #[test]
+    fn only_an_assistant_turn_can_be_continued() {
+        let body = r#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"Hel"}],"continue_final_message":true}"#;
+        let req: ChatRequest = serde_json::from_str(body).expect("parses");
+        assert_eq!(req.continue_final_message, Some(true));
+        assert!(req.validate().is_ok());
+        let body = r#"{"messages":[{"role":"user","content":"hi"}],"continue_final_message":true}"#;
+        let req: ChatRequest = serde_json::from_str(body).expect("parses");
+        assert_eq!(
+            req.validate().unwrap_err().param.as_deref(),
+            Some("continue_final_message")
+        );
     }
 
     #[test]
