@@ -3,7 +3,7 @@
 //   init {module}                     -> ready
 //   load {id, url, sha256, backend, cache} -> progress* then loaded | error
 //   generate {id, messages, params}   -> token* then done | error
-//   speculate {id, messages, params, verify: {url, token, tokenizerHash, timeoutMs}}
+//   speculate {id, messages, params, verify: {url, token, tokenizerHash, timeoutMs, handOffBelow}}
 //                                     -> (token | degraded)* then done | error
 //   cancel {id}                       (the reply ends as "cancelled")
 //   unload                            (frees the model)
@@ -155,12 +155,13 @@ async function generate({ id, messages, params }) {
  */
 async function speculate({ id, messages, params, verify }) {
   if (!engine) throw new StraddleError("edge_unavailable", "no model is loaded on this device");
-  const spec = engine.speculate(JSON.stringify(messages), JSON.stringify(params));
+  const spec = await engine.speculate(JSON.stringify(messages), JSON.stringify(params));
   const session = `web-${crypto.randomUUID()}`;
   let started = false;
   let restarts = 0;
   let degraded = null;
   let wasCancelled = false;
+  let handedOff = false;
   const call = async (draft) => {
     const body = {
       draft_tokens: Array.from(draft), session, tokenizer_hash: verify.tokenizerHash,
@@ -203,24 +204,30 @@ async function speculate({ id, messages, params, verify }) {
       }
       let text;
       if (!degraded) {
-        const draft = spec.draft();
+        const draft = await spec.draft();
         if (draft === undefined) break;
         try {
           const v = await call(draft);
-          text = spec.settle(v.accepted, v.next_token);
+          text = await spec.settle(v.accepted, v.next_token);
+          // Drafts keep being rejected: the page streams the rest from the cloud instead.
+          handedOff = verify.handOffBelow > 0 && spec.shouldHandOff(verify.handOffBelow);
         } catch (e) {
           degraded = `verification failed (${e.code ?? "error"}): ${e.message ?? e}`;
           post({ type: "degraded", id, reason: degraded });
           continue;
         }
       } else {
-        text = spec.stepAlone();
+        text = await spec.stepAlone();
         if (text === undefined) break;
         await yieldToEvents();
       }
       if (text) post({ type: "token", id, text });
+      if (handedOff) break;
     }
-    post({ type: "done", id, completion: { ...JSON.parse(spec.summary()), degraded, restarts, cancelled: wasCancelled } });
+    const summary = JSON.parse(spec.summary());
+    // A reply that ended on this very call was not handed anywhere.
+    handedOff &&= !summary.finished;
+    post({ type: "done", id, completion: { ...summary, degraded, restarts, cancelled: wasCancelled, handed_off: handedOff } });
   } finally {
     cancelled.delete(id);
     spec.free();

@@ -46,6 +46,8 @@ export interface PolicyOverrides {
   edge_quality?: number;
   cloud_quality?: number;
   cascade?: { window: number; min_mean_logprob: number; max_mean_entropy: number; detect_refusals: boolean };
+  /** Draft acceptance below which a speculative reply hands the rest to plain cloud streaming (0.3; 0 never). */
+  speculative_min_acceptance?: number;
   [field: string]: unknown;
 }
 
@@ -156,6 +158,8 @@ export interface StraddleMeta {
     edge_alone_tokens: number;
     /** Times the cloud had lost the session and the prefix was sent again. */
     session_restarts: number;
+    /** Tokens shown when drafts kept being rejected and the cloud streamed the rest (else null). */
+    handed_off_after_tokens: number | null;
   };
 }
 

@@ -169,7 +169,7 @@ export class Straddle {
     try {
       const resp = await fetch(`${this.worker}/v1/models`, { signal: AbortSignal.timeout(5000) });
       const model = resp.ok ? (await resp.json()).data?.[0] : null;
-      this.cloudVerifies = Boolean(model?.supports_verify && model.tokenizer_hash === this.edge.tokenizerHash && this.edge.backend === "cpu");
+      this.cloudVerifies = Boolean(model?.supports_verify && model.tokenizer_hash === this.edge.tokenizerHash);
     } catch {
       // No answer: no speculation; plain cloud streaming still works.
     }
@@ -351,7 +351,7 @@ export class Straddle {
       // personal data goes the plain cloud way, redacted.
       const found = req.messages.some((m) => piiKinds(m.content).length > 0);
       const why = found ? "personal data present: the plain cloud path redacts it, speculation could not"
-        : !this.edge ? "the on-device model is not loaded" : this.edge.backend !== "cpu" ? "drafting runs on the CPU backend" : null;
+        : !this.edge ? "the on-device model is not loaded" : null;
       if (why) {
         decision.target = "cloud";
         decision.reasons = [...decision.reasons, `not speculative: ${why}`];
@@ -497,6 +497,7 @@ export class Straddle {
     const token = await resolveToken(this.options.token);
     const gen = this.edge.host.speculate(req.messages, this.edgeParams(req), {
       url: this.worker, token, tokenizerHash: this.edge.tokenizerHash, timeoutMs: this.options.firstByteTimeoutMs,
+      handOffBelow: this.policy.speculative_min_acceptance,
     });
     const onAbort = () => gen.cancel();
     signal?.addEventListener("abort", onAbort, { once: true });
@@ -517,8 +518,7 @@ export class Straddle {
     if (signal?.aborted) throw new StraddleError("aborted", "the request was aborted");
     if (c.calls > 0 && !degraded) {
       // The measured yield replaces the policy's prior, so the router stops choosing
-      // speculation where drafts are seldom accepted (mid-answer, an OpenAI-compatible cloud
-      // cannot take over a partial turn given as token ids).
+      // speculation where drafts are seldom accepted.
       const perCall = c.tokens / c.calls;
       const prior = this.policy.speculative_tokens_per_call;
       this.policy.speculative_tokens_per_call = this.speculativeMeasured ? 0.7 * prior + 0.3 * perCall : perCall;
@@ -528,25 +528,70 @@ export class Straddle {
     // What the worker billed: the prompt once, every draft and each call's pending token as
     // input, one token a call as output.
     const billedIn = c.prompt_tokens + c.drafted + Math.max(0, c.calls - 1);
-    const usd = (billedIn / 1000) * this.policy.cloud_price_in_per_1k + (c.calls / 1000) * this.policy.cloud_price_out_per_1k;
+    let usd = (billedIn / 1000) * this.policy.cloud_price_in_per_1k + (c.calls / 1000) * this.policy.cloud_price_out_per_1k;
+    const cost = { usd, prompt_tokens: billedIn, completion_tokens: c.calls };
+    let reasons = degraded ? [...decision.reasons, "the verifier failed; the edge finished alone"] : decision.reasons;
+    let tokens = c.tokens;
+    let finish = c.cancelled ? "stop" : c.finish;
+    let handOff = null;
+    if (c.handed_off) {
+      // Drafts kept being rejected: the cloud streams the rest of this same turn, continuing
+      // the text shown so far (`continue_final_message`), as plain streaming.
+      handOff = await this.continueInCloud(ctx, c.text, (req.max_tokens ?? DEFAULT_MAX_TOKENS) - c.tokens);
+      reasons = [...reasons, `speculation handed to plain streaming after ${c.tokens} tokens: draft acceptance ${c.acceptance.toFixed(2)} below ${this.policy.speculative_min_acceptance}`];
+      degraded = handOff.degraded;
+      tokens += handOff.tokens;
+      finish = handOff.finish;
+      cost.usd += handOff.cost.usd;
+      cost.prompt_tokens += handOff.cost.prompt_tokens;
+      cost.completion_tokens += handOff.cost.completion_tokens;
+    }
     return {
       model: this.edge.name ?? "edge",
-      finish_reason: c.cancelled ? "stop" : c.finish,
-      usage: { prompt_tokens: c.prompt_tokens, completion_tokens: c.tokens, total_tokens: c.prompt_tokens + c.tokens },
+      finish_reason: finish,
+      usage: { prompt_tokens: c.prompt_tokens, completion_tokens: tokens, total_tokens: c.prompt_tokens + tokens },
       meta: {
-        route: "speculative", reasons: degraded ? [...decision.reasons, "the verifier failed; the edge finished alone"] : decision.reasons,
-        confidence: null, degraded,
-        cost: { usd, prompt_tokens: billedIn, completion_tokens: c.calls },
+        route: "speculative", reasons, confidence: null, degraded, cost,
         model_versions: [`edge/${this.edge.name ?? "model"}@${this.edge.sha256.slice(0, 12)}`, "cloud/verify"],
         redacted: false, escalated_mid_stream: false, edge_tokens: null,
         speculative: { verify_calls: c.calls, drafted: c.drafted, accepted: c.accepted, acceptance: c.acceptance,
-          edge_alone_tokens: c.edge_alone, session_restarts: c.restarts },
+          edge_alone_tokens: c.edge_alone + (handOff?.edgeTokens ?? 0), session_restarts: c.restarts,
+          handed_off_after_tokens: c.handed_off ? c.tokens : null },
       },
     };
   }
 
+  /**
+   * The rest of a speculative reply as plain cloud streaming: the conversation with the text so
+   * far as the assistant's unfinished turn. If the cloud fails part-way, the edge continues the
+   * same turn from everything shown (nothing repeated, nothing dropped), marked degraded.
+   */
+  async continueInCloud(ctx, shown, maxTokens) {
+    const { req, signal } = ctx;
+    let sent = "";
+    const cont = (text) => ({ ...req, max_tokens: maxTokens, continue_final_message: true,
+      messages: [...req.messages, { role: "assistant", content: text }] });
+    const tap = { ...ctx, emit: (t) => { sent += t; ctx.emit(t); } };
+    try {
+      const r = await this.runCloud({ ...tap, req: cont(shown) }, { reasons: [], continuing: true });
+      return { tokens: r.usage.completion_tokens, finish: r.finish_reason, cost: r.meta.cost, degraded: null, edgeTokens: 0 };
+    } catch (e) {
+      if (signal?.aborted) throw e;
+      const left = Math.max(1, maxTokens - Math.ceil(sent.length / 4));
+      const gen = this.edge.host.generate(cont(shown + sent).messages, { ...this.edgeParams(req), max_tokens: left, continue_final_message: true });
+      let n = 0;
+      for await (const t of gen.tokens) {
+        n += 1;
+        ctx.emit(t.text);
+      }
+      const done = await gen.completion;
+      return { tokens: n, finish: done.finish, cost: { usd: 0, prompt_tokens: 0, completion_tokens: 0 }, edgeTokens: n,
+        degraded: `the hand-off to the cloud failed (${e.code ?? "error"}): ${e.message ?? e}; the edge finished the reply` };
+    }
+  }
+
   /** The cloud answer through the worker: redacted when asked, re-identified here. */
-  async runCloud(ctx, { reasons, midStream = false }) {
+  async runCloud(ctx, { reasons, midStream = false, continuing = false }) {
     const { req, decision, signal } = ctx;
     if (!this.cloudUsable()) throw new StraddleError("cloud_unavailable", this.worker ? "the cloud is switched off or the network is down" : "no worker is configured");
     const found = [...new Set(req.messages.flatMap((m) => piiKinds(m.content)))];
@@ -556,6 +601,7 @@ export class Straddle {
     const body = {
       model: this.options.cloudModel ?? "default", messages, stream: true, stream_options: { include_usage: true },
       max_tokens: req.max_tokens ?? DEFAULT_MAX_TOKENS,
+      ...(continuing && { continue_final_message: true }),
       ...(req.temperature !== undefined && { temperature: req.temperature }),
       ...(req.top_p !== undefined && { top_p: req.top_p }),
       ...(req.seed !== undefined && { seed: req.seed }),

@@ -195,7 +195,18 @@ test("speculative decoding: the page drafts, the cloud verifies, the text is the
       const decided = s.route({ messages });
       const personal = await s.chat.completions.create({ max_tokens: 8, straddle: { route: "speculative" },
         messages: [{ role: "user", content: "Write a detailed letter to jane.doe@example.com about the printing press." }] });
-      return { decided: decided.target, spec: await ask("auto"), cloud: await ask("cloud"), edge: await ask("edge"), personal: personal.straddle };
+      const out = { decided: decided.target, spec: await ask("auto"), cloud: await ask("cloud"), edge: await ask("edge"), personal: personal.straddle };
+      // A threshold no running acceptance reaches: after a few verify calls the reply is handed
+      // to plain cloud streaming, which continues the same turn.
+      const long = async (route) => {
+        const a = await s.chat.completions.create({ max_tokens: 64, temperature: 0, messages, straddle: { route } });
+        return { text: a.choices[0].message.content, meta: a.straddle, usage: a.usage };
+      };
+      await s.setPolicy({ ...policy, speculative_min_acceptance: 1 });
+      out.handed = await long("speculative");
+      out.longCloud = await long("cloud");
+      await s.setPolicy(policy);
+      return out;
     }, { worker: worker.url, token, policy });
     assert.equal(r.decided, "speculative", "the worker's cloud verifies with our tokenizer, and the policy favours it");
     assert.equal(r.spec.meta.route, "speculative");
@@ -205,6 +216,13 @@ test("speculative decoding: the page drafts, the cloud verifies, the text is the
     assert.ok(sp.verify_calls > 0 && sp.verify_calls < r.spec.usage.completion_tokens, JSON.stringify(sp));
     assert.equal(r.personal.route, "cloud");
     assert.match(r.personal.reasons.join(" "), /not speculative: personal data/);
+    const handed = r.handed.meta.speculative;
+    assert.ok(handed.handed_off_after_tokens > 0 && handed.handed_off_after_tokens < 64, JSON.stringify(handed));
+    assert.equal(handed.verify_calls, 4, "handed over after the fourth call");
+    assert.match(r.handed.meta.reasons.join(" "), /handed to plain streaming/);
+    assert.equal(r.handed.meta.degraded, null);
+    assert.equal(r.handed.usage.completion_tokens, r.longCloud.usage.completion_tokens);
+    assert.equal(r.handed.text, r.longCloud.text, "the cloud continued its own greedy answer");
     // The verifier goes away: the edge finishes alone, says so, and the text is still whole.
     await worker.mf.dispose();
     const alone = await page.evaluate(() => window.__ask("speculative"));
@@ -258,18 +276,31 @@ test("without WebGPU the package runs the model on its CPU kernels", { skip }, a
   }
 });
 
-test("with backend: \"webgpu\" the model loads onto WebGPU inside the engine's Web Worker", { skip }, async () => {
+test("with backend: \"webgpu\" the model loads onto WebGPU inside the engine's Web Worker and drafts there for the cloud to verify", { skip }, async () => {
+  const worker = await startWorker({ UPSTREAM_URL: stack.cloudUrl, UPSTREAM_SUPPORTS_VERIFY: "true", ALLOWED_ORIGINS: stack.webUrl });
   const { context, page } = await freshPage();
   try {
-    // Loading only: generating on SwiftShader's GPU emulation takes minutes (BENCHMARKS.md).
-    const device = await inPage(page, async (Straddle, _E, config) => {
-      const s = await Straddle.create({ ...config, worker: undefined, backend: "webgpu" });
-      return s.device();
-    });
-    assert.equal(device.backend, "webgpu");
-    assert.equal(device.webgpu, true);
+    const token = mintToken({ origin: stack.webUrl, sid: "speculative-webgpu-test" });
+    // A few tokens only: SwiftShader emulates the GPU on the CPU (BENCHMARKS.md).
+    const r = await inPage(page, async (Straddle, _E, config, { worker, token }) => {
+      const s = await Straddle.create({ ...config, worker, token, backend: "webgpu" });
+      const messages = [{ role: "user", content: "Write a detailed essay on the history of the printing press." }];
+      const ask = async (route) => {
+        const a = await s.chat.completions.create({ max_tokens: 6, temperature: 0, messages, straddle: { route } });
+        return { text: a.choices[0].message.content, meta: a.straddle, usage: a.usage };
+      };
+      return { device: await s.device(), spec: await ask("speculative"), cloud: await ask("cloud") };
+    }, { worker: worker.url, token });
+    assert.equal(r.device.backend, "webgpu");
+    assert.equal(r.device.webgpu, true);
+    assert.equal(r.spec.meta.route, "speculative", r.spec.meta.reasons.join("; "));
+    assert.equal(r.spec.meta.degraded, null);
+    assert.equal(r.spec.text, r.cloud.text, "greedy speculative output is the cloud's own");
+    const sp = r.spec.meta.speculative;
+    assert.ok(sp.verify_calls > 0 && sp.drafted > 0, JSON.stringify(sp));
   } finally {
     await context.close();
+    await worker.mf.dispose().catch(() => {});
   }
 });
 

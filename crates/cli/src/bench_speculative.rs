@@ -104,11 +104,18 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<String> {
     let timeout = Duration::from_secs(300);
     let one = |base: &str, case: &Case| -> anyhow::Result<(chat::Streamed, speculative::Outcome)> {
         let messages = [ChatMessage::new("user", case.prompt.clone())];
-        let plain = chat::stream_cloud(base, None, &messages, &params, timeout, |_| {})?;
+        let plain = chat::stream_cloud(base, None, &messages, &params, timeout, false, |_| {})?;
         let mut verifier = RemoteVerifier::new(base, None, &engine, &params, timeout);
         let lengths = DraftLength::new(args.draft, args.min_draft, args.max_draft);
-        let spec =
-            speculative::generate(&engine, &messages, &params, lengths, &mut verifier, |_| {})?;
+        let spec = speculative::generate(
+            &engine,
+            &messages,
+            &params,
+            lengths,
+            &mut verifier,
+            None,
+            |_| {},
+        )?;
         if let Some(why) = &spec.degraded {
             anyhow::bail!("verification failed during the benchmark: {why}");
         }

@@ -60,6 +60,10 @@ pub struct ChatArgs {
     /// Seconds one cloud call may take.
     #[arg(long, default_value_t = 60)]
     pub timeout: u64,
+    /// Draft acceptance below which speculation hands the rest of the answer to plain cloud
+    /// streaming, after four verify calls (0: never).
+    #[arg(long, default_value_t = 0.3)]
+    pub hand_off_below: f32,
 }
 
 /// Loads the edge model from `path`.
@@ -147,6 +151,7 @@ pub fn run(args: &ChatArgs) -> anyhow::Result<()> {
                 &messages,
                 &params,
                 timeout,
+                false,
                 print,
             )?;
             println!();
@@ -161,14 +166,27 @@ pub fn run(args: &ChatArgs) -> anyhow::Result<()> {
             let mut verifier =
                 RemoteVerifier::new(cloud()?, args.token.clone(), &engine, &params, timeout);
             let lengths = DraftLength::new(args.draft, 1, args.max_draft);
-            let o =
-                speculative::generate(&engine, &messages, &params, lengths, &mut verifier, print)?;
+            let hand_off = (args.hand_off_below > 0.0).then(|| speculative::HandOff {
+                below: args.hand_off_below,
+                base: args.cloud.as_deref().unwrap_or_default(),
+                token: args.token.as_deref(),
+                timeout,
+            });
+            let o = speculative::generate(
+                &engine,
+                &messages,
+                &params,
+                lengths,
+                &mut verifier,
+                hand_off,
+                print,
+            )?;
             println!();
-            let n = o.tokens.len().max(1) as f64;
+            let n = o.total_tokens().max(1) as f64;
             eprintln!(
                 "speculative: {} tokens in {:.2} s ({:.1} tokens/s); {} verify calls ({:.2} per \
-                 token), {} of {} drafted tokens accepted, k now {}{}",
-                o.tokens.len(),
+                 token), {} of {} drafted tokens accepted, k now {}{}{}",
+                o.total_tokens(),
                 o.elapsed.as_secs_f64(),
                 n / o.elapsed.as_secs_f64(),
                 o.stats.calls,
@@ -176,6 +194,13 @@ pub fn run(args: &ChatArgs) -> anyhow::Result<()> {
                 o.stats.accepted,
                 o.stats.drafted,
                 o.final_k,
+                match o.handed_off_after {
+                    Some(n) => format!(
+                        "; handed to plain cloud streaming after {n} tokens ({} more)",
+                        o.streamed_tokens
+                    ),
+                    None => String::new(),
+                },
                 match &o.degraded {
                     Some(why) => format!(
                         "; degraded: {} tokens from the edge alone ({why})",
@@ -197,13 +222,15 @@ pub struct Streamed {
     pub elapsed: Duration,
 }
 
-/// Streams an answer from `/v1/chat/completions` at `base`.
+/// Streams an answer from `/v1/chat/completions` at `base`; with `continues`, the rest of the
+/// last message, the assistant's, instead (`continue_final_message`).
 pub fn stream_cloud(
     base: &str,
     token: Option<&str>,
     messages: &[ChatMessage],
     params: &GenerateParams,
     timeout: Duration,
+    continues: bool,
     mut on_text: impl FnMut(&str),
 ) -> anyhow::Result<Streamed> {
     let started = Instant::now();
@@ -232,6 +259,7 @@ pub fn stream_cloud(
         max_tokens: Some(params.max_tokens as u32),
         temperature: Some(params.sampling.temperature),
         seed: Some(params.sampling.seed),
+        continue_final_message: continues.then_some(true),
         ..Default::default()
     };
     let url = format!("{}/v1/chat/completions", base.trim_end_matches('/'));

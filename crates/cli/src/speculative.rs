@@ -1,5 +1,6 @@
 //! The client side of edge-draft / cloud-verify: drafts on the local engine, verifies each
-//! draft with one `/v1/verify` call (to the worker or straight to a cloud server), and goes on
+//! draft with one `/v1/verify` call (to the worker or straight to a cloud server), hands the
+//! rest of the answer to plain cloud streaming when drafts keep being rejected, and goes on
 //! with the edge alone if the verifier fails.
 
 use std::time::{Duration, Instant};
@@ -145,11 +146,27 @@ impl RemoteVerifier {
     }
 }
 
+/// Where and when speculation gives way to plain cloud streaming.
+#[derive(Debug, Clone, Copy)]
+pub struct HandOff<'a> {
+    /// Draft acceptance below which, after four verify calls, the cloud streams the rest.
+    pub below: f32,
+    /// The worker or cloud URL.
+    pub base: &'a str,
+    pub token: Option<&'a str>,
+    pub timeout: Duration,
+}
+
 /// What one speculative generation did.
 #[derive(Debug, Clone)]
 pub struct Outcome {
     pub text: String,
+    /// The tokens settled by speculation (and the edge alone); see `streamed_tokens`.
     pub tokens: Vec<u32>,
+    /// Tokens shown when the answer was handed to plain cloud streaming, if it was.
+    pub handed_off_after: Option<usize>,
+    /// Tokens streamed after the hand-off (by the cloud, or the edge if the cloud failed).
+    pub streamed_tokens: usize,
     pub stats: SpeculationStats,
     /// Why the edge went on alone, if it did.
     pub degraded: Option<String>,
@@ -157,6 +174,13 @@ pub struct Outcome {
     /// Running acceptance rate and draft length at the end.
     pub acceptance: f32,
     pub final_k: usize,
+}
+
+impl Outcome {
+    /// Tokens in the whole answer.
+    pub fn total_tokens(&self) -> usize {
+        self.tokens.len() + self.streamed_tokens
+    }
 }
 
 /// Generates an answer to `messages`: the local engine drafts, `verifier` verifies; `on_text`
@@ -167,11 +191,13 @@ pub fn generate(
     params: &GenerateParams,
     lengths: DraftLength,
     verifier: &mut RemoteVerifier,
+    hand_off: Option<HandOff<'_>>,
     mut on_text: impl FnMut(&str),
 ) -> anyhow::Result<Outcome> {
     let started = Instant::now();
     let mut spec = Speculation::start(engine, Prompt::Messages(messages), params, lengths)?;
     let mut degraded: Option<String> = None;
+    let mut handed_off = false;
     loop {
         if degraded.is_none() {
             let Some(draft) = spec.draft(engine)? else {
@@ -179,7 +205,16 @@ pub fn generate(
             };
             let draft = draft.to_vec();
             match verifier.verify(spec.prompt(), spec.tokens(), &draft) {
-                Ok(v) => on_text(&spec.settle(engine, v)?),
+                Ok(v) => {
+                    on_text(&spec.settle(engine, v)?);
+                    if let Some(h) = hand_off
+                        && spec.finish().is_none()
+                        && spec.lengths().should_fall_back(h.below)
+                    {
+                        handed_off = true;
+                        break;
+                    }
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "verification failed; the edge goes on alone");
                     degraded = Some(e.to_string());
@@ -192,8 +227,23 @@ pub fn generate(
             }
         }
     }
+    let mut text = spec.text().to_string();
+    let mut streamed_tokens = 0;
+    if let Some(h) = hand_off.filter(|_| handed_off) {
+        let rest = GenerateParams {
+            max_tokens: params.max_tokens - spec.tokens().len(),
+            ..params.clone()
+        };
+        let (more, tokens, failed) =
+            continue_elsewhere(engine, messages, &text, &rest, h, &mut on_text);
+        text.push_str(&more);
+        streamed_tokens = tokens;
+        degraded = failed;
+    }
     Ok(Outcome {
-        text: spec.text().to_string(),
+        text,
+        handed_off_after: handed_off.then(|| spec.tokens().len()),
+        streamed_tokens,
         tokens: spec.tokens().to_vec(),
         stats: spec.stats(),
         degraded,
@@ -201,4 +251,53 @@ pub fn generate(
         acceptance: spec.lengths().acceptance(),
         final_k: spec.lengths().k(),
     })
+}
+
+/// The rest of an answer after a hand-off: streamed by the cloud, continuing the text shown;
+/// if the cloud fails part-way, the edge continues the same turn from everything shown.
+/// Returns the new text, its token count and why it is degraded, if it is.
+fn continue_elsewhere(
+    engine: &Engine,
+    messages: &[ChatMessage],
+    shown: &str,
+    params: &GenerateParams,
+    h: HandOff<'_>,
+    on_text: &mut impl FnMut(&str),
+) -> (String, usize, Option<String>) {
+    let turn = |text: &str| {
+        let mut m = messages.to_vec();
+        m.push(ChatMessage::new("assistant", text));
+        m
+    };
+    let mut more = String::new();
+    let streamed = crate::chat::stream_cloud(
+        h.base,
+        h.token,
+        &turn(shown),
+        params,
+        h.timeout,
+        true,
+        |t| {
+            more.push_str(t);
+            on_text(t);
+        },
+    );
+    let failure = match streamed {
+        Ok(s) => return (more, s.completion_tokens as usize, None),
+        Err(e) => e,
+    };
+    tracing::warn!(error = %failure, "the hand-off to the cloud failed; the edge finishes");
+    let so_far = format!("{shown}{more}");
+    let mut tokens = 0;
+    let edge = engine.generate(Prompt::Continue(&turn(&so_far)), params, |ev| {
+        tokens += 1;
+        more.push_str(&ev.text);
+        on_text(&ev.text);
+        straddle_engine::Flow::Continue
+    });
+    let why = match edge {
+        Ok(_) => format!("the hand-off to the cloud failed ({failure}); the edge finished"),
+        Err(e) => format!("the hand-off to the cloud failed ({failure}) and so did the edge ({e})"),
+    };
+    (more, tokens, Some(why))
 }

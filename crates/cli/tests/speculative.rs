@@ -292,3 +292,55 @@ fn a_verifier_that_dies_mid_answer_leaves_the_edge_to_finish_without_losing_a_to
     assert!(err.contains("2 verify calls"), "{err}");
     assert!(err.contains("from the edge alone"), "{err}");
 }
+
+/// Speculation hands the rest of the answer to plain cloud streaming when drafts keep being
+/// rejected (here: a threshold no running acceptance reaches, so after the fourth call); the
+/// cloud continues the same turn, and if it fails then, the edge does.
+#[test]
+fn a_hand_off_to_plain_streaming_continues_the_same_answer_and_survives_a_dead_cloud() {
+    let (Some(model), Some(bin)) = (model(), cloud_bin()) else {
+        return;
+    };
+    let cloud = start_cloud(&bin, &model);
+    let url = format!("http://127.0.0.1:{}", cloud.port);
+    let prompt = "Write a short story about a lighthouse keeper.";
+    let plain = stdout(&chat(
+        &["--mode", "cloud", "--cloud", &url, "--max-tokens", "40"],
+        prompt,
+    ));
+    let model_arg = model.to_string_lossy().into_owned();
+    let speculate = |cloud_url: &str| {
+        chat(
+            &[
+                "--speculative",
+                "--cloud",
+                cloud_url,
+                "--model",
+                &model_arg,
+                "--max-tokens",
+                "40",
+                "--draft",
+                "2",
+                "--max-draft",
+                "2",
+                "--hand-off-below",
+                "1",
+            ],
+            prompt,
+        )
+    };
+    let out = speculate(&url);
+    assert_eq!(stdout(&out), plain);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("4 verify calls"), "{err}");
+    assert!(
+        err.contains("handed to plain cloud streaming after 12 tokens"),
+        "{err}"
+    );
+    // Four verify answers get through; the hand-off's stream does not: the edge finishes.
+    let proxy = dying_proxy(cloud.port, 4);
+    let out = speculate(&format!("http://127.0.0.1:{proxy}"));
+    assert_eq!(stdout(&out), plain);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("the hand-off to the cloud failed"), "{err}");
+}

@@ -124,6 +124,10 @@ pub struct Policy {
     /// verifier's own); `cargo xtask bench speculative` measures it.
     #[serde(default = "default_tokens_per_verify")]
     pub speculative_tokens_per_call: f32,
+    /// Per-token draft acceptance below which a speculative reply, after a few verify calls,
+    /// hands the rest of the answer to plain cloud streaming (0 never does).
+    #[serde(default = "default_min_acceptance")]
+    pub speculative_min_acceptance: f32,
     /// Never use the cloud, online or not (the `offline` scenario).
     #[serde(default)]
     pub edge_only: bool,
@@ -131,6 +135,12 @@ pub struct Policy {
 
 fn default_tokens_per_verify() -> f32 {
     3.0
+}
+
+/// Below about a third of draft tokens accepted, a verify call yields little more than one
+/// streamed token while costing a round trip and a cloud pass (BENCHMARKS.md, speculative).
+fn default_min_acceptance() -> f32 {
+    0.3
 }
 
 /// Expected answer quality (0–1) of each target for one kind of task.
@@ -183,6 +193,7 @@ impl Default for Policy {
             task_quality: default_task_quality(),
             cascade: CascadeRule::default(),
             speculative_tokens_per_call: default_tokens_per_verify(),
+            speculative_min_acceptance: default_min_acceptance(),
             edge_only: false,
         }
     }
@@ -247,6 +258,11 @@ impl Policy {
             .chain([p.edge_quality, p.cloud_quality]);
         if priors.clone().any(|q| !(0.0..=1.0).contains(&q)) {
             return Err(PolicyError("quality priors must lie in 0..=1".into()));
+        }
+        if !(0.0..=1.0).contains(&p.speculative_min_acceptance) {
+            return Err(PolicyError(
+                "speculative_min_acceptance must lie in 0..=1".into(),
+            ));
         }
         Ok(p)
     }
@@ -901,6 +917,13 @@ mod tests {
         bad_prior["task_quality"]["code"]["edge"] = 1.5.into();
         let err = Policy::from_json(&bad_prior.to_string()).unwrap_err();
         assert!(err.to_string().contains("0..=1"), "{err}");
+        let mut bad_threshold = serde_json::to_value(Policy::default()).expect("ser");
+        bad_threshold["speculative_min_acceptance"] = 2.0.into();
+        let err = Policy::from_json(&bad_threshold.to_string()).unwrap_err();
+        assert!(
+            err.to_string().contains("speculative_min_acceptance"),
+            "{err}"
+        );
         let round = serde_json::to_string(&Policy::default()).expect("ser");
         assert_eq!(Policy::from_json(&round).expect("parse"), Policy::default());
     }

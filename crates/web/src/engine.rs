@@ -202,9 +202,9 @@ impl EdgeEngine {
     pub fn start(&self, messages_json: String, params_json: String) -> js_sys::Promise {
         let backend = self.backend.clone();
         wasm_bindgen_futures::future_to_promise(async move {
-            let (msgs, params) = parse_request(&messages_json, &params_json)
+            let (request, params) = parse_request(&messages_json, &params_json)
                 .map_err(|e| JsValue::from(JsError::new(&e)))?;
-            let prompt = Prompt::Messages(&msgs);
+            let prompt = request.prompt();
             let seq = match &*backend {
                 Backend::WebGpu(e) => e.start(prompt, &params).await.map(Seq::Gpu),
                 Backend::Cpu(e) => e.start(prompt, &params).map(Seq::Cpu),
@@ -237,12 +237,33 @@ struct Params {
     seed: Option<u64>,
     #[serde(default)]
     stop: Vec<String>,
+    /// Continue the last message, the assistant's, instead of answering after it.
+    #[serde(default)]
+    continue_final_message: bool,
+}
+
+/// The conversation of a request and how it is to be answered.
+#[derive(Debug)]
+pub(crate) struct Conversation {
+    messages: Vec<ChatMessage>,
+    continues: bool,
+}
+
+impl Conversation {
+    /// The prompt: an answer after the conversation, or the rest of its last turn.
+    pub(crate) fn prompt(&self) -> Prompt<'_> {
+        if self.continues {
+            Prompt::Continue(&self.messages)
+        } else {
+            Prompt::Messages(&self.messages)
+        }
+    }
 }
 
 pub(crate) fn parse_request(
     messages_json: &str,
     params_json: &str,
-) -> Result<(Vec<ChatMessage>, GenerateParams), String> {
+) -> Result<(Conversation, GenerateParams), String> {
     let messages: Vec<straddle_protocol::Message> =
         serde_json::from_str(messages_json).map_err(|e| format!("invalid messages: {e}"))?;
     if messages.is_empty() {
@@ -258,7 +279,7 @@ pub(crate) fn parse_request(
     if !(top_p > 0.0 && top_p <= 1.0) {
         return Err("top_p must lie in (0, 1]".into());
     }
-    let msgs = messages
+    let msgs: Vec<ChatMessage> = messages
         .iter()
         .map(|m| ChatMessage::new(m.role.as_str(), m.content.clone()))
         .collect();
@@ -275,7 +296,14 @@ pub(crate) fn parse_request(
         context: EDGE_CONTEXT,
         ..Default::default()
     };
-    Ok((msgs, params))
+    if p.continue_final_message && msgs.last().is_some_and(|m| m.role != "assistant") {
+        return Err("continue_final_message needs the assistant's turn last".into());
+    }
+    let conversation = Conversation {
+        messages: msgs,
+        continues: p.continue_final_message,
+    };
+    Ok((conversation, params))
 }
 
 enum Seq {
@@ -462,7 +490,12 @@ mod tests {
         let msgs = r#"[{"role":"user","content":"hi"}]"#;
         let (m, p) =
             parse_request(msgs, r#"{"max_tokens":8,"temperature":0.7,"stop":["\n"]}"#).expect("ok");
-        assert_eq!(m.len(), 1);
+        assert_eq!(m.messages.len(), 1);
+        assert!(
+            parse_request(msgs, r#"{"max_tokens":8,"continue_final_message":true}"#)
+                .unwrap_err()
+                .contains("assistant")
+        );
         assert_eq!((p.max_tokens, p.sampling.temperature), (8, 0.7));
         assert!(parse_request("[]", r#"{"max_tokens":8}"#).is_err());
         assert!(
