@@ -42,6 +42,23 @@ test("a chat request reaches the cloud server and streams back through workerd",
   assert.ok(usage.groups[0].tokens_out > 0);
 });
 
+test("continue_final_message reaches the cloud, which continues the assistant's unfinished turn", { skip }, async () => {
+  const ask = async (body) => {
+    const res = await chat(worker.url, { max_tokens: 12, ...body });
+    assert.equal(res.status, 200);
+    return (await res.json()).choices[0].message.content;
+  };
+  const user = { role: "user", content: "List three primary colors." };
+  const whole = await ask({ messages: [user] });
+  const partial = whole.split(" ").slice(0, 3).join(" ");
+  const rest = await ask({ messages: [user, { role: "assistant", content: partial }], continue_final_message: true });
+  assert.ok((partial + rest).startsWith(whole), `${JSON.stringify(partial)} + ${JSON.stringify(rest)} vs ${JSON.stringify(whole)}`);
+  // A turn that is not the assistant's cannot be continued: refused at the edge, named.
+  const bad = await chat(worker.url, { messages: [user], continue_final_message: true });
+  assert.equal(bad.status, 400);
+  assert.equal((await bad.json()).error.param, "continue_final_message");
+});
+
 test("malformed JSON is refused at the edge with the field named", { skip }, async () => {
   const res = await chat(worker.url, '{"messages":[{"role":"user","content":"x"}],"max_token":5}');
   assert.equal(res.status, 400);

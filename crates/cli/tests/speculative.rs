@@ -255,37 +255,60 @@ fn dying_proxy(upstream: u16, answers: usize) -> u16 {
     port
 }
 
-#[test]
-fn a_verifier_that_dies_mid_answer_leaves_the_edge_to_finish_without_losing_a_token() {
-    let (Some(model), Some(bin)) = (model(), cloud_bin()) else {
-        return;
-    };
+/// `straddle chat --speculative` for 40 tokens with the cloud's own file as the drafter and
+/// drafts of exactly two tokens (so each call settles three and counts are predictable).
+fn speculate_in_twos(
+    cloud_url: &str,
+    model: &std::path::Path,
+    extra: &[&str],
+    prompt: &str,
+) -> Output {
+    let model_arg = model.to_string_lossy().into_owned();
+    let mut args = vec![
+        "--speculative",
+        "--cloud",
+        cloud_url,
+        "--model",
+        &model_arg,
+        "--max-tokens",
+        "40",
+        "--draft",
+        "2",
+        "--max-draft",
+        "2",
+    ];
+    args.extend_from_slice(extra);
+    chat(&args, prompt)
+}
+
+const LIGHTHOUSE: &str = "Write a short story about a lighthouse keeper.";
+
+/// The cloud server with the real model, the model's path and the cloud's plain greedy answer
+/// to [`LIGHTHOUSE`] for 40 tokens.
+fn lighthouse() -> Option<(Cloud, PathBuf, String)> {
+    let (model, bin) = (model()?, cloud_bin()?);
     let cloud = start_cloud(&bin, &model);
     let url = format!("http://127.0.0.1:{}", cloud.port);
-    let prompt = "Write a short story about a lighthouse keeper.";
     let plain = stdout(&chat(
         &["--mode", "cloud", "--cloud", &url, "--max-tokens", "40"],
-        prompt,
+        LIGHTHOUSE,
     ));
+    Some((cloud, model, plain))
+}
+
+#[test]
+fn a_verifier_that_dies_mid_answer_leaves_the_edge_to_finish_without_losing_a_token() {
+    let Some((cloud, model, plain)) = lighthouse() else {
+        return;
+    };
     // Two verify answers get through, then the verifier is gone. The edge model is the cloud's
     // own file, so any repeated or dropped token would show in the text.
     let proxy = dying_proxy(cloud.port, 2);
-    let model_arg = model.to_string_lossy().into_owned();
-    let out = chat(
-        &[
-            "--speculative",
-            "--cloud",
-            &format!("http://127.0.0.1:{proxy}"),
-            "--model",
-            &model_arg,
-            "--max-tokens",
-            "40",
-            "--draft",
-            "2",
-            "--max-draft",
-            "2",
-        ],
-        prompt,
+    let out = speculate_in_twos(
+        &format!("http://127.0.0.1:{proxy}"),
+        &model,
+        &[],
+        LIGHTHOUSE,
     );
     assert_eq!(stdout(&out), plain);
     let err = String::from_utf8_lossy(&out.stderr);
@@ -298,36 +321,12 @@ fn a_verifier_that_dies_mid_answer_leaves_the_edge_to_finish_without_losing_a_to
 /// cloud continues the same turn, and if it fails then, the edge does.
 #[test]
 fn a_hand_off_to_plain_streaming_continues_the_same_answer_and_survives_a_dead_cloud() {
-    let (Some(model), Some(bin)) = (model(), cloud_bin()) else {
+    let Some((cloud, model, plain)) = lighthouse() else {
         return;
     };
-    let cloud = start_cloud(&bin, &model);
     let url = format!("http://127.0.0.1:{}", cloud.port);
-    let prompt = "Write a short story about a lighthouse keeper.";
-    let plain = stdout(&chat(
-        &["--mode", "cloud", "--cloud", &url, "--max-tokens", "40"],
-        prompt,
-    ));
-    let model_arg = model.to_string_lossy().into_owned();
     let speculate = |cloud_url: &str| {
-        chat(
-            &[
-                "--speculative",
-                "--cloud",
-                cloud_url,
-                "--model",
-                &model_arg,
-                "--max-tokens",
-                "40",
-                "--draft",
-                "2",
-                "--max-draft",
-                "2",
-                "--hand-off-below",
-                "1",
-            ],
-            prompt,
-        )
+        speculate_in_twos(cloud_url, &model, &["--hand-off-below", "1"], LIGHTHOUSE)
     };
     let out = speculate(&url);
     assert_eq!(stdout(&out), plain);

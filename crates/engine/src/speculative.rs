@@ -49,29 +49,23 @@ pub trait DraftCache {
     fn room(&self) -> usize;
 }
 
-impl DraftCache for KvCache {
-    fn filled(&self) -> usize {
-        self.len()
-    }
-    fn rewind(&mut self, len: usize) {
-        self.truncate(len);
-    }
-    fn room(&self) -> usize {
-        self.capacity()
-    }
+/// Both caches already have the methods under these names.
+macro_rules! draft_cache {
+    ($($cache:ty),*) => {$(
+        impl DraftCache for $cache {
+            fn filled(&self) -> usize {
+                self.len()
+            }
+            fn rewind(&mut self, len: usize) {
+                self.truncate(len);
+            }
+            fn room(&self) -> usize {
+                self.capacity()
+            }
+        }
+    )*};
 }
-
-impl DraftCache for DeviceCache {
-    fn filled(&self) -> usize {
-        self.len()
-    }
-    fn rewind(&mut self, len: usize) {
-        self.truncate(len);
-    }
-    fn room(&self) -> usize {
-        self.capacity()
-    }
-}
+draft_cache!(KvCache, DeviceCache);
 
 impl Drafter for Model {
     type Cache = KvCache;
