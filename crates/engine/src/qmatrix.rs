@@ -33,6 +33,13 @@ pub enum QMatrix {
         d: Vec<f32>,
         qs: Vec<i8>,
     },
+    /// Q6_K repacked: an f32 scale per 16 values, one signed byte per value (−32..32).
+    Q6K {
+        rows: usize,
+        cols: usize,
+        d: Vec<f32>,
+        qs: Vec<i8>,
+    },
     /// Anything else, dequantized once at load.
     F32 {
         rows: usize,
@@ -155,6 +162,15 @@ impl QMatrix {
                     qs,
                 }
             }
+            TensorType::Q6_K if cols.is_multiple_of(256) => {
+                let (mut d, mut qs) = (Vec::with_capacity(nb * 2), Vec::with_capacity(nb * 32));
+                for b in bytes.chunks_exact(ty.block_bytes() as usize) {
+                    let block = quant::unpack_q6_k(b);
+                    d.extend_from_slice(&block.scale);
+                    qs.extend_from_slice(&block.q);
+                }
+                QMatrix::Q6K { rows, cols, d, qs }
+            }
             TensorType::Q4_0 if cols.is_multiple_of(BLOCK) => {
                 let (mut d, mut qs) = (Vec::with_capacity(nb), Vec::with_capacity(nb * 16));
                 for b in bytes.chunks_exact(18) {
@@ -185,6 +201,7 @@ impl QMatrix {
             QMatrix::Q4_1 { rows, cols, .. }
             | QMatrix::Q4_0 { rows, cols, .. }
             | QMatrix::Q8_0 { rows, cols, .. }
+            | QMatrix::Q6K { rows, cols, .. }
             | QMatrix::F32 { rows, cols, .. } => (*rows, *cols),
         }
     }
@@ -194,7 +211,7 @@ impl QMatrix {
         match self {
             QMatrix::Q4_1 { d, m, qs, .. } => 4 * (d.len() + m.len()) + qs.len(),
             QMatrix::Q4_0 { d, qs, .. } => 4 * d.len() + qs.len(),
-            QMatrix::Q8_0 { d, qs, .. } => 4 * d.len() + qs.len(),
+            QMatrix::Q8_0 { d, qs, .. } | QMatrix::Q6K { d, qs, .. } => 4 * d.len() + qs.len(),
             QMatrix::F32 { w, .. } => 4 * w.len(),
         }
     }
@@ -232,6 +249,12 @@ impl QMatrix {
                     }
                 }
             }
+            QMatrix::Q6K { d, qs, .. } => {
+                let row = r * cols..(r + 1) * cols;
+                for (j, (o, &q)) in out.iter_mut().zip(&qs[row.clone()]).enumerate() {
+                    *o = d[(row.start + j) / 16] * f32::from(q);
+                }
+            }
             QMatrix::F32 { w, .. } => out[..cols].copy_from_slice(&w[r * cols..(r + 1) * cols]),
         }
     }
@@ -257,7 +280,7 @@ impl QMatrix {
                 d: &d[blocks],
                 qs: &qs[r * nb * BLOCK..(r + 1) * nb * BLOCK],
             },
-            QMatrix::F32 { .. } => RowBlocks::Other,
+            QMatrix::Q6K { .. } | QMatrix::F32 { .. } => RowBlocks::Other,
         }
     }
 
@@ -377,6 +400,19 @@ impl QMatrix {
                         &x.qs[b * BLOCK..b * BLOCK + BLOCK],
                     );
                     acc += d[i] * x.d[b] * s as f32;
+                }
+                acc
+            }
+            QMatrix::Q6K { d, qs, .. } => {
+                // Two sub-blocks of 16, each with its own scale, per block of activations.
+                let mut acc = 0f32;
+                for b in 0..nb {
+                    let i = r * nb + b;
+                    let w = &qs[i * BLOCK..i * BLOCK + BLOCK];
+                    let xq = &x.qs[b * BLOCK..b * BLOCK + BLOCK];
+                    let lo = dot_i8(&w[..16], &xq[..16]);
+                    let hi = dot_i8(&w[16..], &xq[16..]);
+                    acc += x.d[b] * (d[2 * i] * lo as f32 + d[2 * i + 1] * hi as f32);
                 }
                 acc
             }
@@ -839,9 +875,10 @@ mod tests {
     #[test]
     fn quantized_matmul_matches_dequantized_reference() {
         let rows = 70;
+        // Magnitudes that change every 16 values, so sub-block scales differ.
         let weights = |cols: usize| -> Vec<f32> {
             (0..rows * cols)
-                .map(|i| ((i * 7919 % 211) as f32 - 105.0) / 100.0)
+                .map(|i| ((i * 7919 % 211) as f32 - 105.0) / 100.0 * (1 + i / 16 % 5) as f32)
                 .collect()
         };
         for (ty, cols, encoder) in [
@@ -849,6 +886,7 @@ mod tests {
             (TensorType::Q4_0, 96, encode::q4_0),
             (TensorType::Q8_0, 96, encode::q8_0),
             (TensorType::Q4_K, 512, encode::q4_k),
+            (TensorType::Q6_K, 512, encode::q6_k),
         ] {
             let bytes = encoder(&weights(cols));
             let xs: Vec<Vec<f32>> = (0..3)
