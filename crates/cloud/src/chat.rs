@@ -201,10 +201,10 @@ where
 pub(crate) fn engine_error(e: straddle_engine::EngineError) -> ApiError {
     use straddle_engine::EngineError as E;
     match e {
-        E::PromptTooLong { .. } | E::EmptyPrompt | E::Template(_) => {
-            ApiError::new(ErrorKind::InvalidRequest, e.to_string())
-                .with_code("context_length_exceeded")
-        }
+        E::PromptTooLong { .. } => ApiError::new(ErrorKind::InvalidRequest, e.to_string())
+            .with_code("context_length_exceeded"),
+        // The conversation cannot be rendered (or continued) with the model's template.
+        E::EmptyPrompt | E::Template(_) => ApiError::invalid("messages", e.to_string()),
         other => ApiError::new(ErrorKind::Internal, other.to_string()),
     }
 }
