@@ -577,6 +577,7 @@ export class Straddle {
       return { tokens: r.usage.completion_tokens, finish: r.finish_reason, cost: r.meta.cost, degraded: null, edgeTokens: 0 };
     } catch (e) {
       if (signal?.aborted) throw e;
+      // A failed stream reports no usage: its tokens are estimated at four characters each.
       const left = Math.max(1, maxTokens - Math.ceil(sent.length / 4));
       const gen = this.edge.host.generate(cont(shown + sent).messages, { ...this.edgeParams(req), max_tokens: left, continue_final_message: true });
       let n = 0;

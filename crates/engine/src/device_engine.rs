@@ -8,7 +8,7 @@ use crate::Device;
 use crate::device_model::{DeviceCache, DeviceModel};
 use crate::generate::{
     Completion, EngineError, Flow, GenerateParams, Prompt, Sequence, TextParts, TokenEvent,
-    encode_prompt,
+    encode_prompt, with_room,
 };
 use crate::gguf::{ByteSource, Gguf};
 use crate::template::ChatTemplate;
@@ -118,13 +118,8 @@ impl DeviceEngine {
     ) -> Result<(Vec<u32>, DeviceCache), EngineError> {
         let ids = self.prompt_tokens(prompt)?;
         let cache = self.model.new_cache(context);
-        if ids.len() >= cache.capacity() {
-            return Err(EngineError::PromptTooLong {
-                prompt: ids.len(),
-                context: cache.capacity(),
-            });
-        }
-        Ok((ids, cache))
+        let capacity = cache.capacity();
+        with_room(ids, cache, capacity)
     }
 
     /// One forward pass for a batch of sequences (see [`crate::Engine::step`]), blocking on

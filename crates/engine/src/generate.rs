@@ -414,6 +414,22 @@ pub(crate) fn encode_prompt(
     Ok(ids)
 }
 
+/// The prompt's ids with their fresh cache of `capacity` positions, if it has room after them
+/// for at least one generated token.
+pub(crate) fn with_room<C>(
+    ids: Vec<u32>,
+    cache: C,
+    capacity: usize,
+) -> Result<(Vec<u32>, C), EngineError> {
+    if ids.len() >= capacity {
+        return Err(EngineError::PromptTooLong {
+            prompt: ids.len(),
+            context: capacity,
+        });
+    }
+    Ok((ids, cache))
+}
+
 /// A loaded model with its tokenizer and chat template.
 pub struct Engine {
     pub model: Model,
@@ -495,13 +511,8 @@ impl Engine {
     ) -> Result<(Vec<u32>, KvCache), EngineError> {
         let ids = self.prompt_tokens(prompt)?;
         let cache = self.model.new_cache(context);
-        if ids.len() >= cache.capacity() {
-            return Err(EngineError::PromptTooLong {
-                prompt: ids.len(),
-                context: cache.capacity(),
-            });
-        }
-        Ok((ids, cache))
+        let capacity = cache.capacity();
+        with_room(ids, cache, capacity)
     }
 
     /// Tokenizes `prompt` and runs it through a fresh cache of `context` positions: the

@@ -238,11 +238,15 @@ impl Model {
         context: &[u32],
         rng: &mut Rng,
     ) -> Result<Verdict, ModelError> {
-        let start = cache.len();
-        let all = self.forward(&after(pending, draft), cache, true)?;
-        let verdict = judge_after(&all, pending, draft, params, context, rng);
-        cache.truncate(start + 1 + verdict.accepted);
-        Ok(verdict)
+        verify_after_with(
+            cache,
+            pending,
+            draft,
+            params,
+            context,
+            rng,
+            |input, cache| self.forward(input, cache, true),
+        )
     }
 }
 
@@ -268,23 +272,41 @@ impl DeviceModel {
         context: &[u32],
         rng: &mut Rng,
     ) -> Result<Verdict, ModelError> {
-        let start = cache.len();
-        let all = self.forward_blocking(&after(pending, draft), cache, true)?;
-        let verdict = judge_after(&all, pending, draft, params, context, rng);
-        cache.truncate(start + 1 + verdict.accepted);
-        Ok(verdict)
+        verify_after_with(
+            cache,
+            pending,
+            draft,
+            params,
+            context,
+            rng,
+            |input, cache| self.forward_blocking(input, cache, true),
+        )
     }
 }
 
-/// The input of a verification after a pending token: the token, then the draft.
-fn after(pending: u32, draft: &[u32]) -> Vec<u32> {
+/// A verification after a pending token, given the model's pass returning every position's
+/// logits: one pass over the pending token and the draft, then the cache keeps the pending
+/// token and the accepted draft.
+fn verify_after_with<C: DraftCache>(
+    cache: &mut C,
+    pending: u32,
+    draft: &[u32],
+    params: &SamplingParams,
+    context: &[u32],
+    rng: &mut Rng,
+    forward_all: impl FnOnce(&[u32], &mut C) -> Result<Vec<Vec<f32>>, ModelError>,
+) -> Result<Verdict, ModelError> {
+    let start = cache.filled();
     let mut input = Vec::with_capacity(draft.len() + 1);
     input.push(pending);
     input.extend_from_slice(draft);
-    input
+    let all = forward_all(&input, cache)?;
+    let verdict = judge_after(&all, pending, draft, params, context, rng);
+    cache.rewind(start + 1 + verdict.accepted);
+    Ok(verdict)
 }
 
-/// The verdict on `draft` from the logits of a pass over [`after`]`(pending, draft)`.
+/// The verdict on `draft` from the logits of a pass over the pending token and the draft.
 fn judge_after(
     all: &[Vec<f32>],
     pending: u32,
