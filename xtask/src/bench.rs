@@ -84,7 +84,7 @@ fn engine() -> anyhow::Result<()> {
             let ours = util::output(
                 Command::new(&ours_bin)
                     .args([&model, np, nd])
-                    .env("RAYON_NUM_THREADS", threads.to_string()),
+                    .env("STRADDLE_THREADS", threads.to_string()),
             )?;
             into.push(serde_json::from_str::<serde_json::Value>(ours.trim())?);
             let peer = util::output(

@@ -81,7 +81,7 @@ fn bench_cpu(
     let decode_s = t.elapsed().as_secs_f64();
     println!(
         "{{\"engine\":\"straddle-cpu\",\"threads\":{},\"load_ms\":{load_ms:.0},\"prefill_tps\":{:.1},\"decode_tps\":{:.1},\"weights_mb\":{:.1},\"kv_mb\":{:.1}}}",
-        rayon::current_num_threads(),
+        straddle_engine::parallel::threads(),
         prompt.len() as f64 / prefill_s,
         n_decode as f64 / decode_s,
         e.model.weight_bytes() as f64 / 1e6,
@@ -133,7 +133,7 @@ fn bench_device(
     let decode_s = t.elapsed().as_secs_f64();
     println!(
         "{{\"engine\":\"{name}\",\"threads\":{},\"load_ms\":{load_ms:.0},\"prefill_tps\":{:.1},\"decode_tps\":{:.1},\"weights_mb\":{:.1},\"kv_mb\":{:.1},\"peak_device_mb\":{:.1}}}",
-        rayon::current_num_threads(),
+        straddle_engine::parallel::threads(),
         prompt.len() as f64 / prefill_s,
         n_decode as f64 / decode_s,
         model.weight_bytes() as f64 / 1e6,

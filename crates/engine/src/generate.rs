@@ -281,6 +281,7 @@ impl<C> Sequence<C> {
 
     /// The token the next forward pass must feed, and the cache it extends; `None` once
     /// finished.
+    #[cfg_attr(not(feature = "device"), allow(dead_code))] // the device model's stepping
     pub(crate) fn pending(&mut self) -> Option<(u32, &mut C)> {
         if self.finished {
             return None;
@@ -289,6 +290,7 @@ impl<C> Sequence<C> {
     }
 
     /// Installs the logits of the forward pass over the pending token.
+    #[cfg_attr(not(feature = "device"), allow(dead_code))] // the device model's stepping
     pub(crate) fn set_logits(&mut self, logits: Vec<f32>) {
         self.logits = logits;
         self.fed = self.context.len();

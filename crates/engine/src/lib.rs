@@ -7,12 +7,16 @@
 //! WebGPU, Vulkan, flex) and `kernels` (our cubecl kernels for it), `kv` (the cache), `sample` (choosing tokens), `generate` (the
 //! loop), `speculative` (draft and verify).
 
+#[cfg(feature = "device")]
 pub mod device_engine;
+#[cfg(feature = "device")]
 pub mod device_model;
 pub mod generate;
+#[cfg(feature = "device")]
 mod kernels;
 pub mod kv;
 pub mod model;
+pub mod parallel;
 pub mod qmatrix;
 pub mod sample;
 pub mod speculative;
@@ -21,13 +25,17 @@ pub mod tokenizer;
 
 pub use straddle_gguf::{gguf, quant};
 
+#[cfg(feature = "device")]
 pub use burn::tensor::Device;
+#[cfg(feature = "device")]
 pub use device_engine::DeviceEngine;
+#[cfg(feature = "device")]
 pub use device_model::{DeviceCache, DeviceModel};
 pub use generate::{
     Completion, Engine, EngineError, Finish, Flow, GenerateParams, Prompt, PromptPrefix, Sequence,
     TokenEvent,
 };
+#[cfg(feature = "device")]
 pub use kernels::matvec::MatvecKernel;
 pub use sample::SamplingParams;
 pub use template::ChatMessage;

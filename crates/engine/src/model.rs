@@ -434,21 +434,9 @@ impl Model {
                 let mut sc = vec![0f32; pos + 1];
                 attention_scores(qh, |i| cache.key_row(li, kvh * hd + i), scale, &mut sc);
                 softmax(&mut sc);
-                out.fill(0.0);
-                for (p, &w) in sc.iter().enumerate() {
-                    let vp = &cache.value(li, p)[kvh * hd..(kvh + 1) * hd];
-                    for (o, &vv) in out.iter_mut().zip(vp) {
-                        *o += w * vv;
-                    }
-                }
+                weighted_values(&sc, |p| &cache.value(li, p)[kvh * hd..(kvh + 1) * hd], out);
             };
-            #[cfg(not(target_arch = "wasm32"))]
-            {
-                use rayon::prelude::*;
-                attn.par_chunks_mut(hd).enumerate().for_each(attend);
-            }
-            #[cfg(target_arch = "wasm32")]
-            attn.chunks_mut(hd).enumerate().for_each(attend);
+            crate::parallel::for_each(attn.chunks_mut(hd).enumerate().collect(), attend);
             for (act, row) in acts.iter_mut().zip(attn.chunks(d)) {
                 act.fill(row);
             }
@@ -508,29 +496,79 @@ impl Model {
     }
 }
 
+/// Positions summed in registers at a time by [`attention_scores`] (four AVX vectors; more
+/// spilled, fewer left the adds' latency exposed: 2.4 µs for 512 positions against 2.6 µs one
+/// dimension at a time, 3.0 µs with 64 and 3.6 µs with 16).
+const SCORE_BLOCK: usize = 32;
+
+/// Dimensions summed in registers at a time by [`weighted_values`] (eight AVX vectors: one
+/// head of 64; 1.8 µs for 512 positions against 2.9 µs one position at a time).
+const VALUE_BLOCK: usize = 64;
+
 /// `out[p] = (q · key(p)) × scale` for every position `p`, given the keys dimension by
 /// dimension (`key_row(i)[p]` is dimension `i` of position `p`).
 ///
-/// One pass per dimension adds its product to every position's sum: the positions are
-/// independent lanes, so the loop runs vector-wide, while each sum still adds its products
-/// in order from −0.0, exactly as `iter().sum()` over one position's key does — the scores
-/// are bit-identical to one position at a time (the golden tests pin logits that a reordered
-/// sum would move).
+/// The positions are independent lanes, so the loop runs vector-wide, and a block of them
+/// stays in registers across all of q's dimensions (each position stored once, not once per
+/// dimension), while each sum still adds its products in order from −0.0, exactly as
+/// `iter().sum()` over one position's key does — the scores are bit-identical to one position
+/// at a time (the golden tests pin logits that a reordered sum would move).
 fn attention_scores<'a>(
     q: &[f32],
     key_row: impl Fn(usize) -> &'a [f32],
     scale: f32,
     out: &mut [f32],
 ) {
-    out.fill(-0.0);
+    let blocks = out.len() / SCORE_BLOCK * SCORE_BLOCK;
+    for (b, chunk) in out[..blocks].chunks_exact_mut(SCORE_BLOCK).enumerate() {
+        let start = b * SCORE_BLOCK;
+        let mut acc = [-0.0f32; SCORE_BLOCK];
+        for (i, &qi) in q.iter().enumerate() {
+            let row = &key_row(i)[start..start + SCORE_BLOCK];
+            for (a, &k) in acc.iter_mut().zip(row) {
+                *a += qi * k;
+            }
+        }
+        for (o, a) in chunk.iter_mut().zip(acc) {
+            *o = a * scale;
+        }
+    }
+    let tail = &mut out[blocks..];
+    tail.fill(-0.0);
     for (i, &qi) in q.iter().enumerate() {
-        let row = &key_row(i)[..out.len()];
-        for (o, &k) in out.iter_mut().zip(row) {
+        let row = &key_row(i)[blocks..blocks + tail.len()];
+        for (o, &k) in tail.iter_mut().zip(row) {
             *o += qi * k;
         }
     }
-    for o in out.iter_mut() {
+    for o in tail.iter_mut() {
         *o *= scale;
+    }
+}
+
+/// `out = Σ_p weights[p] · value(p)`: a block of dimensions stays in registers across all
+/// positions (one store per dimension), each dimension summed over the positions in order.
+fn weighted_values<'a>(weights: &[f32], value: impl Fn(usize) -> &'a [f32], out: &mut [f32]) {
+    for (b, chunk) in out.chunks_mut(VALUE_BLOCK).enumerate() {
+        let start = b * VALUE_BLOCK;
+        if chunk.len() == VALUE_BLOCK {
+            let mut acc = [0f32; VALUE_BLOCK];
+            for (p, &w) in weights.iter().enumerate() {
+                let v = &value(p)[start..start + VALUE_BLOCK];
+                for (a, &x) in acc.iter_mut().zip(v) {
+                    *a += w * x;
+                }
+            }
+            chunk.copy_from_slice(&acc);
+        } else {
+            chunk.fill(0.0);
+            for (p, &w) in weights.iter().enumerate() {
+                let v = &value(p)[start..start + chunk.len()];
+                for (o, &x) in chunk.iter_mut().zip(v) {
+                    *o += w * x;
+                }
+            }
+        }
     }
 }
 
@@ -574,7 +612,7 @@ mod tests {
             (seed as f32 / u32::MAX as f32 - 0.5) * 10f32.powi((seed % 7) as i32 - 3)
         };
         let hd = 64;
-        for positions in [1, 7, 8, 9, 63, 200] {
+        for positions in [1, 7, 8, 9, 63, 64, 65, 128, 200] {
             let q: Vec<f32> = (0..hd).map(|_| next()).collect();
             let keys: Vec<f32> = (0..positions * hd).map(|_| next()).collect();
             let key = |p: usize| &keys[p * hd..(p + 1) * hd];
@@ -588,6 +626,36 @@ mod tests {
                 let want = q.iter().zip(key(p)).map(|(a, b)| a * b).sum::<f32>() * 0.125;
                 assert_eq!(got.to_bits(), want.to_bits(), "position {p} of {positions}");
             }
+        }
+    }
+
+    #[test]
+    fn weighted_values_in_blocks_are_bit_identical_to_one_position_at_a_time() {
+        let mut seed = 0x1234_5678u32;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            (seed as f32 / u32::MAX as f32 - 0.5) * 10f32.powi((seed % 7) as i32 - 3)
+        };
+        for (hd, positions) in [(64, 1), (64, 77), (128, 300), (80, 5)] {
+            let weights: Vec<f32> = (0..positions).map(|_| next()).collect();
+            let values: Vec<f32> = (0..positions * hd).map(|_| next()).collect();
+            let value = |p: usize| &values[p * hd..(p + 1) * hd];
+            let mut got = vec![f32::NAN; hd];
+            weighted_values(&weights, value, &mut got);
+            let mut want = vec![0f32; hd];
+            for (p, &w) in weights.iter().enumerate() {
+                for (o, &x) in want.iter_mut().zip(value(p)) {
+                    *o += w * x;
+                }
+            }
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&got),
+                bits(&want),
+                "head size {hd}, {positions} positions"
+            );
         }
     }
 }

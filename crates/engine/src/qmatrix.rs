@@ -534,13 +534,7 @@ pub fn matmul_many(parts: &mut [(&QMatrix, &mut [f32])], xs: &[QActs]) {
             }
         }
     };
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        use rayon::prelude::*;
-        tasks.into_par_iter().for_each(work);
-    }
-    #[cfg(target_arch = "wasm32")]
-    tasks.into_iter().for_each(work);
+    crate::parallel::for_each(tasks, work);
 }
 
 /// AVX2 kernels for the formats of the default model (the portable loops above are the

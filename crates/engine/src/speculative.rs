@@ -14,15 +14,13 @@ use std::task::{Context, Poll, Waker};
 
 use web_time::Instant;
 
-use crate::device_engine::DeviceEngine;
-use crate::device_model::{DeviceCache, DeviceModel};
 use crate::generate::{Engine, EngineError, Finish, GenerateParams, Prompt, stable_text};
 use crate::kv::KvCache;
 use crate::model::{Model, ModelError};
 use crate::sample::{self, Rng, SamplingParams};
 use crate::tokenizer::Tokenizer;
 
-/// A model that drafts: the CPU [`Model`] or a [`DeviceModel`] (whose passes are awaited,
+/// A model that drafts: the CPU [`Model`] or a `DeviceModel` (whose passes are awaited,
 /// because a browser reads GPU results back asynchronously). The drafting loop and the
 /// speculation's bookkeeping are written once over it.
 // Callers are single-threaded (a browser tab, a blocking CLI), so the futures need no `Send`.
@@ -65,7 +63,10 @@ macro_rules! draft_cache {
         }
     )*};
 }
-draft_cache!(KvCache, DeviceCache);
+draft_cache!(KvCache);
+
+#[cfg(feature = "device")]
+mod device;
 
 impl Drafter for Model {
     type Cache = KvCache;
@@ -77,22 +78,6 @@ impl Drafter for Model {
     ) -> Result<Vec<f32>, ModelError> {
         Ok(self
             .forward(tokens, cache, false)?
-            .pop()
-            .unwrap_or_default())
-    }
-}
-
-impl Drafter for DeviceModel {
-    type Cache = DeviceCache;
-
-    async fn forward_last(
-        &self,
-        tokens: &[u32],
-        cache: &mut DeviceCache,
-    ) -> Result<Vec<f32>, ModelError> {
-        Ok(self
-            .forward_read(tokens, cache, false)
-            .await?
             .pop()
             .unwrap_or_default())
     }
@@ -246,40 +231,6 @@ impl Model {
             context,
             rng,
             |input, cache| self.forward(input, cache, true),
-        )
-    }
-}
-
-impl DeviceModel {
-    /// [`Model::draft`] on the device.
-    pub async fn draft(
-        &self,
-        cache: &mut DeviceCache,
-        last_logits: &[f32],
-        k: usize,
-    ) -> Result<Draft, ModelError> {
-        draft_greedy(self, cache, last_logits, k).await
-    }
-
-    /// [`Model::verify_after`] on the device, blocking on the readback (a native server).
-    #[cfg(not(target_arch = "wasm32"))]
-    pub fn verify_after(
-        &self,
-        cache: &mut DeviceCache,
-        pending: u32,
-        draft: &[u32],
-        params: &SamplingParams,
-        context: &[u32],
-        rng: &mut Rng,
-    ) -> Result<Verdict, ModelError> {
-        verify_after_with(
-            cache,
-            pending,
-            draft,
-            params,
-            context,
-            rng,
-            |input, cache| self.forward_blocking(input, cache, true),
         )
     }
 }
@@ -516,7 +467,7 @@ pub struct SpeculationStats {
 /// exactly the tokens emitted so far.
 ///
 /// `C` is the drafting model's cache: the CPU [`Engine`]'s (the methods above, synchronous) or
-/// a [`DeviceEngine`]'s (`*_with` methods, awaited; they take either model).
+/// a `DeviceEngine`'s (`*_with` methods, awaited; they take either model).
 pub struct Speculation<C = KvCache> {
     cache: C,
     /// Logits after the last emitted token (what the next draft starts from).
@@ -574,20 +525,6 @@ impl Speculation<KvCache> {
     /// finished.
     pub fn step_alone(&mut self, engine: &Engine) -> Result<Option<String>, EngineError> {
         ready(self.step_alone_with(&engine.model, &engine.tokenizer))
-    }
-}
-
-impl Speculation<DeviceCache> {
-    /// [`Speculation::start`] with the drafting model on a device (WebGPU in a browser).
-    pub async fn start_on_device(
-        engine: &DeviceEngine,
-        prompt: Prompt<'_>,
-        params: &GenerateParams,
-        lengths: DraftLength,
-    ) -> Result<Self, EngineError> {
-        let (prompt, mut cache) = engine.prompt_and_cache(prompt, params.context)?;
-        let logits = engine.model.forward_last(&prompt, &mut cache).await?;
-        Ok(Self::prefilled(cache, logits, prompt, params, lengths))
     }
 }
 

@@ -6,8 +6,10 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use sha2::{Digest, Sha256};
+#[cfg(feature = "webgpu")]
+use straddle_engine::DeviceCache;
 use straddle_engine::{
-    ChatMessage, DeviceCache, Finish, GenerateParams, Prompt, SamplingParams, Sequence, TokenEvent,
+    ChatMessage, Finish, GenerateParams, Prompt, SamplingParams, Sequence, TokenEvent,
 };
 use wasm_bindgen::prelude::*;
 
@@ -105,6 +107,7 @@ impl ModelBuffer {
 /// Where the on-device model runs.
 pub(crate) enum Backend {
     /// burn on WebGPU: the weights stay quantized in GPU memory.
+    #[cfg(feature = "webgpu")]
     WebGpu(Box<straddle_engine::DeviceEngine>),
     /// Our wasm-SIMD CPU kernels, for browsers without (a fast) WebGPU.
     Cpu(Box<straddle_engine::Engine>),
@@ -129,6 +132,79 @@ impl EdgeEngine {
         })
     }
 
+    /// `"webgpu"` or `"cpu"`.
+    pub fn backend(&self) -> String {
+        match &*self.backend {
+            #[cfg(feature = "webgpu")]
+            Backend::WebGpu(_) => "webgpu".into(),
+            Backend::Cpu(_) => "cpu".into(),
+        }
+    }
+
+    /// Languages the model declares (GGUF `general.languages`), for the router's context.
+    pub fn languages(&self) -> Vec<String> {
+        match &*self.backend {
+            #[cfg(feature = "webgpu")]
+            Backend::WebGpu(e) => e.languages.clone(),
+            Backend::Cpu(e) => e.languages.clone(),
+        }
+    }
+
+    /// The longest conversation the engine holds (its KV cache), for the router's context.
+    #[wasm_bindgen(js_name = contextTokens)]
+    pub fn context_tokens(&self) -> u32 {
+        EDGE_CONTEXT as u32
+    }
+
+    /// The tokenizer's hash, to compare with the verifier's before speculating.
+    #[wasm_bindgen(js_name = tokenizerHash)]
+    pub fn tokenizer_hash(&self) -> String {
+        match &*self.backend {
+            #[cfg(feature = "webgpu")]
+            Backend::WebGpu(e) => e.tokenizer.hash.clone(),
+            Backend::Cpu(e) => e.tokenizer.hash.clone(),
+        }
+    }
+
+    /// The model's name (GGUF `general.name`), for `model_versions`.
+    pub fn name(&self) -> Option<String> {
+        match &*self.backend {
+            #[cfg(feature = "webgpu")]
+            Backend::WebGpu(e) => e.name.clone(),
+            Backend::Cpu(e) => e.name.clone(),
+        }
+    }
+
+    /// Starts a reply to `messages_json` (OpenAI-style `[{role, content}]`) with the settings
+    /// in `params_json` (`max_tokens`, `temperature`, `top_p`, `top_k`, `seed`, `stop`):
+    /// tokenizes and prefills, then resolves to a [`Generation`].
+    pub fn start(&self, messages_json: String, params_json: String) -> js_sys::Promise {
+        let backend = self.backend.clone();
+        wasm_bindgen_futures::future_to_promise(async move {
+            let (request, params) = parse_request(&messages_json, &params_json)
+                .map_err(|e| JsValue::from(JsError::new(&e)))?;
+            let prompt = request.prompt();
+            let seq = match &*backend {
+                #[cfg(feature = "webgpu")]
+                Backend::WebGpu(e) => e.start(prompt, &params).await.map(Seq::Gpu),
+                Backend::Cpu(e) => e.start(prompt, &params).map(Seq::Cpu),
+            }
+            .map_err(|e| JsValue::from(JsError::new(&e.to_string())))?;
+            Ok(Generation {
+                backend,
+                state: Rc::new(RefCell::new(Slot::Idle(Box::new(State {
+                    seq,
+                    needs_forward: false,
+                })))),
+            }
+            .into())
+        })
+    }
+}
+
+#[cfg(feature = "webgpu")]
+#[wasm_bindgen]
+impl EdgeEngine {
     /// Loads a GGUF model onto WebGPU; rejects when the browser has no usable adapter (the
     /// caller then falls back to the CPU with a fresh buffer).
     #[wasm_bindgen(js_name = loadWebGpu)]
@@ -154,70 +230,6 @@ impl EdgeEngine {
         };
         Ok(EdgeEngine {
             backend: Rc::new(Backend::WebGpu(Box::new(engine))),
-        })
-    }
-
-    /// `"webgpu"` or `"cpu"`.
-    pub fn backend(&self) -> String {
-        match &*self.backend {
-            Backend::WebGpu(_) => "webgpu".into(),
-            Backend::Cpu(_) => "cpu".into(),
-        }
-    }
-
-    /// Languages the model declares (GGUF `general.languages`), for the router's context.
-    pub fn languages(&self) -> Vec<String> {
-        match &*self.backend {
-            Backend::WebGpu(e) => e.languages.clone(),
-            Backend::Cpu(e) => e.languages.clone(),
-        }
-    }
-
-    /// The longest conversation the engine holds (its KV cache), for the router's context.
-    #[wasm_bindgen(js_name = contextTokens)]
-    pub fn context_tokens(&self) -> u32 {
-        EDGE_CONTEXT as u32
-    }
-
-    /// The tokenizer's hash, to compare with the verifier's before speculating.
-    #[wasm_bindgen(js_name = tokenizerHash)]
-    pub fn tokenizer_hash(&self) -> String {
-        match &*self.backend {
-            Backend::WebGpu(e) => e.tokenizer.hash.clone(),
-            Backend::Cpu(e) => e.tokenizer.hash.clone(),
-        }
-    }
-
-    /// The model's name (GGUF `general.name`), for `model_versions`.
-    pub fn name(&self) -> Option<String> {
-        match &*self.backend {
-            Backend::WebGpu(e) => e.name.clone(),
-            Backend::Cpu(e) => e.name.clone(),
-        }
-    }
-
-    /// Starts a reply to `messages_json` (OpenAI-style `[{role, content}]`) with the settings
-    /// in `params_json` (`max_tokens`, `temperature`, `top_p`, `top_k`, `seed`, `stop`):
-    /// tokenizes and prefills, then resolves to a [`Generation`].
-    pub fn start(&self, messages_json: String, params_json: String) -> js_sys::Promise {
-        let backend = self.backend.clone();
-        wasm_bindgen_futures::future_to_promise(async move {
-            let (request, params) = parse_request(&messages_json, &params_json)
-                .map_err(|e| JsValue::from(JsError::new(&e)))?;
-            let prompt = request.prompt();
-            let seq = match &*backend {
-                Backend::WebGpu(e) => e.start(prompt, &params).await.map(Seq::Gpu),
-                Backend::Cpu(e) => e.start(prompt, &params).map(Seq::Cpu),
-            }
-            .map_err(|e| JsValue::from(JsError::new(&e.to_string())))?;
-            Ok(Generation {
-                backend,
-                state: Rc::new(RefCell::new(Slot::Idle(Box::new(State {
-                    seq,
-                    needs_forward: false,
-                })))),
-            }
-            .into())
         })
     }
 }
@@ -307,6 +319,7 @@ pub(crate) fn parse_request(
 }
 
 enum Seq {
+    #[cfg(feature = "webgpu")]
     Gpu(Sequence<DeviceCache>),
     Cpu(Sequence),
 }
@@ -366,6 +379,7 @@ impl Generation {
             && let Slot::Idle(st) = &mut *guard
         {
             match &mut st.seq {
+                #[cfg(feature = "webgpu")]
                 Seq::Gpu(s) => s.cancel(),
                 Seq::Cpu(s) => s.cancel(),
             }
@@ -384,6 +398,7 @@ impl Generation {
             Slot::Done => return Err(JsError::new("this reply has already finished")),
         };
         let c = match st.seq {
+            #[cfg(feature = "webgpu")]
             Seq::Gpu(s) => s.into_completion(),
             Seq::Cpu(s) => s.into_completion(),
         };
@@ -430,6 +445,7 @@ async fn advance_and_sample(
     loop {
         let needs_forward = std::mem::replace(&mut st.needs_forward, false);
         let event = match (backend, &mut st.seq) {
+            #[cfg(feature = "webgpu")]
             (Backend::WebGpu(e), Seq::Gpu(s)) => {
                 if needs_forward {
                     e.advance(s).await.map_err(|e| e.to_string())?;
@@ -442,6 +458,7 @@ async fn advance_and_sample(
                 }
                 e.next_token(s)
             }
+            #[cfg(feature = "webgpu")]
             _ => return Err("a reply outlived a change of backend".into()),
         }
         .map_err(|e| e.to_string())?;
@@ -450,6 +467,7 @@ async fn advance_and_sample(
         };
         st.needs_forward = true;
         let finished = match &st.seq {
+            #[cfg(feature = "webgpu")]
             Seq::Gpu(s) => s.is_finished(),
             Seq::Cpu(s) => s.is_finished(),
         };

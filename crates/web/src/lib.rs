@@ -9,6 +9,8 @@ mod device;
 mod engine;
 mod routing;
 mod speculate;
+#[cfg(all(target_arch = "wasm32", feature = "threads"))]
+mod threads;
 
 pub use device::DeviceInfo;
 #[cfg(target_arch = "wasm32")]

@@ -3,8 +3,10 @@
 //! to [`Speculative::settle`]; if verification fails it goes on with
 //! [`Speculative::step_alone`] from exactly the tokens shown so far.
 
+#[cfg(feature = "webgpu")]
+use straddle_engine::DeviceCache;
+use straddle_engine::Finish;
 use straddle_engine::speculative::{DraftCache, DraftLength, Speculation, Verdict};
-use straddle_engine::{DeviceCache, Finish};
 use wasm_bindgen::prelude::*;
 
 use crate::engine::{Backend, EdgeEngine, parse_request};
@@ -12,6 +14,7 @@ use crate::engine::{Backend, EdgeEngine, parse_request};
 /// The drafting state on the model's backend.
 enum Drafting {
     Cpu(Speculation),
+    #[cfg(feature = "webgpu")]
     Gpu(Speculation<DeviceCache>),
 }
 
@@ -43,6 +46,7 @@ impl EdgeEngine {
             Backend::Cpu(e) => Drafting::Cpu(
                 Speculation::start(e, prompt, &params, DraftLength::default()).map_err(js)?,
             ),
+            #[cfg(feature = "webgpu")]
             Backend::WebGpu(e) => Drafting::Gpu(
                 Speculation::start_on_device(e, prompt, &params, DraftLength::default())
                     .await
@@ -62,6 +66,7 @@ impl Speculative {
     pub fn prompt(&self) -> Vec<u32> {
         match &self.spec {
             Drafting::Cpu(s) => s.prompt().to_vec(),
+            #[cfg(feature = "webgpu")]
             Drafting::Gpu(s) => s.prompt().to_vec(),
         }
     }
@@ -70,6 +75,7 @@ impl Speculative {
     pub fn tokens(&self) -> Vec<u32> {
         match &self.spec {
             Drafting::Cpu(s) => s.tokens().to_vec(),
+            #[cfg(feature = "webgpu")]
             Drafting::Gpu(s) => s.tokens().to_vec(),
         }
     }
@@ -79,7 +85,9 @@ impl Speculative {
     pub async fn draft(&mut self) -> Result<Option<Vec<u32>>, JsError> {
         let draft = match (&*self.backend, &mut self.spec) {
             (Backend::Cpu(e), Drafting::Cpu(s)) => s.draft(e).map_err(js)?,
+            #[cfg(feature = "webgpu")]
             (Backend::WebGpu(e), Drafting::Gpu(s)) => s.draft_with(&e.model).await.map_err(js)?,
+            #[cfg(feature = "webgpu")]
             _ => return Err(JsError::new("a reply outlived a change of backend")),
         };
         Ok(draft.map(<[u32]>::to_vec))
@@ -94,10 +102,12 @@ impl Speculative {
         };
         match (&*self.backend, &mut self.spec) {
             (Backend::Cpu(e), Drafting::Cpu(s)) => s.settle(e, verdict).map_err(js),
+            #[cfg(feature = "webgpu")]
             (Backend::WebGpu(e), Drafting::Gpu(s)) => s
                 .settle_with(&e.model, &e.tokenizer, verdict)
                 .await
                 .map_err(js),
+            #[cfg(feature = "webgpu")]
             _ => Err(JsError::new("a reply outlived a change of backend")),
         }
     }
@@ -108,9 +118,11 @@ impl Speculative {
     pub async fn step_alone(&mut self) -> Result<Option<String>, JsError> {
         match (&*self.backend, &mut self.spec) {
             (Backend::Cpu(e), Drafting::Cpu(s)) => s.step_alone(e).map_err(js),
+            #[cfg(feature = "webgpu")]
             (Backend::WebGpu(e), Drafting::Gpu(s)) => {
                 s.step_alone_with(&e.model, &e.tokenizer).await.map_err(js)
             }
+            #[cfg(feature = "webgpu")]
             _ => Err(JsError::new("a reply outlived a change of backend")),
         }
     }
@@ -122,6 +134,7 @@ impl Speculative {
     pub fn should_hand_off(&self, threshold: f32) -> bool {
         match &self.spec {
             Drafting::Cpu(s) => s.lengths().should_fall_back(threshold),
+            #[cfg(feature = "webgpu")]
             Drafting::Gpu(s) => s.lengths().should_fall_back(threshold),
         }
     }
@@ -131,6 +144,7 @@ impl Speculative {
     pub fn summary(&self) -> String {
         match &self.spec {
             Drafting::Cpu(s) => summary(s),
+            #[cfg(feature = "webgpu")]
             Drafting::Gpu(s) => summary(s),
         }
     }
