@@ -1,8 +1,9 @@
 // In-browser benchmark: Straddle's edge engine beside wllama (llama.cpp in wasm) on the same
 // GGUF, in the same Chromium, in the same run. Prints a Markdown table.
 // Usage: node bench/browser.mjs --model <file.gguf> [--runs 3] [--tokens 64]
-// Both run single-threaded in the page's worker (no cross-origin isolation, as most pages
-// are) and both on the CPU when the WebGPU adapter is a software one (SwiftShader here).
+// Each runs twice: on one thread (a page without cross-origin isolation, as most are) and on
+// `--threads` threads (a cross-origin-isolated page: wasm threads over shared memory); both
+// on the CPU when the WebGPU adapter is a software one (SwiftShader here).
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
@@ -16,26 +17,32 @@ const model = arg("--model");
 if (!model) throw new Error("--model <file.gguf> is required");
 const runs = Number(arg("--runs", "3"));
 const maxTokens = Number(arg("--tokens", "64"));
+const threads = Number(arg("--threads", "2"));
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const MODEL_URL = `/models/${path.basename(model)}`;
 const PROMPT = [{ role: "user", content: "Write a short story about a lighthouse keeper who finds a message in a bottle." }];
 
-const server = createServer({ root, models: path.dirname(model) });
-await new Promise((r) => server.listen(0, "127.0.0.1", r));
-const base = `http://127.0.0.1:${server.address().port}`;
+const listen = async (isolated) => {
+  const server = createServer({ root, models: path.dirname(model), isolated });
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  return { server, base: `http://127.0.0.1:${server.address().port}` };
+};
+const plain = await listen(false);
+const isolated = await listen(true);
+const base = plain.base;
 const browser = await chromium.launch({ executablePath: "/usr/bin/chromium", headless: true,
   args: ["--no-sandbox", "--disable-dev-shm-usage", "--enable-unsafe-webgpu", "--disable-background-networking"] });
 
 /** One load + one answer, timed in the page. `engine` is "straddle" or "wllama". */
-async function measure(page, engine) {
-  return page.evaluate(async ([engine, url, messages, maxTokens]) => {
+async function measure(page, engine, threads) {
+  return page.evaluate(async ([engine, url, messages, maxTokens, threads]) => {
     const t0 = performance.now();
     let first = null;
     let tokens = 0;
     let loaded;
     if (engine === "straddle") {
       const { Straddle } = await import("/src/index.js");
-      const s = await Straddle.create({ model: url });
+      const s = await Straddle.create({ model: url, threads });
       loaded = performance.now();
       const stream = await s.chat.completions.create({ messages, max_tokens: maxTokens, temperature: 0, stream: true });
       let usage;
@@ -45,13 +52,15 @@ async function measure(page, engine) {
       }
       tokens = usage.completion_tokens;
       const end = performance.now();
-      const backend = s.device().backend;
+      const { backend, threads: ran, threadsError } = s.device();
+      if (ran !== threads) throw new Error(`straddle ran on ${ran} threads, not ${threads}: ${threadsError}`);
       await s.unload();
       return { load: loaded - t0, ttft: first - t0, decode: (tokens - 1) / ((end - first) / 1000), tokens, backend };
     }
     const { Wllama } = await import("/node_modules/@wllama/wllama/esm/index.js");
     const w = new Wllama({ default: "/node_modules/@wllama/wllama/esm/wasm/wllama.wasm" }, { suppressNativeLog: true, logger: { debug() {}, log() {}, warn() {}, error: console.error } });
-    await w.loadModelFromUrl(new URL(url, location.href).href, { useCache: true, n_ctx: 1024, n_threads: 1, n_gpu_layers: 0 });
+    await w.loadModelFromUrl(new URL(url, location.href).href, { useCache: true, n_ctx: 1024, n_threads: threads, n_gpu_layers: 0 });
+    if (w.getNumThreads() !== threads) throw new Error(`wllama ran on ${w.getNumThreads()} threads, not ${threads}`);
     loaded = performance.now();
     const stream = await w.createChatCompletion({ messages, max_tokens: maxTokens, temperature: 0, stream: true });
     for await (const c of stream) {
@@ -63,26 +72,27 @@ async function measure(page, engine) {
     const end = performance.now();
     await w.exit();
     return { load: loaded - t0, ttft: first - t0, decode: (tokens - 1) / ((end - first) / 1000), tokens, backend: "cpu" };
-  }, [engine, MODEL_URL, PROMPT, maxTokens]);
+  }, [engine, MODEL_URL, PROMPT, maxTokens, threads]);
 }
 
 const rows = [];
-for (const engine of ["straddle", "wllama"]) {
+const variants = [1, threads].flatMap((n) => ["straddle", "wllama"].map((engine) => ({ engine, n })));
+for (const { engine, n } of variants) {
   const samples = { cold: [], warm: [] };
   for (let i = 0; i < runs; i++) {
     // A fresh context has an empty cache: the first load is over the network (localhost).
     const context = await browser.newContext();
     const page = await context.newPage();
     page.on("pageerror", (e) => console.error(`${engine}: ${e}`));
-    await page.goto(`${base}/test/blank.html`);
-    samples.cold.push(await measure(page, engine));
+    await page.goto(`${n > 1 ? isolated.base : plain.base}/test/blank.html`);
+    samples.cold.push(await measure(page, engine, n));
     await page.reload();
-    samples.warm.push(await measure(page, engine));
+    samples.warm.push(await measure(page, engine, n));
     await context.close();
   }
   const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)];
   const m = (kind, key) => median(samples[kind].map((s) => s[key]));
-  rows.push({ engine, backend: samples.warm[0].backend, coldLoad: m("cold", "load"), coldTtft: m("cold", "ttft"),
+  rows.push({ engine, threads: n, backend: samples.warm[0].backend, coldLoad: m("cold", "load"), coldTtft: m("cold", "ttft"),
     warmLoad: m("warm", "load"), warmTtft: m("warm", "ttft"), decode: m("warm", "decode"), tokens: m("warm", "tokens") });
 }
 // The router in the tab: Straddle.route() on 2 KB prompts, JS ↔ wasm and JSON included.
@@ -118,14 +128,17 @@ const routeLatency = await (async () => {
 })();
 
 await browser.close();
-server.close();
+plain.server.close();
+isolated.server.close();
 
 const ms = (v) => `${(v / 1000).toFixed(2)} s`;
-console.log(`| engine | backend | cold load | cold: create → first token | warm load (cache) | warm: create → first token | decode tok/s | tokens |`);
-console.log(`|---|---|---|---|---|---|---|---|`);
+console.log(`| engine | backend | threads | cold load | cold: create → first token | warm load (cache) | warm: create → first token | decode tok/s | tokens |`);
+console.log(`|---|---|---|---|---|---|---|---|---|`);
 for (const r of rows) {
-  console.log(`| ${r.engine} | ${r.backend} | ${ms(r.coldLoad)} | ${ms(r.coldTtft)} | ${ms(r.warmLoad)} | ${ms(r.warmTtft)} | ${r.decode.toFixed(1)} | ${r.tokens} |`);
+  console.log(`| ${r.engine} | ${r.backend} | ${r.threads} | ${ms(r.coldLoad)} | ${ms(r.coldTtft)} | ${ms(r.warmLoad)} | ${ms(r.warmTtft)} | ${r.decode.toFixed(1)} | ${r.tokens} |`);
 }
+const decode = (engine, n) => rows.find((r) => r.engine === engine && r.threads === n).decode;
+console.log(`\nDecode, straddle ÷ wllama: ${(decode("straddle", 1) / decode("wllama", 1)).toFixed(2)}× on 1 thread, ${(decode("straddle", threads) / decode("wllama", threads)).toFixed(2)}× on ${threads}.`);
 console.log(`\nMedian of ${runs} runs each; greedy, ${maxTokens} new tokens at most, one prompt of ${PROMPT[0].content.length} characters.`);
 console.log(`\nRouting in the tab (\`Straddle.route\`, 2,000 decisions each, JS ↔ wasm and JSON included; performance.now() is coarsened to 5–100 µs in browsers):\n`);
 console.log(`| prompt | bytes | p50 µs | p99 µs |`);

@@ -1,7 +1,9 @@
 // Static server for the demo page and the browser tests: serves the package directory,
 // /models/ from the model cache (so the 98 MB file never enters the repo), and
 // /demo/config.json (where the worker is, the tenant token, the model and its SHA-256).
-// Usage: node scripts/serve.mjs --port 8080 --root <dir> [--models <dir>] [--worker URL] [--token T]
+// Usage: node scripts/serve.mjs --port 8080 --root <dir> [--models <dir>] [--worker URL] [--token T] [--isolated]
+// --isolated sends COOP/COEP, which makes the page cross-origin isolated: the browser then
+// allows shared memory, and the CPU model runs on the threaded build.
 import http from "node:http";
 import fs from "node:fs";
 import path from "node:path";
@@ -29,10 +31,17 @@ const TYPES = {
   ".ts": "text/plain",
 };
 
+/** The headers that make a page cross-origin isolated (shared memory, wasm threads). */
+export const ISOLATION_HEADERS = {
+  "cross-origin-opener-policy": "same-origin",
+  "cross-origin-embedder-policy": "require-corp",
+};
+
 /** Creates the server; resolves a request path inside `root` (or `models`) only. */
-export function createServer({ root, models, config, files = {}, onRequest }) {
+export function createServer({ root, models, config, files = {}, onRequest, isolated = false }) {
   let sha = null;
   return http.createServer(async (req, res) => {
+    if (isolated) for (const [k, v] of Object.entries(ISOLATION_HEADERS)) res.setHeader(k, v);
     const url = new URL(req.url, "http://localhost");
     let rel = decodeURIComponent(url.pathname);
     onRequest?.(req);
@@ -83,7 +92,8 @@ if (import.meta.url === `file://${process.argv[1]}`) {
   const config = {};
   if (arg("--worker")) config.worker = arg("--worker");
   if (arg("--token")) config.token = arg("--token");
-  createServer({ root, models, config }).listen(port, "127.0.0.1", () => {
+  const isolated = process.argv.includes("--isolated");
+  createServer({ root, models, config, isolated }).listen(port, "127.0.0.1", () => {
     console.log(`serving ${root} on http://127.0.0.1:${port}/`);
   });
 }

@@ -3,14 +3,17 @@
 import { StraddleError, fromWire } from "./errors.js";
 
 export class EdgeHost {
-  /** Starts the worker and hands it the compiled wasm module (compiled once, by the page). */
-  static async start(module) {
+  /**
+   * Starts the worker and hands it the compiled wasm module (compiled once, by the page);
+   * with `threads` > 1 a CPU model runs on the threaded build (see engine-worker.js).
+   */
+  static async start(module, threads = 1) {
     const worker = new Worker(new URL("./engine-worker.js", import.meta.url), { type: "module" });
     const host = new EdgeHost(worker);
     await new Promise((resolve, reject) => {
       host.onReady = resolve;
       worker.onerror = (e) => reject(new StraddleError("edge_unavailable", `the engine worker failed to start: ${e.message ?? e}`));
-      worker.postMessage({ type: "init", module });
+      worker.postMessage({ type: "init", module, threads });
     });
     return host;
   }

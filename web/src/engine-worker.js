@@ -1,28 +1,41 @@
 // The Web Worker that hosts the on-device model, so generation never blocks the page.
 // Protocol (all messages carry `type`; requests carry `id`):
-//   init {module}                     -> ready
+//   init {module, threads}            -> ready
 //   load {id, url, sha256, backend, cache} -> progress* then loaded | error
 //   generate {id, messages, params}   -> token* then done | error
 //   speculate {id, messages, params, verify: {url, token, tokenizerHash, timeoutMs, handOffBelow}}
 //                                     -> (token | degraded)* then done | error
 //   cancel {id}                       (the reply ends as "cancelled")
 //   unload                            (frees the model)
-import init, { EdgeEngine, ModelBuffer, probeDevice } from "../pkg/straddle.js";
+import init, * as single from "../pkg/straddle.js";
 import { StraddleError, toWire } from "./errors.js";
 
 const CACHE = "straddle-models-v1";
 let engine = null;
+// The threaded build (`pkg-threads`, CPU kernels on a pool of Web Workers): started the
+// first time the CPU backend is chosen with more than one thread asked for, on a
+// cross-origin-isolated page; `pool` settles to {pkg, threads} or {error}.
+let threadsWanted = 1;
+let pool = null;
 const cancelled = new Set();
 
 const post = (m, transfer) => self.postMessage(m, transfer ?? []);
 // Between tokens the loop gives the event loop a turn, so a cancel posted by the page is
-// seen before the next forward pass.
-const yieldToEvents = () => new Promise((r) => setTimeout(r, 0));
+// seen before the next forward pass. The turn is a message to ourselves, not setTimeout(0):
+// browsers clamp nested timers to 4 ms, which added 4 ms to every token (a 25 ms token).
+const turn = new MessageChannel();
+const turnWaiters = [];
+turn.port1.onmessage = () => turnWaiters.shift()?.();
+const yieldToEvents = () => new Promise((r) => {
+  turnWaiters.push(r);
+  turn.port2.postMessage(null);
+});
 
 self.onmessage = async ({ data: m }) => {
   try {
     if (m.type === "init") {
       await init({ module_or_path: m.module });
+      threadsWanted = m.threads ?? 1;
       post({ type: "ready" });
     } else if (m.type === "load") {
       post({ type: "loaded", id: m.id, ...(await load(m)) });
@@ -41,13 +54,42 @@ self.onmessage = async ({ data: m }) => {
   }
 };
 
+/**
+ * Instantiates the threaded build and starts its pool: `threads - 1` Web Workers over the
+ * same shared memory, each joining the engine's fork-join pool (this worker is the last
+ * thread). Resolves to the build's exports once every worker has joined.
+ */
+async function startPool(threads) {
+  if (!self.crossOriginIsolated) {
+    throw new Error("threads need a cross-origin-isolated page (Cross-Origin-Opener-Policy: same-origin, Cross-Origin-Embedder-Policy: require-corp)");
+  }
+  const pkg = await import("../pkg-threads/straddle.js").catch((e) => {
+    throw new Error(`the threaded build is not available (${e.message ?? e})`);
+  });
+  await pkg.default({ module_or_path: new URL("../pkg-threads/straddle_bg.wasm", import.meta.url) });
+  const [module, memory] = pkg.poolShared();
+  await Promise.all(Array.from({ length: threads - 1 }, () => new Promise((resolve, reject) => {
+    const w = new Worker(new URL("./pool-worker.js", import.meta.url), { type: "module" });
+    w.onmessage = ({ data }) => (data.type === "joining" ? resolve() : reject(new Error(data.error)));
+    w.onerror = (e) => reject(new Error(`a pool worker failed to start: ${e.message ?? e}`));
+    w.postMessage({ module, memory });
+  })));
+  // Each worker counts itself in right after saying so.
+  for (let waited = 0; pkg.poolThreads() < threads; waited += 5) {
+    if (waited > 5000) throw new Error(`only ${pkg.poolThreads()} of ${threads} pool threads started`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  return pkg;
+}
+
 /** Reads the model (Cache API first), checks its SHA-256, and loads it onto a backend. */
 async function load({ id, url, sha256, backend, cache: useCache }) {
   const t0 = performance.now();
   const progress = (phase, loaded, total) =>
     post({ type: "progress", id, phase, loaded, total, percent: total ? Math.min(100, (100 * loaded) / total) : null });
   const store = useCache && "caches" in self ? await caches.open(CACHE).catch(() => null) : null;
-  const read = async () => {
+  // A buffer lives in the memory of the build that loads it.
+  const read = async (lib) => {
     let resp = store ? await store.match(url) : undefined;
     const fromCache = !!resp;
     let stored = Promise.resolve();
@@ -62,7 +104,7 @@ async function load({ id, url, sha256, backend, cache: useCache }) {
       if (store) stored = store.put(url, resp.clone()).catch((e) => console.warn("straddle: model not cached:", e));
     }
     const total = Number(resp.headers.get("content-length")) || 0;
-    const buffer = new ModelBuffer(total);
+    const buffer = new lib.ModelBuffer(total);
     const reader = resp.body.getReader();
     let lastReport = 0;
     try {
@@ -90,28 +132,37 @@ async function load({ id, url, sha256, backend, cache: useCache }) {
     return { buffer, fromCache, digest, bytes: total || buffer.received };
   };
 
-  let got = await read();
-  const device = await probeDevice();
+  const device = await single.probeDevice();
   // On a software adapter (SwiftShader, lavapipe) GPU-shaped kernels run on the CPU, and the
   // wasm-SIMD CPU kernels are far faster: "auto" picks them there.
   const wantGpu = backend === "webgpu" || (backend === "auto" && device.webgpu && !device.software);
   if (backend === "webgpu" && !device.webgpu) throw new StraddleError("webgpu_unavailable", "this browser offers no WebGPU adapter");
+  const cpuBuild = async () => {
+    if (threadsWanted <= 1) return { pkg: single, threads: 1, error: null };
+    pool ??= startPool(threadsWanted).then(
+      (pkg) => ({ pkg, threads: threadsWanted, error: null }),
+      (e) => ({ pkg: single, threads: 1, error: String(e.message ?? e) }));
+    return pool;
+  };
+  let cpu = wantGpu ? null : await cpuBuild();
+  let got = await read(wantGpu ? single : cpu.pkg);
   progress("compile", got.bytes, got.bytes);
   engine?.free();
   engine = null;
   let gpuError = null;
   if (wantGpu) {
     try {
-      engine = await EdgeEngine.loadWebGpu(got.buffer);
+      engine = await single.EdgeEngine.loadWebGpu(got.buffer);
     } catch (e) {
       if (backend === "webgpu") throw new StraddleError("webgpu_unavailable", String(e.message ?? e));
       gpuError = String(e.message ?? e);
-      got = await read(); // loadWebGpu consumed the buffer; the cache has the file now.
+      cpu = await cpuBuild();
+      got = await read(cpu.pkg); // loadWebGpu consumed the buffer; the cache has the file now.
     }
   }
   if (!engine) {
     try {
-      engine = EdgeEngine.loadCpu(got.buffer);
+      engine = cpu.pkg.EdgeEngine.loadCpu(got.buffer);
     } catch (e) {
       throw new StraddleError("model_invalid", `the model could not be loaded: ${e.message ?? e}`);
     }
@@ -119,7 +170,7 @@ async function load({ id, url, sha256, backend, cache: useCache }) {
   progress("ready", got.bytes, got.bytes);
   return {
     backend: engine.backend(), languages: engine.languages(), name: engine.name() ?? null, tokenizerHash: engine.tokenizerHash(),
-    contextTokens: engine.contextTokens(),
+    contextTokens: engine.contextTokens(), threads: engine.backend() === "cpu" ? cpu.threads : 1, threadsError: cpu?.error ?? null,
     sha256: got.digest, fromCache: got.fromCache, bytes: got.bytes, ms: performance.now() - t0,
     gpuError, device: { webgpu: device.webgpu, software: device.software,
       maxStorageBufferBytes: device.max_storage_buffer_bytes, maxInvocationsPerWorkgroup: device.max_invocations_per_workgroup },

@@ -71,6 +71,13 @@ export interface StraddleOptions {
   policy?: PolicyPreset | PolicyOverrides;
   /** "auto": WebGPU on a real GPU, the wasm CPU kernels otherwise. */
   backend?: "auto" | "webgpu" | "cpu";
+  /**
+   * Threads for the CPU backend: "auto" (default) uses every core the browser reports when the
+   * page is cross-origin isolated (served with `Cross-Origin-Opener-Policy: same-origin` and
+   * `Cross-Origin-Embedder-Policy: require-corp`), else 1; a number caps it; 1 never starts the
+   * threaded build. `device().threads` says what ran, `device().threadsError` why not more.
+   */
+  threads?: "auto" | number;
   onProgress?: (p: LoadProgress) => void;
   /** false: never send anything to the cloud. Default true. */
   cloud?: boolean;
@@ -222,6 +229,10 @@ export interface DeviceReport {
   loadMs?: number;
   tokensPerS?: number;
   gpuError?: string | null;
+  /** Threads the CPU backend runs on (1 on WebGPU, or without cross-origin isolation). */
+  threads?: number;
+  /** Why the threaded build did not start, when threads were asked for. */
+  threadsError?: string | null;
   webgpu?: boolean;
   software?: boolean;
   maxStorageBufferBytes?: number;

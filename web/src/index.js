@@ -91,6 +91,10 @@ export class Straddle {
       firstByteTimeoutMs: 15_000, waitForModel: true, learn: false, ...given };
     if (!o.model && !o.worker) throw new StraddleError("invalid_options", "give a model, a worker, or both");
     if (!["auto", "webgpu", "cpu"].includes(o.backend)) throw new StraddleError("invalid_options", "backend must be auto, webgpu or cpu");
+    o.threads ??= "auto";
+    if (o.threads !== "auto" && !(Number.isInteger(o.threads) && o.threads >= 1)) {
+      throw new StraddleError("invalid_options", "threads must be \"auto\" or a whole number ≥ 1");
+    }
     const wasmUrl = o.wasmUrl ?? new URL("../pkg/straddle_bg.wasm", import.meta.url);
     const module = await loadWasm(wasmUrl);
     const s = new Straddle(o, module);
@@ -146,8 +150,13 @@ export class Straddle {
   async loadModel() {
     const o = this.options;
     try {
-      const host = await EdgeHost.start(this.module);
+      // Threads only where the browser allows shared memory; the WebGPU backend needs none.
+      const cores = globalThis.navigator?.hardwareConcurrency ?? 1;
+      const threads = !globalThis.crossOriginIsolated || o.backend === "webgpu" ? 1
+        : o.threads === "auto" ? Math.min(cores, 8) : Math.min(o.threads, cores);
+      const host = await EdgeHost.start(this.module, threads);
       const loaded = await host.load({ url: new URL(o.model, globalThis.location?.href), sha256: o.sha256, backend: o.backend, cache: o.cacheModel }, o.onProgress);
+      if (loaded.threadsError) console.warn("straddle: the CPU backend runs on one thread:", loaded.threadsError);
       this.edge = { host, ...loaded, tokensPerS: PRIOR_TOKENS_PER_S[loaded.backend] ?? 10, measured: false };
       this.edgeError = null;
       await this.probeVerifier();
@@ -685,7 +694,7 @@ export class Straddle {
   device() {
     const e = this.edge;
     return e ? { backend: e.backend, model: e.name, sha256: e.sha256, bytes: e.bytes, fromCache: e.fromCache, loadMs: e.ms,
-      tokensPerS: e.tokensPerS, gpuError: e.gpuError, ...e.device } : { backend: null, error: this.edgeError?.message ?? null };
+      tokensPerS: e.tokensPerS, gpuError: e.gpuError, threads: e.threads, threadsError: e.threadsError, ...e.device } : { backend: null, error: this.edgeError?.message ?? null };
   }
 
   /** Frees the model and the worker; the client answers from the cloud afterwards, if allowed. */

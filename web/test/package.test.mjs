@@ -6,6 +6,7 @@ import fs from "node:fs";
 import { execFileSync } from "node:child_process";
 import path from "node:path";
 import { startStack, launch, root, model, cloudBin } from "./stack.mjs";
+import { createServer } from "../scripts/serve.mjs";
 import { startWorker, mintToken, admin, TENANT } from "../../worker/test/harness.mjs";
 
 const skip = !model || !cloudBin ? "set STRADDLE_TEST_MODEL and STRADDLE_CLOUD_BIN (cargo xtask test does)" : false;
@@ -273,6 +274,54 @@ test("without WebGPU the package runs the model on its CPU kernels", { skip }, a
     assert.match(r.meta.reasons.join(" "), /offline/, "no worker: the router knows only the edge can answer");
   } finally {
     await noGpu.close();
+  }
+});
+
+// The threaded build exists where the machine has a nightly toolchain (cargo xtask setup);
+// `cargo xtask test` sets STRADDLE_REQUIRE_THREADS there, so a broken build fails, not skips.
+const threadedBuilt = fs.existsSync(path.join(root, "pkg-threads", "straddle.js"));
+const skipThreads = skip || (!threadedBuilt && !process.env.STRADDLE_REQUIRE_THREADS && "web/pkg-threads is not built (no nightly toolchain)");
+
+test("on a cross-origin-isolated page the CPU model runs on a pool of threads, token for token as on one", { skip: skipThreads }, async () => {
+  const isolated = createServer({ root, models: path.dirname(model), isolated: true });
+  await new Promise((r) => isolated.listen(0, "127.0.0.1", r));
+  const isolatedUrl = `http://127.0.0.1:${isolated.address().port}`;
+  const noGpu = await launch({ webgpu: false });
+  try {
+    const answer = async (url, threads) => {
+      const { context, page, errors } = await freshPage(noGpu);
+      try {
+        await page.goto(`${url}/test/blank.html`);
+        const r = await page.evaluate(async ([model, threads]) => {
+          const { Straddle } = await import("/src/index.js");
+          const s = await Straddle.create({ model, threads });
+          const a = await s.chat.completions.create({ max_tokens: 24, temperature: 0,
+            messages: [{ role: "user", content: "Name three colours of the rainbow." }] });
+          const r = { isolated: crossOriginIsolated, cores: navigator.hardwareConcurrency, device: s.device(), text: a.choices[0].message.content, route: a.straddle.route };
+          await s.unload();
+          return r;
+        }, [MODEL_URL, threads]);
+        assert.deepEqual(errors, []);
+        return r;
+      } finally {
+        await context.close();
+      }
+    };
+    const one = await answer(stack.webUrl, "auto");
+    assert.equal(one.isolated, false);
+    assert.equal(one.device.threads, 1, "without isolation the page cannot share memory");
+    const pool = await answer(isolatedUrl, 2);
+    assert.equal(pool.isolated, true);
+    assert.equal(pool.device.backend, "cpu");
+    assert.equal(pool.device.threadsError, null);
+    assert.equal(pool.device.threads, Math.min(2, pool.cores));
+    assert.equal(pool.route, "edge");
+    assert.ok(one.text.length > 0);
+    // Each thread computes whole rows, so the arithmetic (and the greedy text) is unchanged.
+    assert.equal(pool.text, one.text);
+  } finally {
+    await noGpu.close();
+    isolated.close();
   }
 });
 

@@ -85,16 +85,7 @@ pub fn web_with_profile(tools: &Tools, profile_name: &str) -> anyhow::Result<()>
         }
     }
     let out = root().join(&cfg.build.out_dir);
-    run(Command::new(&tools.wasm_bindgen)
-        .args([
-            "--target",
-            &cfg.build.target,
-            "--out-name",
-            "straddle",
-            "--out-dir",
-        ])
-        .arg(&out)
-        .arg(&wasm))?;
+    bindgen(tools, &cfg.build.target, &wasm, &out)?;
     // The script-tag build is a small classic script that imports the module next to it.
     let dist = root().join("web/dist");
     std::fs::create_dir_all(&dist)?;
@@ -103,6 +94,104 @@ pub fn web_with_profile(tools: &Tools, profile_name: &str) -> anyhow::Result<()>
         dist.join("straddle.js"),
     )
     .context("copying the script-tag build to web/dist")?;
+    report(&out);
+    web_threads(tools, &cfg, profile)
+}
+
+/// The threaded build (`web/pkg-threads`): the CPU model on a pool of Web Workers sharing
+/// one memory. Needs the standard library rebuilt with atomics, so a nightly toolchain, and
+/// its own target directory (other RUSTFLAGS would rebuild the main build's every time).
+fn web_threads(tools: &Tools, cfg: &WasmPackToml, profile: &ProfileSection) -> anyhow::Result<()> {
+    let out = root()
+        .join(&cfg.build.out_dir)
+        .with_file_name("pkg-threads");
+    let Some(toolchain) = &tools.threads_toolchain else {
+        eprintln!(
+            "build-web: no nightly toolchain with rust-src here; {} is not built (pages run the CPU model on one thread)",
+            out.display()
+        );
+        if out.exists() {
+            std::fs::remove_dir_all(&out)?;
+        }
+        return Ok(());
+    };
+    let target_dir = util::target_dir().join("threads");
+    let manifest = root().join(&cfg.build.krate).join("Cargo.toml");
+    // `cargo rustc` gives the link arguments to the final crate alone, so changing them never
+    // rebuilds the dependencies. wasm-bindgen needs the memory imported and shared, and the
+    // thread-local storage hooks exported, to start a module per thread.
+    let link_args = [
+        "--shared-memory",
+        "--import-memory",
+        // Shared memory has a fixed maximum: let it grow to wasm32's 4 GiB.
+        "--max-memory=4294967296",
+        "--export=__wasm_init_tls",
+        "--export=__tls_size",
+        "--export=__tls_align",
+        "--export=__tls_base",
+    ];
+    run(Command::new("rustup")
+        .args(["run", toolchain, "cargo", "rustc", "--quiet", "--lib"])
+        .args(["-Z", "build-std=panic_abort,std"])
+        .args(["--target", "wasm32-unknown-unknown"])
+        .args(["--profile", &profile.cargo_profile])
+        .args(["--no-default-features", "--features", "threads"])
+        .arg("--manifest-path")
+        .arg(&manifest)
+        .arg("--")
+        .args(
+            link_args
+                .iter()
+                .flat_map(|a| ["-C".to_string(), format!("link-arg={a}")]),
+        )
+        // The outer `cargo xtask` is the stable toolchain's; its settings must not leak in.
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .env_remove("CARGO")
+        .env_remove("RUSTC")
+        .env("CARGO_TARGET_DIR", &target_dir)
+        .env(
+            "RUSTFLAGS",
+            "-C target-feature=+atomics,+bulk-memory,+mutable-globals,+simd128",
+        ))
+    .context("building the threaded browser package")?;
+    let dir_name = if profile.cargo_profile == "dev" {
+        "debug"
+    } else {
+        profile.cargo_profile.as_str()
+    };
+    let lib = cfg.build.krate.rsplit('/').next().unwrap_or("web");
+    let mut wasm = target_dir
+        .join("wasm32-unknown-unknown")
+        .join(dir_name)
+        .join(format!("straddle_{lib}.wasm"));
+    if profile.wasm_opt && util::which("wasm-opt").is_some() {
+        let opt = wasm.with_extension("opt.wasm");
+        run(Command::new("wasm-opt")
+            .args(&profile.wasm_opt_args)
+            .arg("--enable-threads")
+            .arg(&wasm)
+            .arg("-o")
+            .arg(&opt))?;
+        wasm = opt;
+    }
+    bindgen(tools, &cfg.build.target, &wasm, &out)?;
+    report(&out);
+    Ok(())
+}
+
+fn bindgen(
+    tools: &Tools,
+    target: &str,
+    wasm: &std::path::Path,
+    out: &std::path::Path,
+) -> anyhow::Result<()> {
+    run(Command::new(&tools.wasm_bindgen)
+        .args(["--target", target, "--out-name", "straddle", "--out-dir"])
+        .arg(out)
+        .arg(wasm))
+}
+
+fn report(out: &std::path::Path) {
     let size = std::fs::metadata(out.join("straddle_bg.wasm"))
         .map(|m| m.len())
         .unwrap_or(0);
@@ -111,7 +200,6 @@ pub fn web_with_profile(tools: &Tools, profile_name: &str) -> anyhow::Result<()>
         out.display(),
         size as f64 / 1e6
     );
-    Ok(())
 }
 
 /// Builds `worker/` for workerd with worker-build, offline: every tool comes from setup.

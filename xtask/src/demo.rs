@@ -222,7 +222,9 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
                 .arg(root().join("web"))
                 .arg("--models")
                 .arg(tools.model.parent().unwrap_or(Path::new(".")))
-                .args(["--worker", &worker_url, "--token", &page_token]),
+                .args(["--worker", &worker_url, "--token", &page_token])
+                // Cross-origin isolation lets the CPU model use every core (wasm threads).
+                .arg("--isolated"),
             &logs,
         )?;
         wait_up(

@@ -32,6 +32,9 @@ pub struct Tools {
     pub esbuild: PathBuf,
     pub chromedriver: PathBuf,
     pub model: PathBuf,
+    /// The nightly toolchain (with `rust-src`) that builds the threaded wasm package, when
+    /// this machine has one: wasm threads need the standard library rebuilt with atomics.
+    pub threads_toolchain: Option<String>,
 }
 
 /// Installs what is missing and returns where everything is.
@@ -39,6 +42,7 @@ pub fn run() -> anyhow::Result<Tools> {
     let started = std::time::Instant::now();
     let mut did = Vec::new();
     rust_target(&mut did)?;
+    let threads_toolchain = threads_toolchain(&mut did);
     apt(&mut did)?;
     let wbg_version = util::locked_version("wasm-bindgen")?;
     cargo_tool(
@@ -72,7 +76,43 @@ pub fn run() -> anyhow::Result<Tools> {
         esbuild: root().join("worker/node_modules/.bin/esbuild"),
         chromedriver: PathBuf::from("/usr/bin/chromedriver"),
         model,
+        threads_toolchain,
     })
+}
+
+/// A nightly toolchain with `rust-src`, for `-Z build-std` with atomics. Uses the nightly the
+/// machine has rather than fetching one (a newer nightly may not build our dependencies);
+/// without one the threaded package is not built, and the page runs the CPU model on one thread.
+fn threads_toolchain(did: &mut Vec<String>) -> Option<String> {
+    let list = util::output(Command::new("rustup").args(["toolchain", "list"])).ok()?;
+    let nightly = list
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .find(|t| t.starts_with("nightly"))?
+        .to_string();
+    let components = util::output(Command::new("rustup").args([
+        "component",
+        "list",
+        "--installed",
+        "--toolchain",
+        &nightly,
+    ]))
+    .ok()?;
+    if !components.lines().any(|l| l.trim() == "rust-src") {
+        let added = Command::new("rustup")
+            .args(["component", "add", "rust-src", "--toolchain", &nightly])
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !added {
+            eprintln!(
+                "setup: could not add rust-src to {nightly}; the threaded browser package is skipped"
+            );
+            return None;
+        }
+        did.push(format!("rust-src for {nightly}"));
+    }
+    Some(nightly)
 }
 
 fn rust_target(did: &mut Vec<String>) -> anyhow::Result<()> {

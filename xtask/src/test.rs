@@ -265,13 +265,16 @@ fn browser(tools: &Tools) -> anyhow::Result<Counts> {
     crate::build::web_with_profile(tools, "dev")?;
     // The page talks to the real worker under workerd, in front of the real cloud server.
     let cloud = worker_and_cloud_built(tools)?;
-    counted(
-        Command::new("npm")
-            .args(["test", "--silent"])
-            .env("STRADDLE_TEST_MODEL", &tools.model)
-            .env("STRADDLE_CLOUD_BIN", cloud)
-            .current_dir(root().join("web")),
-    )
+    let mut npm = Command::new("npm");
+    npm.args(["test", "--silent"])
+        .env("STRADDLE_TEST_MODEL", &tools.model)
+        .env("STRADDLE_CLOUD_BIN", cloud)
+        .current_dir(root().join("web"));
+    // Where setup found a nightly, build-web made the threaded package: its test must run.
+    if tools.threads_toolchain.is_some() {
+        npm.env("STRADDLE_REQUIRE_THREADS", "1");
+    }
+    counted(&mut npm)
 }
 
 #[cfg(test)]
