@@ -255,7 +255,9 @@ fn web(release: bool) -> anyhow::Result<()> {
         "Browser: edge engine beside wllama",
         &format!(
             "Command: `cargo xtask bench web{}` (Debian's Chromium, headless, SwiftShader WebGPU; \
-             wasm built with the `{profile}` profile of wasm-pack.toml; wllama 3.13.0 from npm)\n\n{table}",
+             wasm built with the `{profile}` profile of wasm-pack.toml; wllama 3.13.0 from npm; \
+             the 1-thread rows on a plain page, the 2-thread rows on a cross-origin-isolated one \
+             (COOP/COEP), where Straddle runs `web/pkg-threads` and wllama its pthreads)\n\n{table}",
             if release { " --release" } else { "" }
         ),
     )
