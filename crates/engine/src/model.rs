@@ -601,16 +601,19 @@ pub fn softmax(x: &mut [f32]) {
 mod tests {
     use super::*;
 
-    #[test]
-    fn attention_scores_by_dimension_are_bit_identical_to_one_position_at_a_time() {
-        // Deterministic values spread over magnitudes, so reordered sums would differ.
-        let mut seed = 0x9E37_79B9u32;
-        let mut next = || {
+    /// Deterministic values spread over magnitudes, so reordered sums would differ.
+    fn spread_values(mut seed: u32) -> impl FnMut() -> f32 {
+        move || {
             seed ^= seed << 13;
             seed ^= seed >> 17;
             seed ^= seed << 5;
             (seed as f32 / u32::MAX as f32 - 0.5) * 10f32.powi((seed % 7) as i32 - 3)
-        };
+        }
+    }
+
+    #[test]
+    fn attention_scores_by_dimension_are_bit_identical_to_one_position_at_a_time() {
+        let mut next = spread_values(0x9E37_79B9);
         let hd = 64;
         for positions in [1, 7, 8, 9, 63, 64, 65, 128, 200] {
             let q: Vec<f32> = (0..hd).map(|_| next()).collect();
@@ -631,13 +634,7 @@ mod tests {
 
     #[test]
     fn weighted_values_in_blocks_are_bit_identical_to_one_position_at_a_time() {
-        let mut seed = 0x1234_5678u32;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 17;
-            seed ^= seed << 5;
-            (seed as f32 / u32::MAX as f32 - 0.5) * 10f32.powi((seed % 7) as i32 - 3)
-        };
+        let mut next = spread_values(0x1234_5678);
         for (hd, positions) in [(64, 1), (64, 77), (128, 300), (80, 5)] {
             let weights: Vec<f32> = (0..positions).map(|_| next()).collect();
             let values: Vec<f32> = (0..positions * hd).map(|_| next()).collect();
