@@ -170,13 +170,15 @@ pub mod pool {
     /// caller while a region runs (a server's other thread) runs its tasks alone.
     pub fn run(tasks: usize, run: &(dyn Fn(usize) + Sync)) {
         let s = &SHARED;
-        let alone = tasks <= 1 || threads() == 1;
-        let guard = match s.caller.try_lock() {
-            _ if alone => None,
-            Ok(guard) => Some(guard),
-            // A region that panicked left nothing half-done: the lock guards no data.
-            Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
-            Err(TryLockError::WouldBlock) => None,
+        let guard = if tasks <= 1 || threads() == 1 {
+            None
+        } else {
+            match s.caller.try_lock() {
+                Ok(guard) => Some(guard),
+                // A region that panicked left nothing half-done: the lock guards no data.
+                Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+                Err(TryLockError::WouldBlock) => None,
+            }
         };
         let Some(guard) = guard else {
             (0..tasks).for_each(run);
