@@ -14,7 +14,8 @@ const CACHE = "straddle-models-v1";
 let engine = null;
 // The threaded build (`pkg-threads`, CPU kernels on a pool of Web Workers): started the
 // first time the CPU backend is chosen with more than one thread asked for, on a
-// cross-origin-isolated page; `pool` settles to {pkg, threads} or {error}.
+// cross-origin-isolated page; `pool` settles to {pkg, threads, error} (on failure: the
+// single-threaded build, 1 thread, and why).
 let threadsWanted = 1;
 let pool = null;
 const cancelled = new Set();
