@@ -1,13 +1,15 @@
 //! Engine throughput on one GGUF: prefill of an N-token prompt, then M decoded tokens.
 //! `cargo run --profile fast -p straddle-engine --example bench -- <model.gguf> [prompt_tokens]
 //! [decode_tokens] [cpu|flex|wgpu|wgpu-per-row|wgpu-burn]`
-//! Prints one JSON line, read by `cargo xtask bench engine`. `cpu` is our own kernels; `flex`
+//! Prints one JSON line, read by `cargo xtask bench engine`. `STRADDLE_CPU_KERNELS` picks a
+//! family of CPU kernels other than the best (see `qmatrix::Kernels`). `cpu` is our own kernels; `flex`
 //! and `wgpu` run the burn model (`DeviceModel`) on that burn device with our cubecl kernels
 //! (`wgpu-per-row`: the product kernel for software adapters; `wgpu-burn`: burn's operations only).
 
 use std::time::Instant;
 
 use straddle_engine::gguf::{FileSource, Gguf};
+use straddle_engine::qmatrix::Kernels;
 use straddle_engine::{Device, DeviceModel, Engine, MatvecKernel};
 
 /// The context every row is measured at (the 2,048-token budget).
@@ -80,7 +82,8 @@ fn bench_cpu(
     }
     let decode_s = t.elapsed().as_secs_f64();
     println!(
-        "{{\"engine\":\"straddle-cpu\",\"threads\":{},\"load_ms\":{load_ms:.0},\"prefill_tps\":{:.1},\"decode_tps\":{:.1},\"weights_mb\":{:.1},\"kv_mb\":{:.1}}}",
+        "{{\"engine\":\"straddle-cpu\",\"kernels\":\"{}\",\"threads\":{},\"load_ms\":{load_ms:.0},\"prefill_tps\":{:.1},\"decode_tps\":{:.1},\"weights_mb\":{:.1},\"kv_mb\":{:.1}}}",
+        Kernels::detected().name(),
         straddle_engine::parallel::threads(),
         prompt.len() as f64 / prefill_s,
         n_decode as f64 / decode_s,

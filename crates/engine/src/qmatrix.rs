@@ -2,6 +2,8 @@
 //! them. Activations are quantized to 8 bits per block of 32 (as llama.cpp does), so the
 //! inner loop is an integer dot product that the compiler vectorizes.
 
+use std::sync::OnceLock;
+
 use half::f16;
 
 use crate::quant::{self, QuantError, TensorType};
@@ -106,6 +108,83 @@ impl QActs {
             self.d.push(d);
             self.sum.push(d * s as f32);
         }
+    }
+}
+
+/// A family of product kernels. Each family gives the same bits for a row and token however
+/// the product is batched; families differ from one another in the last bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernels {
+    /// The portable loops, on any machine.
+    Portable,
+    /// x86-64 with AVX2 and FMA.
+    Avx2,
+    /// x86-64 with AVX-512 F, BW and VNNI: tiles of rows × tokens (AVX2 for Q4_0).
+    Avx512Vnni,
+    /// wasm32 with SIMD128.
+    Simd128,
+}
+
+impl Kernels {
+    /// Every family, best first.
+    const ALL: [Kernels; 4] = [
+        Kernels::Avx512Vnni,
+        Kernels::Avx2,
+        Kernels::Simd128,
+        Kernels::Portable,
+    ];
+
+    /// The name `STRADDLE_CPU_KERNELS` takes and benchmarks print.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernels::Portable => "portable",
+            Kernels::Avx2 => "avx2",
+            Kernels::Avx512Vnni => "avx512-vnni",
+            Kernels::Simd128 => "simd128",
+        }
+    }
+
+    /// Whether this machine runs them.
+    pub fn runs_here(self) -> bool {
+        match self {
+            Kernels::Portable => true,
+            #[cfg(target_arch = "x86_64")]
+            Kernels::Avx2 => avx2::available(),
+            #[cfg(target_arch = "x86_64")]
+            Kernels::Avx512Vnni => avx512::available() && avx2::available(),
+            #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+            Kernels::Simd128 => true,
+            #[allow(unreachable_patterns)] // on targets with every family
+            _ => false,
+        }
+    }
+
+    /// The families this machine runs, best first.
+    pub fn available() -> Vec<Kernels> {
+        Self::ALL.into_iter().filter(|k| k.runs_here()).collect()
+    }
+
+    /// The family every product uses: the best this machine runs, or the one named by
+    /// `STRADDLE_CPU_KERNELS` (to compare them) when it runs here.
+    pub fn detected() -> Kernels {
+        static DETECTED: OnceLock<Kernels> = OnceLock::new();
+        *DETECTED.get_or_init(|| {
+            let best = Self::available()[0];
+            let Ok(wanted) = std::env::var("STRADDLE_CPU_KERNELS") else {
+                return best;
+            };
+            match Self::ALL.into_iter().find(|k| k.name() == wanted) {
+                Some(k) if k.runs_here() => k,
+                _ => {
+                    tracing::warn!(
+                        "STRADDLE_CPU_KERNELS={wanted:?} is not one this machine runs ({}); using {}",
+                        Self::available().iter().map(|k| k.name()).collect::<Vec<_>>().join(", "),
+                        best.name()
+                    );
+                    best
+                }
+            }
+        })
     }
 }
 
@@ -287,8 +366,31 @@ impl QMatrix {
     /// Dot product of row `r` with the quantized activations `x`.
     #[inline]
     pub fn dot_row(&self, r: usize, x: &QActs) -> f32 {
+        self.dot_row_with(Kernels::detected(), r, x)
+    }
+
+    /// [`Self::dot_row`] with the given kernels (available on this machine: see
+    /// [`Kernels::available`]).
+    pub fn dot_row_with(&self, kernels: Kernels, r: usize, x: &QActs) -> f32 {
         #[cfg(target_arch = "x86_64")]
-        if avx2::available() {
+        if kernels == Kernels::Avx512Vnni && avx512::available() {
+            let nb = self.shape().1 / BLOCK;
+            // SAFETY (each call): the features were detected at run time (the tile checks
+            // its rows and tokens).
+            match self {
+                QMatrix::Q4_1 { d, m, qs, .. } => {
+                    let k = avx512::Q4_1 { nb, d, m, qs };
+                    return unsafe { k.tile::<1, 1>(r, [x]) }[0][0];
+                }
+                QMatrix::Q8_0 { d, qs, .. } => {
+                    let k = avx512::Q8_0 { nb, d, qs };
+                    return unsafe { k.tile::<1, 1>(r, [x]) }[0][0];
+                }
+                _ => {}
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        if matches!(kernels, Kernels::Avx2 | Kernels::Avx512Vnni) && avx2::available() {
             // SAFETY (each call): AVX2 and FMA were detected at run time; the slices hold
             // the row's blocks, and `x` as many.
             match self.row_blocks(r) {
@@ -299,62 +401,98 @@ impl QMatrix {
             }
         }
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-        match self.row_blocks(r) {
-            RowBlocks::Q4_1 { d, m, qs } => return simd128::dot_q4_1(d, m, qs, x),
-            RowBlocks::Q8_0 { d, qs } => return simd128::dot_q8_0(d, qs, x),
-            _ => {}
+        if kernels == Kernels::Simd128 {
+            match self.row_blocks(r) {
+                RowBlocks::Q4_1 { d, m, qs } => return simd128::dot_q4_1(d, m, qs, x),
+                RowBlocks::Q8_0 { d, qs } => return simd128::dot_q8_0(d, qs, x),
+                _ => {}
+            }
         }
+        let _ = kernels;
         self.dot_row_portable(r, x)
     }
 
-    /// Row `r` against four activation vectors at once, each weight block unpacked once for
-    /// all four; exactly what four [`Self::dot_row`] calls give. `None` where no such kernel
-    /// exists for this format or machine.
-    #[inline]
-    pub fn dot_row_x4(&self, r: usize, xs: [&QActs; 4]) -> Option<[f32; 4]> {
+    /// Rows `first..first + count` against every token of `xs` into `out[k * xs.len() + t]`,
+    /// each value exactly what [`Self::dot_row_with`] gives for its row and token: a kernel
+    /// that reads a weight block once for several tokens (and on AVX-512, an activation
+    /// block once for several rows) where there is one.
+    fn rows_with(
+        &self,
+        kernels: Kernels,
+        first: usize,
+        count: usize,
+        xs: &[QActs],
+        out: &mut [f32],
+    ) {
+        let n = xs.len();
+        assert_eq!(out.len(), count * n, "a value for every row and token");
         #[cfg(target_arch = "x86_64")]
-        if avx2::available() {
-            // SAFETY (each call): as in `dot_row`.
-            match self.row_blocks(r) {
-                RowBlocks::Q4_1 { d, m, qs } => {
-                    return Some(unsafe { avx2::dot_q4_1_x4(d, m, qs, xs) });
-                }
-                RowBlocks::Q8_0 { d, qs } => return Some(unsafe { avx2::dot_q8_0_x4(d, qs, xs) }),
-                _ => {}
-            }
-        }
-        let _ = (r, xs);
-        None
-    }
-
-    /// Rows `first..first + out.len()` against one activation vector in one kernel call,
-    /// exactly what [`Self::dot_row`] gives row by row: a decoded token's rows are short
-    /// (576 values here), and choosing the kernel and slicing the row cost a fifth of one.
-    /// `false` where no such kernel exists for this format or machine.
-    fn dot_rows(&self, first: usize, x: &QActs, out: &mut [f32]) -> bool {
-        #[cfg(target_arch = "x86_64")]
-        if avx2::available() {
+        if kernels == Kernels::Avx512Vnni && avx512::available() {
             let nb = self.shape().1 / BLOCK;
-            let blocks = first * nb..(first + out.len()) * nb;
-            // SAFETY (each call): AVX2 and FMA were detected at run time; the slices hold
-            // `out.len()` rows of `nb` blocks, and `x` holds `nb` blocks.
+            // SAFETY (each call): the features were detected at run time (the tiles check
+            // their rows and tokens).
             match self {
                 QMatrix::Q4_1 { d, m, qs, .. } => {
-                    let qs = &qs[blocks.start * 16..blocks.end * 16];
-                    let (d, m) = (&d[blocks.clone()], &m[blocks]);
-                    unsafe { avx2::dot_rows_q4_1(nb, d, m, qs, x, out) };
-                    return true;
+                    let k = avx512::Q4_1 { nb, d, m, qs };
+                    return unsafe { avx512::fill(&k, first, count, xs, out) };
                 }
                 QMatrix::Q8_0 { d, qs, .. } => {
-                    let qs = &qs[blocks.start * BLOCK..blocks.end * BLOCK];
-                    unsafe { avx2::dot_rows_q8_0(nb, &d[blocks], qs, x, out) };
-                    return true;
+                    let k = avx512::Q8_0 { nb, d, qs };
+                    return unsafe { avx512::fill(&k, first, count, xs, out) };
                 }
                 _ => {}
             }
         }
-        let _ = (first, x, out);
-        false
+        #[cfg(target_arch = "x86_64")]
+        if matches!(kernels, Kernels::Avx2 | Kernels::Avx512Vnni) && avx2::available() {
+            let nb = self.shape().1 / BLOCK;
+            if n == 1 {
+                // A decoded token's rows are short (576 values here): choosing the kernel and
+                // slicing the row had cost a fifth of one, so the chunk goes in one call.
+                let blocks = first * nb..(first + count) * nb;
+                // SAFETY (each call): AVX2 and FMA were detected at run time; the slices hold
+                // `count` rows of `nb` blocks, and `x` holds `nb` blocks.
+                match self {
+                    QMatrix::Q4_1 { d, m, qs, .. } => {
+                        let qs = &qs[blocks.start * 16..blocks.end * 16];
+                        let (d, m) = (&d[blocks.clone()], &m[blocks]);
+                        return unsafe { avx2::dot_rows_q4_1(nb, d, m, qs, &xs[0], out) };
+                    }
+                    QMatrix::Q8_0 { d, qs, .. } => {
+                        let qs = &qs[blocks.start * BLOCK..blocks.end * BLOCK];
+                        return unsafe { avx2::dot_rows_q8_0(nb, &d[blocks], qs, &xs[0], out) };
+                    }
+                    _ => {}
+                }
+            }
+            // Four tokens a pass, each weight block unpacked once for them.
+            for (k, values) in out.chunks_mut(n).enumerate() {
+                let r = first + k;
+                let mut t = 0;
+                while t + 4 <= n {
+                    let four = [&xs[t], &xs[t + 1], &xs[t + 2], &xs[t + 3]];
+                    // SAFETY (each call): as above, for row `r`.
+                    let v = match self.row_blocks(r) {
+                        RowBlocks::Q4_1 { d, m, qs } => unsafe {
+                            avx2::dot_q4_1_x4(d, m, qs, four)
+                        },
+                        RowBlocks::Q8_0 { d, qs } => unsafe { avx2::dot_q8_0_x4(d, qs, four) },
+                        _ => break,
+                    };
+                    values[t..t + 4].copy_from_slice(&v);
+                    t += 4;
+                }
+                for (slot, x) in values[t..].iter_mut().zip(&xs[t..]) {
+                    *slot = self.dot_row_with(kernels, r, x);
+                }
+            }
+            return;
+        }
+        for (k, values) in out.chunks_mut(n).enumerate() {
+            for (slot, x) in values.iter_mut().zip(xs) {
+                *slot = self.dot_row_with(kernels, first + k, x);
+            }
+        }
     }
 
     /// The portable dot product, the reference for the SIMD kernels.
@@ -429,33 +567,9 @@ impl QMatrix {
         matmul_many(&mut [(self, out)], xs);
     }
 
-    /// Rows `first..` of a one-token product into `chunk`: a kernel call for the whole chunk
-    /// where there is one.
-    fn rows_into(&self, first: usize, x: &QActs, chunk: &mut [f32]) {
-        if self.dot_rows(first, x, chunk) {
-            return;
-        }
-        for (k, slot) in chunk.iter_mut().enumerate() {
-            *slot = self.dot_row(first + k, x);
-        }
-    }
-
-    /// Row `r` of the product for every token of `xs`, into `out[t]`.
-    fn row_into(&self, r: usize, xs: &[QActs], out: &mut [f32]) {
-        // Four activations a pass where a kernel reads each weight block once for them
-        // (batched decode, prefill); the rest one at a time.
-        let mut t = 0;
-        while t + 4 <= xs.len() {
-            let four = [&xs[t], &xs[t + 1], &xs[t + 2], &xs[t + 3]];
-            match self.dot_row_x4(r, four) {
-                Some(v) => out[t..t + 4].copy_from_slice(&v),
-                None => break,
-            }
-            t += 4;
-        }
-        for (slot, x) in out[t..].iter_mut().zip(&xs[t..]) {
-            *slot = self.dot_row(r, x);
-        }
+    /// [`Self::matmul`] with the given kernels.
+    pub fn matmul_with(&self, kernels: Kernels, xs: &[QActs], out: &mut [f32]) {
+        matmul_many_with(kernels, &mut [(self, out)], xs);
     }
 }
 
@@ -486,6 +600,11 @@ enum Dest<'a> {
 /// costs about as much as a small matrix's product for one token, so one hand-off serves
 /// them all.
 pub fn matmul_many(parts: &mut [(&QMatrix, &mut [f32])], xs: &[QActs]) {
+    matmul_many_with(Kernels::detected(), parts, xs);
+}
+
+/// [`matmul_many`] with the given kernels.
+pub fn matmul_many_with(kernels: Kernels, parts: &mut [(&QMatrix, &mut [f32])], xs: &[QActs]) {
     let n = xs.len();
     if n == 0 {
         return;
@@ -514,14 +633,12 @@ pub fn matmul_many(parts: &mut [(&QMatrix, &mut [f32])], xs: &[QActs]) {
         }
     }
     let work = |(m, first, dest): (&QMatrix, usize, Dest<'_>)| match dest {
-        Dest::Run(chunk) => m.rows_into(first, &xs[0], chunk),
+        Dest::Run(chunk) => m.rows_with(kernels, first, chunk.len(), xs, chunk),
         Dest::Rows(out, count) => {
-            // Row by row here, then each token's run of these rows written in one piece: the
+            // Row-major here, then each token's run of these rows written in one piece: the
             // reads stride over a block that stays in L1, the writes are contiguous.
             let mut block = vec![0f32; count * n];
-            for (k, values) in block.chunks_mut(n).enumerate() {
-                m.row_into(first + k, xs, values);
-            }
+            m.rows_with(kernels, first, count, xs, &mut block);
             for t in 0..n {
                 let start = t * out.rows + first;
                 assert!(start + count <= out.len);
@@ -537,303 +654,15 @@ pub fn matmul_many(parts: &mut [(&QMatrix, &mut [f32])], xs: &[QActs]) {
     crate::parallel::for_each(tasks, work);
 }
 
-/// AVX2 kernels for the formats of the default model (the portable loops above are the
-/// reference they are tested against).
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
-    use std::arch::x86_64::*;
-    use std::sync::OnceLock;
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+#[cfg(target_arch = "x86_64")]
+use avx512::Tiles as _;
 
-    use super::{BLOCK, QActs};
-
-    pub fn available() -> bool {
-        static AVAILABLE: OnceLock<bool> = OnceLock::new();
-        *AVAILABLE
-            .get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
-    }
-
-    #[target_feature(enable = "avx2,fma")]
-    fn hsum(v: __m256) -> f32 {
-        let lo = _mm256_castps256_ps128(v);
-        let hi = _mm256_extractf128_ps(v, 1);
-        let s = _mm_add_ps(lo, hi);
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-        _mm_cvtss_f32(s)
-    }
-
-    /// How far ahead of the block being read the weights are requested. Decoding one token
-    /// reads every weight once; without the hint each row's first cache lines arrive only
-    /// when asked for, and the kernel waits on memory (measured: about 15 % faster decode).
-    const PREFETCH_BYTES: usize = 1024;
-
-    /// Requests the cache line `PREFETCH_BYTES` past byte `at` of `bytes`, once per line.
-    #[inline(always)]
-    fn prefetch_ahead<T>(bytes: &[T], at: usize) {
-        if at.is_multiple_of(64) {
-            // A prefetch never faults, so the address may lie past the slice (the next
-            // rows follow in memory).
-            let p = bytes
-                .as_ptr()
-                .cast::<i8>()
-                .wrapping_add(at + PREFETCH_BYTES);
-            // SAFETY: SSE is part of x86-64; a prefetch reads nothing the program sees.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(p) };
-        }
-    }
-
-    /// Σ over blocks of d·dx·Σ(q·qx) + m·sum_x, for one Q4_1 row.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot_q4_1(d: &[f32], m: &[f32], qs: &[u8], x: &QActs) -> f32 {
-        let mask = _mm256_set1_epi8(0x0F);
-        let ones = _mm256_set1_epi16(1);
-        let mut acc = _mm256_setzero_ps();
-        let mut mins = 0f32;
-        for b in 0..d.len() {
-            prefetch_ahead(qs, b * 16);
-            // SAFETY: block b lies inside `qs` (16 bytes a block) and `x.qs` (32 a block).
-            let (raw, xv) = unsafe {
-                (
-                    _mm_loadu_si128(qs.as_ptr().add(b * 16) as *const __m128i),
-                    _mm256_loadu_si256(x.qs.as_ptr().add(b * BLOCK) as *const __m256i),
-                )
-            };
-            // Low nibbles are elements 0..16, high nibbles 16..32.
-            let w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), mask);
-            let sum16 = _mm256_maddubs_epi16(w, xv);
-            let sum32 = _mm256_madd_epi16(sum16, ones);
-            let scale = _mm256_set1_ps(d[b] * x.d[b]);
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum32), scale, acc);
-            mins += m[b] * x.sum[b];
-        }
-        hsum(acc) + mins
-    }
-
-    /// [`dot_q4_1`] for consecutive rows of `nb` blocks each, one result per row of `out`.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot_rows_q4_1(
-        nb: usize,
-        d: &[f32],
-        m: &[f32],
-        qs: &[u8],
-        x: &QActs,
-        out: &mut [f32],
-    ) {
-        for (r, o) in out.iter_mut().enumerate() {
-            let blocks = r * nb..(r + 1) * nb;
-            // SAFETY: the caller's guarantees for `dot_q4_1`, row by row.
-            *o = unsafe {
-                dot_q4_1(
-                    &d[blocks.clone()],
-                    &m[blocks.clone()],
-                    &qs[blocks.start * 16..blocks.end * 16],
-                    x,
-                )
-            };
-        }
-    }
-
-    /// [`dot_q8_0`] for consecutive rows of `nb` blocks each, one result per row of `out`.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot_rows_q8_0(nb: usize, d: &[f32], qs: &[i8], x: &QActs, out: &mut [f32]) {
-        for (r, o) in out.iter_mut().enumerate() {
-            let blocks = r * nb..(r + 1) * nb;
-            // SAFETY: the caller's guarantees for `dot_q8_0`, row by row.
-            *o = unsafe {
-                dot_q8_0(
-                    &d[blocks.clone()],
-                    &qs[blocks.start * BLOCK..blocks.end * BLOCK],
-                    x,
-                )
-            };
-        }
-    }
-
-    /// [`dot_q4_1`] for four activation vectors: the same operations in the same order for
-    /// each, with the row's nibbles unpacked once.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot_q4_1_x4(d: &[f32], m: &[f32], qs: &[u8], x: [&QActs; 4]) -> [f32; 4] {
-        let mask = _mm256_set1_epi8(0x0F);
-        let ones = _mm256_set1_epi16(1);
-        let mut acc = [_mm256_setzero_ps(); 4];
-        let mut mins = [0f32; 4];
-        for b in 0..d.len() {
-            prefetch_ahead(qs, b * 16);
-            // SAFETY: block b lies inside `qs` (16 bytes a block).
-            let raw = unsafe { _mm_loadu_si128(qs.as_ptr().add(b * 16) as *const __m128i) };
-            let w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), mask);
-            for j in 0..4 {
-                // SAFETY: block b lies inside every `x[j].qs` (32 bytes a block).
-                let xv = unsafe {
-                    _mm256_loadu_si256(x[j].qs.as_ptr().add(b * BLOCK) as *const __m256i)
-                };
-                let sum32 = _mm256_madd_epi16(_mm256_maddubs_epi16(w, xv), ones);
-                let scale = _mm256_set1_ps(d[b] * x[j].d[b]);
-                acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum32), scale, acc[j]);
-                mins[j] += m[b] * x[j].sum[b];
-            }
-        }
-        [
-            hsum(acc[0]) + mins[0],
-            hsum(acc[1]) + mins[1],
-            hsum(acc[2]) + mins[2],
-            hsum(acc[3]) + mins[3],
-        ]
-    }
-
-    /// [`dot_q8_0`] for four activation vectors, the row's bytes loaded once.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot_q8_0_x4(d: &[f32], qs: &[i8], x: [&QActs; 4]) -> [f32; 4] {
-        let ones = _mm256_set1_epi16(1);
-        let mut acc = [_mm256_setzero_ps(); 4];
-        for (b, &db) in d.iter().enumerate() {
-            prefetch_ahead(qs, b * BLOCK);
-            // SAFETY: block b lies inside `qs` (32 bytes a block).
-            let w = unsafe { _mm256_loadu_si256(qs.as_ptr().add(b * BLOCK) as *const __m256i) };
-            let abs_w = _mm256_sign_epi8(w, w);
-            for j in 0..4 {
-                // SAFETY: block b lies inside every `x[j].qs` (32 bytes a block).
-                let xv = unsafe {
-                    _mm256_loadu_si256(x[j].qs.as_ptr().add(b * BLOCK) as *const __m256i)
-                };
-                let sum16 = _mm256_maddubs_epi16(abs_w, _mm256_sign_epi8(xv, w));
-                let sum32 = _mm256_madd_epi16(sum16, ones);
-                acc[j] = _mm256_fmadd_ps(
-                    _mm256_cvtepi32_ps(sum32),
-                    _mm256_set1_ps(db * x[j].d[b]),
-                    acc[j],
-                );
-            }
-        }
-        [hsum(acc[0]), hsum(acc[1]), hsum(acc[2]), hsum(acc[3])]
-    }
-
-    /// Σ over blocks of d·dx·Σ((q − 8)·qx), for one Q4_0 row.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot_q4_0(d: &[f32], qs: &[u8], x: &QActs) -> f32 {
-        let mask = _mm256_set1_epi8(0x0F);
-        let ones = _mm256_set1_epi16(1);
-        let ones8 = _mm256_set1_epi8(1);
-        let eight = _mm256_set1_epi32(8);
-        let mut acc = _mm256_setzero_ps();
-        for (b, &db) in d.iter().enumerate() {
-            prefetch_ahead(qs, b * 16);
-            // SAFETY: block b lies inside `qs` (16 bytes a block) and `x.qs` (32 a block).
-            let (raw, xv) = unsafe {
-                (
-                    _mm_loadu_si128(qs.as_ptr().add(b * 16) as *const __m128i),
-                    _mm256_loadu_si256(x.qs.as_ptr().add(b * BLOCK) as *const __m256i),
-                )
-            };
-            let w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), mask);
-            let qx = _mm256_madd_epi16(_mm256_maddubs_epi16(w, xv), ones);
-            let sx = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, xv), ones);
-            let sum32 = _mm256_sub_epi32(qx, _mm256_mullo_epi32(sx, eight));
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum32), _mm256_set1_ps(db * x.d[b]), acc);
-        }
-        hsum(acc)
-    }
-
-    /// Σ over blocks of d·dx·Σ(q·qx), for one Q8_0 row.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot_q8_0(d: &[f32], qs: &[i8], x: &QActs) -> f32 {
-        let ones = _mm256_set1_epi16(1);
-        let mut acc = _mm256_setzero_ps();
-        for (b, &db) in d.iter().enumerate() {
-            prefetch_ahead(qs, b * BLOCK);
-            // SAFETY: block b lies inside `qs` and `x.qs` (32 bytes a block each).
-            let (w, xv) = unsafe {
-                (
-                    _mm256_loadu_si256(qs.as_ptr().add(b * BLOCK) as *const __m256i),
-                    _mm256_loadu_si256(x.qs.as_ptr().add(b * BLOCK) as *const __m256i),
-                )
-            };
-            // maddubs needs an unsigned operand: |w| times x with w's sign moved onto x.
-            let sum16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xv, w));
-            let sum32 = _mm256_madd_epi16(sum16, ones);
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum32), _mm256_set1_ps(db * x.d[b]), acc);
-        }
-        hsum(acc)
-    }
-}
-
-/// wasm SIMD128 kernels for the formats of the default model: what every browser we target
-/// runs (the page's CPU path, and the engine on a software WebGPU adapter). LLVM does not
-/// turn the portable loops' i8 widening products into `i32x4.dot_i16x8`; these do.
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-mod simd128 {
-    use core::arch::wasm32::*;
-
-    use super::{BLOCK, QActs};
-
-    #[inline(always)]
-    fn hsum(v: v128) -> f32 {
-        f32x4_extract_lane::<0>(v)
-            + f32x4_extract_lane::<1>(v)
-            + f32x4_extract_lane::<2>(v)
-            + f32x4_extract_lane::<3>(v)
-    }
-
-    /// Partial sums (four lanes) of Σ a·b over 16 signed bytes each.
-    #[inline(always)]
-    fn dot16(a: v128, b: v128) -> v128 {
-        let lo = i32x4_dot_i16x8(i16x8_extend_low_i8x16(a), i16x8_extend_low_i8x16(b));
-        let hi = i32x4_dot_i16x8(i16x8_extend_high_i8x16(a), i16x8_extend_high_i8x16(b));
-        i32x4_add(lo, hi)
-    }
-
-    /// Σ over blocks of d·dx·Σ(q·qx) + m·sum_x, for one Q4_1 row.
-    pub fn dot_q4_1(d: &[f32], m: &[f32], qs: &[u8], x: &QActs) -> f32 {
-        let nb = d.len();
-        assert!(m.len() == nb && qs.len() == nb * 16 && x.qs.len() >= nb * BLOCK);
-        let mask = u8x16_splat(0x0F);
-        let mut acc = f32x4_splat(0.0);
-        let mut mins = 0f32;
-        for b in 0..nb {
-            // SAFETY: the assert above puts block b inside `qs` (16 bytes a block) and
-            // `x.qs` (32 a block); v128_load has no alignment requirement.
-            let (raw, x0, x1) = unsafe {
-                (
-                    v128_load(qs.as_ptr().add(b * 16) as *const v128),
-                    v128_load(x.qs.as_ptr().add(b * BLOCK) as *const v128),
-                    v128_load(x.qs.as_ptr().add(b * BLOCK + 16) as *const v128),
-                )
-            };
-            // Low nibbles are elements 0..16, high nibbles 16..32; both fit in i8.
-            let s = i32x4_add(dot16(v128_and(raw, mask), x0), dot16(u8x16_shr(raw, 4), x1));
-            acc = f32x4_add(
-                acc,
-                f32x4_mul(f32x4_convert_i32x4(s), f32x4_splat(d[b] * x.d[b])),
-            );
-            mins += m[b] * x.sum[b];
-        }
-        hsum(acc) + mins
-    }
-
-    /// Σ over blocks of d·dx·Σ(q·qx), for one Q8_0 row.
-    pub fn dot_q8_0(d: &[f32], qs: &[i8], x: &QActs) -> f32 {
-        let nb = d.len();
-        assert!(qs.len() == nb * BLOCK && x.qs.len() >= nb * BLOCK);
-        let mut acc = f32x4_splat(0.0);
-        for (b, &db) in d.iter().enumerate() {
-            // SAFETY: the assert above puts block b inside `qs` and `x.qs` (32 bytes a block).
-            let (w0, w1, x0, x1) = unsafe {
-                (
-                    v128_load(qs.as_ptr().add(b * BLOCK) as *const v128),
-                    v128_load(qs.as_ptr().add(b * BLOCK + 16) as *const v128),
-                    v128_load(x.qs.as_ptr().add(b * BLOCK) as *const v128),
-                    v128_load(x.qs.as_ptr().add(b * BLOCK + 16) as *const v128),
-                )
-            };
-            let s = i32x4_add(dot16(w0, x0), dot16(w1, x1));
-            acc = f32x4_add(
-                acc,
-                f32x4_mul(f32x4_convert_i32x4(s), f32x4_splat(db * x.d[b])),
-            );
-        }
-        hsum(acc)
-    }
-}
+mod simd128;
 
 /// Σ nibble·x over one block: low nibbles pair with x[0..16], high with x[16..32].
 #[inline(always)]
@@ -893,31 +722,34 @@ mod tests {
             let m = QMatrix::from_gguf(ty, &bytes, rows, cols).expect("build");
             let deq = quant::dequantize(ty, &bytes).expect("dequant");
             let acts: Vec<QActs> = xs.iter().map(|x| QActs::quantize(x)).collect();
-            let mut out = vec![0f32; rows * xs.len()];
-            m.matmul(&acts, &mut out);
-            for (t, x) in xs.iter().enumerate() {
-                let want = reference(&deq, x, rows, cols);
+            for kernels in Kernels::available() {
+                let mut out = vec![0f32; rows * xs.len()];
+                m.matmul_with(kernels, &acts, &mut out);
+                for (t, x) in xs.iter().enumerate() {
+                    let want = reference(&deq, x, rows, cols);
+                    for r in 0..rows {
+                        let got = out[t * rows + r];
+                        // 8-bit activations: error ≤ ~1 % of the row's magnitude.
+                        let scale: f32 = deq[r * cols..(r + 1) * cols]
+                            .iter()
+                            .zip(x)
+                            .map(|(a, b)| (a * b).abs())
+                            .sum();
+                        assert!(
+                            (got - want[r]).abs() <= 0.01 * scale + 1e-4,
+                            "{ty:?} {kernels:?} t{t} r{r}: {got} vs {}",
+                            want[r]
+                        );
+                    }
+                }
                 for r in 0..rows {
-                    let got = out[t * rows + r];
-                    // 8-bit activations: error ≤ ~1 % of the row's magnitude.
-                    let scale: f32 = deq[r * cols..(r + 1) * cols]
-                        .iter()
-                        .zip(x)
-                        .map(|(a, b)| (a * b).abs())
-                        .sum();
+                    let fast = m.dot_row_with(kernels, r, &acts[0]);
+                    let portable = m.dot_row_portable(r, &acts[0]);
                     assert!(
-                        (got - want[r]).abs() <= 0.01 * scale + 1e-4,
-                        "{ty:?} t{t} r{r}: {got} vs {}",
-                        want[r]
+                        (fast - portable).abs() <= 1e-4 * portable.abs().max(1.0),
+                        "{ty:?} {kernels:?} row {r}: {fast} vs {portable}"
                     );
                 }
-            }
-            for r in 0..rows {
-                let (fast, portable) = (m.dot_row(r, &acts[0]), m.dot_row_portable(r, &acts[0]));
-                assert!(
-                    (fast - portable).abs() <= 1e-4 * portable.abs().max(1.0),
-                    "{ty:?} row {r}: {fast} vs {portable}"
-                );
             }
             let mut row = vec![0f32; cols];
             m.row(5, &mut row);
@@ -926,70 +758,68 @@ mod tests {
     }
 
     #[test]
-    fn four_at_a_time_is_exactly_one_at_a_time() {
+    fn batched_products_are_exactly_one_at_a_time_for_every_kernel_family() {
         // Batched and alone must give the same bits, or a batch could change a greedy answer.
-        let (rows, cols) = (9, 128);
-        let w: Vec<f32> = (0..rows * cols)
-            .map(|i| ((i * 4099 % 257) as f32 - 128.0) / 64.0)
-            .collect();
-        let acts: Vec<QActs> = (0..7)
-            .map(|t| {
-                let x: Vec<f32> = (0..cols)
-                    .map(|i| ((i * 13 + t * 29) % 31) as f32 / 8.0 - 1.9)
-                    .collect();
-                QActs::quantize(&x)
-            })
-            .collect();
-        for (ty, bytes) in [
-            (TensorType::Q4_1, encode::q4_1(&w)),
-            (TensorType::Q4_0, encode::q4_0(&w)),
-            (TensorType::Q8_0, encode::q8_0(&w)),
-        ] {
-            let m = QMatrix::from_gguf(ty, &bytes, rows, cols).expect("build");
-            let mut out = vec![0f32; rows * acts.len()];
-            m.matmul(&acts, &mut out);
-            for (t, x) in acts.iter().enumerate() {
-                for r in 0..rows {
-                    assert_eq!(
-                        out[t * rows + r].to_bits(),
-                        m.dot_row(r, x).to_bits(),
-                        "{ty:?} t{t} r{r}"
-                    );
-                }
-            }
-            // One token: whole chunks of rows go to the kernel at once (more rows than a
-            // chunk, and a chunk cut short), with the same bits as row by row.
-            let tall = 150;
-            let w: Vec<f32> = (0..tall * cols)
-                .map(|i| ((i * 613 % 239) as f32 - 119.0) / 50.0)
+        // Rows of 4, 3 (an odd last pair) and 19 blocks (past the 16 a minimum step takes).
+        for cols in [128, 96, 608] {
+            let acts: Vec<QActs> = (0..7)
+                .map(|t| {
+                    let x: Vec<f32> = (0..cols)
+                        .map(|i| ((i * 13 + t * 29) % 31) as f32 / 8.0 - 1.9)
+                        .collect();
+                    QActs::quantize(&x)
+                })
                 .collect();
-            let bytes = match ty {
-                TensorType::Q4_1 => encode::q4_1(&w),
-                TensorType::Q4_0 => encode::q4_0(&w),
-                _ => encode::q8_0(&w),
-            };
-            let m = QMatrix::from_gguf(ty, &bytes, tall, cols).expect("build");
-            // Several tokens over several chunks of rows: every value in its token's row.
-            let mut all = vec![0f32; tall * acts.len()];
-            m.matmul(&acts, &mut all);
-            for (t, x) in acts.iter().enumerate() {
-                for r in 0..tall {
-                    assert_eq!(
-                        all[t * tall + r].to_bits(),
-                        m.dot_row(r, x).to_bits(),
-                        "{ty:?} tall t{t} r{r}"
-                    );
+            // 9 rows (tiles and a remainder); 150 (more than a chunk, and one cut short).
+            for rows in [9, 150] {
+                let w: Vec<f32> = (0..rows * cols)
+                    .map(|i| ((i * 4099 % 257) as f32 - 128.0) / 64.0)
+                    .collect();
+                for (ty, bytes) in [
+                    (TensorType::Q4_1, encode::q4_1(&w)),
+                    (TensorType::Q4_0, encode::q4_0(&w)),
+                    (TensorType::Q8_0, encode::q8_0(&w)),
+                ] {
+                    let m = QMatrix::from_gguf(ty, &bytes, rows, cols).expect("build");
+                    for kernels in Kernels::available() {
+                        let case = format!("{ty:?} {kernels:?} {rows}×{cols}");
+                        // Several tokens over several chunks of rows: every value in its
+                        // token's row.
+                        let mut all = vec![0f32; rows * acts.len()];
+                        m.matmul_with(kernels, &acts, &mut all);
+                        for (t, x) in acts.iter().enumerate() {
+                            for r in 0..rows {
+                                assert_eq!(
+                                    all[t * rows + r].to_bits(),
+                                    m.dot_row_with(kernels, r, x).to_bits(),
+                                    "{case} t{t} r{r}"
+                                );
+                            }
+                        }
+                        // One token: whole chunks of rows go to the kernel at once.
+                        let mut one = vec![0f32; rows];
+                        m.matmul_with(kernels, &acts[..1], &mut one);
+                        for (r, got) in one.iter().enumerate() {
+                            assert_eq!(
+                                got.to_bits(),
+                                m.dot_row_with(kernels, r, &acts[0]).to_bits(),
+                                "{case} one token r{r}"
+                            );
+                        }
+                    }
                 }
             }
-            let mut one = vec![0f32; tall];
-            m.matmul(&acts[..1], &mut one);
-            for (r, got) in one.iter().enumerate() {
-                assert_eq!(
-                    got.to_bits(),
-                    m.dot_row(r, &acts[0]).to_bits(),
-                    "{ty:?} one token r{r}"
-                );
-            }
+        }
+    }
+
+    #[test]
+    fn the_chosen_kernels_run_here() {
+        let chosen = Kernels::detected();
+        assert!(chosen.runs_here(), "{chosen:?}");
+        assert!(Kernels::available().contains(&Kernels::Portable));
+        #[cfg(target_arch = "x86_64")]
+        if std::env::var_os("STRADDLE_CPU_KERNELS").is_none() {
+            assert_eq!(chosen, Kernels::available()[0], "the best is the default");
         }
     }
 }

@@ -1,0 +1,75 @@
+//! wasm SIMD128 kernels for the formats of the default model: what every browser we target
+//! runs (the page's CPU path, and the engine on a software WebGPU adapter). LLVM does not
+//! turn the portable loops' i8 widening products into `i32x4.dot_i16x8`; these do.
+
+use core::arch::wasm32::*;
+
+use super::{BLOCK, QActs};
+
+#[inline(always)]
+fn hsum(v: v128) -> f32 {
+    f32x4_extract_lane::<0>(v)
+        + f32x4_extract_lane::<1>(v)
+        + f32x4_extract_lane::<2>(v)
+        + f32x4_extract_lane::<3>(v)
+}
+
+/// Partial sums (four lanes) of Σ a·b over 16 signed bytes each.
+#[inline(always)]
+fn dot16(a: v128, b: v128) -> v128 {
+    let lo = i32x4_dot_i16x8(i16x8_extend_low_i8x16(a), i16x8_extend_low_i8x16(b));
+    let hi = i32x4_dot_i16x8(i16x8_extend_high_i8x16(a), i16x8_extend_high_i8x16(b));
+    i32x4_add(lo, hi)
+}
+
+/// Σ over blocks of d·dx·Σ(q·qx) + m·sum_x, for one Q4_1 row.
+pub fn dot_q4_1(d: &[f32], m: &[f32], qs: &[u8], x: &QActs) -> f32 {
+    let nb = d.len();
+    assert!(m.len() == nb && qs.len() == nb * 16 && x.qs.len() >= nb * BLOCK);
+    let mask = u8x16_splat(0x0F);
+    let mut acc = f32x4_splat(0.0);
+    let mut mins = 0f32;
+    for b in 0..nb {
+        // SAFETY: the assert above puts block b inside `qs` (16 bytes a block) and
+        // `x.qs` (32 a block); v128_load has no alignment requirement.
+        let (raw, x0, x1) = unsafe {
+            (
+                v128_load(qs.as_ptr().add(b * 16) as *const v128),
+                v128_load(x.qs.as_ptr().add(b * BLOCK) as *const v128),
+                v128_load(x.qs.as_ptr().add(b * BLOCK + 16) as *const v128),
+            )
+        };
+        // Low nibbles are elements 0..16, high nibbles 16..32; both fit in i8.
+        let s = i32x4_add(dot16(v128_and(raw, mask), x0), dot16(u8x16_shr(raw, 4), x1));
+        acc = f32x4_add(
+            acc,
+            f32x4_mul(f32x4_convert_i32x4(s), f32x4_splat(d[b] * x.d[b])),
+        );
+        mins += m[b] * x.sum[b];
+    }
+    hsum(acc) + mins
+}
+
+/// Σ over blocks of d·dx·Σ(q·qx), for one Q8_0 row.
+pub fn dot_q8_0(d: &[f32], qs: &[i8], x: &QActs) -> f32 {
+    let nb = d.len();
+    assert!(qs.len() == nb * BLOCK && x.qs.len() >= nb * BLOCK);
+    let mut acc = f32x4_splat(0.0);
+    for (b, &db) in d.iter().enumerate() {
+        // SAFETY: the assert above puts block b inside `qs` and `x.qs` (32 bytes a block).
+        let (w0, w1, x0, x1) = unsafe {
+            (
+                v128_load(qs.as_ptr().add(b * BLOCK) as *const v128),
+                v128_load(qs.as_ptr().add(b * BLOCK + 16) as *const v128),
+                v128_load(x.qs.as_ptr().add(b * BLOCK) as *const v128),
+                v128_load(x.qs.as_ptr().add(b * BLOCK + 16) as *const v128),
+            )
+        };
+        let s = i32x4_add(dot16(w0, x0), dot16(w1, x1));
+        acc = f32x4_add(
+            acc,
+            f32x4_mul(f32x4_convert_i32x4(s), f32x4_splat(db * x.d[b])),
+        );
+    }
+    hsum(acc)
+}
