@@ -511,6 +511,27 @@ fn attention_scores<'a>(
     scale: f32,
     out: &mut [f32],
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the feature was detected just now.
+        return unsafe { scores_avx2(q, key_row, scale, out) };
+    }
+    scores(q, key_row, scale, out);
+}
+
+/// [`scores`] compiled for AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn scores_avx2<'a>(q: &[f32], key_row: impl Fn(usize) -> &'a [f32], scale: f32, out: &mut [f32]) {
+    scores(q, key_row, scale, out);
+}
+
+/// The body of [`attention_scores`], inlined into a copy per instruction set: the default
+/// x86-64 target has SSE2's four lanes only (512 positions: 2.5 µs, 1.8 with AVX2; an
+/// AVX-512 copy was no faster, with 32 or 128 positions a block, and 64 spilled). Rust never
+/// fuses a multiply and an add on its own, so every copy gives the same bits.
+#[inline(always)]
+fn scores<'a>(q: &[f32], key_row: impl Fn(usize) -> &'a [f32], scale: f32, out: &mut [f32]) {
     let blocks = out.len() / SCORE_BLOCK * SCORE_BLOCK;
     for (b, chunk) in out[..blocks].chunks_exact_mut(SCORE_BLOCK).enumerate() {
         let start = b * SCORE_BLOCK;
@@ -541,6 +562,25 @@ fn attention_scores<'a>(
 /// `out = Σ_p weights[p] · value(p)`: a block of dimensions stays in registers across all
 /// positions (one store per dimension), each dimension summed over the positions in order.
 fn weighted_values<'a>(weights: &[f32], value: impl Fn(usize) -> &'a [f32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the feature was detected just now.
+        return unsafe { values_avx2(weights, value, out) };
+    }
+    values(weights, value, out);
+}
+
+/// [`values`] compiled for AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn values_avx2<'a>(weights: &[f32], value: impl Fn(usize) -> &'a [f32], out: &mut [f32]) {
+    values(weights, value, out);
+}
+
+/// The body of [`weighted_values`], inlined into a copy per instruction set, as [`scores`]
+/// (512 positions: 1.9 µs with SSE2, 1.3 with AVX2).
+#[inline(always)]
+fn values<'a>(weights: &[f32], value: impl Fn(usize) -> &'a [f32], out: &mut [f32]) {
     for (b, chunk) in out.chunks_mut(VALUE_BLOCK).enumerate() {
         let start = b * VALUE_BLOCK;
         if chunk.len() == VALUE_BLOCK {
