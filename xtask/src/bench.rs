@@ -36,30 +36,62 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     }
 }
 
-/// The llama.cpp peer, in a venv of its own (built once: about 6 minutes).
+/// The llama.cpp peer, in a venv of its own (built once per set of CPU flags: about 6
+/// minutes).
 fn llama_python() -> anyhow::Result<std::path::PathBuf> {
     let venv = root().join("tests/reference/.venv");
     let python = venv.join("bin/python");
+    let cmake_args = llama_cmake_args();
+    let stamp = venv.join("straddle-cmake-args");
     let ok = python.is_file()
+        && std::fs::read_to_string(&stamp).is_ok_and(|s| s == cmake_args)
         && Command::new(&python)
             .args(["-c", "import llama_cpp"])
             .output()
             .is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!("bench: building llama-cpp-python 0.3.36 (the peer; once, several minutes)");
+        eprintln!(
+            "bench: building llama-cpp-python 0.3.36 with {cmake_args} (the peer; once, several minutes)"
+        );
         util::run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
         util::run(
             Command::new(venv.join("bin/pip"))
-                .args(["install", "--quiet", "llama-cpp-python==0.3.36"])
-                // GGML_NATIVE=ON produced a binary that died with SIGILL on this AVX-512 machine.
-                .env(
-                    "CMAKE_ARGS",
-                    "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON",
-                ),
+                // No cached wheel: one built with other flags would be taken as this one.
+                .args([
+                    "install",
+                    "--quiet",
+                    "--no-cache-dir",
+                    "--force-reinstall",
+                    "llama-cpp-python==0.3.36",
+                ])
+                .env("CMAKE_ARGS", &cmake_args),
         )
         .context("installing llama-cpp-python from PyPI")?;
+        std::fs::write(&stamp, &cmake_args)?;
     }
     Ok(python)
+}
+
+/// llama.cpp's CPU flags for this machine: the instruction sets our kernels may use too, so
+/// the peer runs at its best. GGML_NATIVE=ON produced a binary that died with SIGILL on an
+/// AVX-512 machine (the compiler's idea of the host, not what the VM allows), so the flags
+/// are named from what the program detects.
+fn llama_cmake_args() -> String {
+    let mut args =
+        "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON".to_string();
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512cd")
+        && std::arch::is_x86_feature_detected!("avx512vl")
+        && std::arch::is_x86_feature_detected!("avx512dq")
+        && std::arch::is_x86_feature_detected!("avx512bw")
+    {
+        args.push_str(" -DGGML_AVX512=ON");
+        if std::arch::is_x86_feature_detected!("avx512vnni") {
+            args.push_str(" -DGGML_AVX512_VNNI=ON");
+        }
+    }
+    args
 }
 
 fn engine() -> anyhow::Result<()> {
@@ -76,17 +108,32 @@ fn engine() -> anyhow::Result<()> {
     // Alternate the two twice so a noisy neighbour hurts both alike.
     let long = LONG_PROMPT_TOKENS.to_string();
     let mut long_rows = Vec::new();
+    let mut best_kernels: Option<String> = None;
     for _ in 0..2 {
         for (np, nd, into) in [
             (&np, &nd, &mut rows),
             (&long, &"4".to_string(), &mut long_rows),
         ] {
-            let ours = util::output(
-                Command::new(&ours_bin)
-                    .args([&model, np, nd])
-                    .env("STRADDLE_THREADS", threads.to_string()),
-            )?;
-            into.push(serde_json::from_str::<serde_json::Value>(ours.trim())?);
+            // Our best kernels, and the AVX2 ones beside them where the machine has better
+            // (AVX-512 VNNI): the family most x86 machines run.
+            for family in [None, Some("avx2")] {
+                let mut cmd = Command::new(&ours_bin);
+                cmd.args([&model, np, nd])
+                    .env("STRADDLE_THREADS", threads.to_string());
+                if let Some(f) = family {
+                    cmd.env("STRADDLE_CPU_KERNELS", f);
+                }
+                let mut row: serde_json::Value =
+                    serde_json::from_str(util::output(&mut cmd)?.trim())?;
+                let kernels = row["kernels"].as_str().unwrap_or("?").to_string();
+                match family {
+                    None => best_kernels = Some(kernels),
+                    // Not this machine's (the bench fell back to its best), or its best anyway.
+                    Some(f) if f != kernels || best_kernels.as_deref() == Some(f) => continue,
+                    Some(_) => row["engine"] = format!("straddle-cpu ({kernels})").into(),
+                }
+                into.push(row);
+            }
             let peer = util::output(
                 Command::new(&python)
                     .arg(root().join("tests/reference/bench_llama.py"))
@@ -107,14 +154,28 @@ fn engine() -> anyhow::Result<()> {
     table.push_str(&format!(
         "| engine | threads | prefill tok/s ({PROMPT_TOKENS}-token prompt) | prefill tok/s ({LONG_PROMPT_TOKENS}-token prompt) | decode tok/s ({DECODE_TOKENS} tokens) | load ms |\n|---|---|---|---|---|---|\n"
     ));
-    for name in ["straddle-cpu", "llama.cpp"] {
+    let mut names: Vec<String> = vec!["straddle-cpu".into()];
+    names.extend(
+        rows.iter()
+            .filter_map(|r| r["engine"].as_str())
+            .filter(|n| n.starts_with("straddle-cpu ("))
+            .map(String::from)
+            .take(1),
+    );
+    names.push("llama.cpp".into());
+    for name in &names {
+        let name = name.as_str();
+        let label = match (name, &best_kernels) {
+            ("straddle-cpu", Some(k)) => format!("straddle-cpu ({k})"),
+            _ => name.to_string(),
+        };
         let load = rows
             .iter()
             .filter(|r| r["engine"] == name)
             .filter_map(|r| r["load_ms"].as_f64())
             .fold(f64::INFINITY, f64::min);
         table.push_str(&format!(
-            "| {name} | {threads} | {:.1} | {:.1} | {:.1} | {load:.0} |\n",
+            "| {label} | {threads} | {:.1} | {:.1} | {:.1} | {load:.0} |\n",
             best(name, "prefill_tps"),
             best_long(name),
             best(name, "decode_tps")
@@ -320,8 +381,17 @@ fn write_section(title: &str, body: &str) -> anyhow::Result<()> {
     let path = root().join("BENCHMARKS.md");
     let old = std::fs::read_to_string(&path).unwrap_or_else(|_| "# Benchmarks\n\nWritten by `cargo xtask bench`; every row beside its peer from the same run.\n".into());
     let head = format!("## {title}\n");
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+        })
+        .map(|name| format!(" ({name})"))
+        .unwrap_or_default();
     let machine = format!(
-        "Machine: {} cores; run on {}.\n\n",
+        "Machine: {} cores{cpu}; run on {}.\n\n",
         std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(0),
