@@ -152,7 +152,7 @@ fn engine() -> anyhow::Result<()> {
     let best_long = |name: &str| best_of(&long_rows, name, "prefill_tps");
     let mut table = String::new();
     table.push_str(&format!(
-        "| engine | threads | prefill tok/s ({PROMPT_TOKENS}-token prompt) | prefill tok/s ({LONG_PROMPT_TOKENS}-token prompt) | decode tok/s ({DECODE_TOKENS} tokens) | load ms |\n|---|---|---|---|---|---|\n"
+        "| engine | threads | prefill tok/s ({PROMPT_TOKENS}-token prompt) | prefill tok/s ({LONG_PROMPT_TOKENS}-token prompt) | decode tok/s ({DECODE_TOKENS} tokens) | decode GB/s read ÷ measured | load ms |\n|---|---|---|---|---|---|---|\n"
     ));
     let mut names: Vec<String> = vec!["straddle-cpu".into()];
     names.extend(
@@ -174,11 +174,19 @@ fn engine() -> anyhow::Result<()> {
             .filter(|r| r["engine"] == name)
             .filter_map(|r| r["load_ms"].as_f64())
             .fold(f64::INFINITY, f64::min);
+        // The bandwidth of the fastest decode, beside the host's measured read bandwidth.
+        let fastest = rows.iter().filter(|r| r["engine"] == name).max_by(|a, b| {
+            a["decode_tps"]
+                .as_f64()
+                .partial_cmp(&b["decode_tps"].as_f64())
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
         table.push_str(&format!(
-            "| {label} | {threads} | {:.1} | {:.1} | {:.1} | {load:.0} |\n",
+            "| {label} | {threads} | {:.1} | {:.1} | {:.1} | {} | {load:.0} |\n",
             best(name, "prefill_tps"),
             best_long(name),
-            best(name, "decode_tps")
+            best(name, "decode_tps"),
+            fastest.map_or("—".into(), bandwidth_cell)
         ));
     }
     let ratio = |k: &str| best("straddle-cpu", k) / best("llama.cpp", k).max(1e-9);
@@ -186,7 +194,7 @@ fn engine() -> anyhow::Result<()> {
     table.push_str(&format!("\nRatio (ours ÷ llama.cpp): prefill {:.2}× ({PROMPT_TOKENS} tokens), {long_ratio:.2}× ({LONG_PROMPT_TOKENS} tokens), decode {:.2}×. Best of 2 alternating runs each.\n", ratio("prefill_tps"), ratio("decode_tps")));
     if let Some(r) = rows.iter().find(|r| r["engine"] == "straddle-cpu") {
         table.push_str(&format!(
-            "Resident weights (quantized): {} MB; f32 KV cache at 2,048 positions: {} MB.\n",
+            "Resident weights (quantized): {} MB; f32 KV cache at 2,048 positions: {} MB.\nDecode GB/s: what a decoded token reads (every weight once, and the cached keys and values) × tokens per second, beside what a plain pass measured just after (host: every thread summing a 512 MiB buffer; device: `x + 1` over 96 MiB, reads and writes counted): the fraction of the memory-bandwidth bound.\n",
             r["weights_mb"], r["kv_mb"]
         ));
     }
@@ -197,7 +205,7 @@ fn engine() -> anyhow::Result<()> {
         DEVICE_DECODE_TOKENS.to_string(),
     );
     table.push_str(&format!(
-        "\nThe burn model (`DeviceModel`), {DEVICE_PROMPT_TOKENS}-token prompt, {DEVICE_DECODE_TOKENS} decoded tokens, 2,048-position cache:\n\n| backend | prefill tok/s | decode tok/s | load ms | weights on device MB | KV MB | peak device MB |\n|---|---|---|---|---|---|---|\n"
+        "\nThe burn model (`DeviceModel`), {DEVICE_PROMPT_TOKENS}-token prompt, {DEVICE_DECODE_TOKENS} decoded tokens, 2,048-position cache:\n\n| backend | prefill tok/s | decode tok/s | decode GB/s read ÷ measured | load ms | weights on device MB | KV MB | peak device MB |\n|---|---|---|---|---|---|---|---|\n"
     ));
     // `wgpu` is what a GPU gets (our kernels, the cooperative product), `wgpu-per-row` what a
     // software adapter gets, `wgpu-burn` burn's own operations: the peer for our kernels.
@@ -210,10 +218,11 @@ fn engine() -> anyhow::Result<()> {
             .unwrap_or("{}");
         let r: serde_json::Value = serde_json::from_str(line)?;
         table.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r["engine"],
             r["prefill_tps"],
             r["decode_tps"],
+            bandwidth_cell(&r),
             r["load_ms"],
             r["weights_mb"],
             r["kv_mb"],
@@ -225,6 +234,17 @@ fn engine() -> anyhow::Result<()> {
         "Engine (native CPU)",
         &format!("Command: `cargo xtask bench engine`\n\n{table}"),
     )
+}
+
+/// "read ÷ measured = fraction" for a row with the bench's bandwidth fields, else "—" (the
+/// peer's rows: its bytes per token are not ours to count).
+fn bandwidth_cell(r: &serde_json::Value) -> String {
+    match (r["decode_gbs"].as_f64(), r["bound_gbs"].as_f64()) {
+        (Some(read), Some(bound)) if bound > 0.0 => {
+            format!("{read:.1} ÷ {bound:.1} = {:.0} %", 100.0 * read / bound)
+        }
+        _ => "—".into(),
+    }
 }
 
 /// Decision latency of the router on 2 KB prompts, every signal on (goals: p99 < 100 µs

@@ -8,12 +8,32 @@
 
 use std::time::Instant;
 
+use straddle_engine::bandwidth;
 use straddle_engine::gguf::{FileSource, Gguf};
 use straddle_engine::qmatrix::Kernels;
 use straddle_engine::{Device, DeviceModel, Engine, MatvecKernel};
 
 /// The context every row is measured at (the 2,048-token budget).
 const CONTEXT: usize = 2048;
+
+/// Buffer the host's read bandwidth is measured over: far past any cache.
+const HOST_PROBE_BYTES: usize = 512 << 20;
+
+/// Tensor a device's copy bandwidth is measured over: within wgpu's default 128 MiB limit on
+/// one storage binding, and larger than the L2 of any GPU we know (an H200 has 60 MiB); a
+/// launch per pass makes the figure a floor on a fast GPU (so the fraction a ceiling).
+const DEVICE_PROBE_BYTES: usize = 96 << 20;
+
+/// The JSON fields of a decode's bandwidth: what it read per second and what the memory
+/// gave a plain streaming pass, in GB/s, and the fraction.
+fn bandwidth_fields(decode_bytes_per_s: f64, bound_bytes_per_s: f64) -> String {
+    format!(
+        "\"decode_gbs\":{:.2},\"bound_gbs\":{:.2},\"bandwidth_fraction\":{:.3}",
+        decode_bytes_per_s / 1e9,
+        bound_bytes_per_s / 1e9,
+        decode_bytes_per_s / bound_bytes_per_s
+    )
+}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
@@ -81,14 +101,21 @@ fn bench_cpu(
             .ok_or("no logits")?;
     }
     let decode_s = t.elapsed().as_secs_f64();
+    let bytes = bandwidth::decode_bytes(
+        e.model.weight_bytes(),
+        &e.model.config,
+        prompt.len() + n_decode / 2,
+    );
+    let bound = bandwidth::host_read(HOST_PROBE_BYTES);
     println!(
-        "{{\"engine\":\"straddle-cpu\",\"kernels\":\"{}\",\"threads\":{},\"load_ms\":{load_ms:.0},\"prefill_tps\":{:.1},\"decode_tps\":{:.1},\"weights_mb\":{:.1},\"kv_mb\":{:.1}}}",
+        "{{\"engine\":\"straddle-cpu\",\"kernels\":\"{}\",\"threads\":{},\"load_ms\":{load_ms:.0},\"prefill_tps\":{:.1},\"decode_tps\":{:.1},\"weights_mb\":{:.1},\"kv_mb\":{:.1},{}}}",
         Kernels::detected().name(),
         straddle_engine::parallel::threads(),
         prompt.len() as f64 / prefill_s,
         n_decode as f64 / decode_s,
         e.model.weight_bytes() as f64 / 1e6,
-        cache.bytes() as f64 / 1e6
+        cache.bytes() as f64 / 1e6,
+        bandwidth_fields(bytes * n_decode as f64 / decode_s, bound)
     );
     Ok(())
 }
@@ -134,14 +161,21 @@ fn bench_device(
         sample_peak();
     }
     let decode_s = t.elapsed().as_secs_f64();
+    let bytes = bandwidth::decode_bytes(
+        model.weight_bytes(),
+        &model.config,
+        prompt.len() + n_decode / 2,
+    );
+    let bound = bandwidth::device_copy(&device, DEVICE_PROBE_BYTES)?;
     println!(
-        "{{\"engine\":\"{name}\",\"threads\":{},\"load_ms\":{load_ms:.0},\"prefill_tps\":{:.1},\"decode_tps\":{:.1},\"weights_mb\":{:.1},\"kv_mb\":{:.1},\"peak_device_mb\":{:.1}}}",
+        "{{\"engine\":\"{name}\",\"threads\":{},\"load_ms\":{load_ms:.0},\"prefill_tps\":{:.1},\"decode_tps\":{:.1},\"weights_mb\":{:.1},\"kv_mb\":{:.1},\"peak_device_mb\":{:.1},{}}}",
         straddle_engine::parallel::threads(),
         prompt.len() as f64 / prefill_s,
         n_decode as f64 / decode_s,
         model.weight_bytes() as f64 / 1e6,
         model.cache_bytes(cache.capacity()) as f64 / 1e6,
-        peak as f64 / 1e6
+        peak as f64 / 1e6,
+        bandwidth_fields(bytes * n_decode as f64 / decode_s, bound)
     );
     Ok(())
 }

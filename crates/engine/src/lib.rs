@@ -5,8 +5,10 @@
 //! kept quantized, and their products), `tokenizer`, `template` (chat templates), `model`
 //! (config, layers, forward on the CPU), `device_model` (the same model on a burn device:
 //! WebGPU, Vulkan, flex) and `kernels` (our cubecl kernels for it), `kv` (the cache), `sample` (choosing tokens), `generate` (the
-//! loop), `speculative` (draft and verify).
+//! loop), `speculative` (draft and verify), and `bandwidth` (what the memory delivers, the
+//! bound decoding is measured against).
 
+pub mod bandwidth;
 #[cfg(feature = "device")]
 pub mod device_engine;
 #[cfg(feature = "device")]
