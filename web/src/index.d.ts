@@ -231,7 +231,10 @@ export interface DeviceReport {
   gpuError?: string | null;
   /** Threads the CPU backend runs on (1 on WebGPU, or without cross-origin isolation). */
   threads?: number;
-  /** Why the threaded build did not start, when threads were asked for. */
+  /**
+   * Why the CPU backend runs on one thread where more were asked for (or "auto" on a
+   * multi-core machine): the page is not cross-origin isolated, or the threaded build failed.
+   */
   threadsError?: string | null;
   webgpu?: boolean;
   software?: boolean;

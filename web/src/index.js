@@ -13,6 +13,9 @@ const ROLES = new Set(["system", "user", "assistant"]);
 const PRIOR_TOKENS_PER_S = { webgpu: 30, cpu: 10 };
 const DEFAULT_MAX_TOKENS = 256;
 const RTT_STALE_MS = 60_000;
+/** Why a page that asked for threads runs the CPU model on one. */
+const NOT_ISOLATED = "the page is not cross-origin isolated, so it cannot share memory with workers "
+  + "(serve it with Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy: require-corp)";
 
 let wasmModule = null;
 
@@ -152,12 +155,17 @@ export class Straddle {
     try {
       // Threads only where the browser allows shared memory; the WebGPU backend needs none.
       const cores = globalThis.navigator?.hardwareConcurrency ?? 1;
-      const threads = !globalThis.crossOriginIsolated || o.backend === "webgpu" ? 1
-        : o.threads === "auto" ? Math.min(cores, 8) : Math.min(o.threads, cores);
-      const host = await EdgeHost.start(this.module, threads);
+      const wanted = o.backend === "webgpu" ? 1 : o.threads === "auto" ? Math.min(cores, 8) : Math.min(o.threads, cores);
+      const isolated = Boolean(globalThis.crossOriginIsolated);
+      const host = await EdgeHost.start(this.module, isolated ? wanted : 1);
       const loaded = await host.load({ url: new URL(o.model, globalThis.location?.href), sha256: o.sha256, backend: o.backend, cache: o.cacheModel }, o.onProgress);
-      if (loaded.threadsError) console.warn("straddle: the CPU backend runs on one thread:", loaded.threadsError);
-      this.edge = { host, ...loaded, tokensPerS: PRIOR_TOKENS_PER_S[loaded.backend] ?? 10, measured: false };
+      // The worker can only say why its pool failed; a page without isolation never asks it
+      // for one, so the reason is ours to give.
+      const threadsError = loaded.backend !== "cpu" ? null
+        : loaded.threadsError ?? (!isolated && wanted > 1 ? NOT_ISOLATED : null);
+      // "auto" on a plain page is the common case, not a mistake worth a warning.
+      if (threadsError && (o.threads !== "auto" || loaded.threadsError)) console.warn("straddle: the CPU backend runs on one thread:", threadsError);
+      this.edge = { host, ...loaded, threadsError, tokensPerS: PRIOR_TOKENS_PER_S[loaded.backend] ?? 10, measured: false };
       this.edgeError = null;
       await this.probeVerifier();
     } catch (e) {
