@@ -95,6 +95,34 @@ unsafe fn pair_bytes(p: *const i8, two: bool) -> __m512i {
     }
 }
 
+/// Token `x`'s activations and scales for blocks `b` and `b + 1` (or `b` alone).
+///
+/// # Safety
+/// `x` holds block `b`, and block `b + 1` where `two` is true.
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+unsafe fn activation_pair(x: &QActs, b: usize, two: bool) -> (__m512i, __m512) {
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        (
+            pair_bytes(x.qs.as_ptr().add(b * BLOCK), two),
+            pair_scales(x.d.as_ptr().add(b), two),
+        )
+    }
+}
+
+/// `acc` plus a pair's integer dot products scaled by the weights' and the activations'
+/// scales: the step every format's tile takes, in the same order.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn add_scaled(acc: __m512, dot: __m512i, weight_scales: __m512, act_scales: __m512) -> __m512 {
+    _mm512_fmadd_ps(
+        _mm512_cvtepi32_ps(dot),
+        _mm512_mul_ps(weight_scales, act_scales),
+        acc,
+    )
+}
+
 /// Requests the line `ahead` bytes past `p` when `at` starts a cache line.
 #[inline(always)]
 fn prefetch_ahead(p: *const u8, at: usize, ahead: usize) {
@@ -156,19 +184,10 @@ impl Tiles for Q4_1<'_> {
             }
             for (j, xj) in x.iter().enumerate() {
                 // SAFETY: every token holds `nb` blocks (checked on entry).
-                let (xv, dx) = unsafe {
-                    (
-                        pair_bytes(xj.qs.as_ptr().add(b * BLOCK), two),
-                        pair_scales(xj.d.as_ptr().add(b), two),
-                    )
-                };
+                let (xv, dx) = unsafe { activation_pair(xj, b, two) };
                 for i in 0..R {
                     let dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[i], xv);
-                    acc[i][j] = _mm512_fmadd_ps(
-                        _mm512_cvtepi32_ps(dot),
-                        _mm512_mul_ps(dw[i], dx),
-                        acc[i][j],
-                    );
+                    acc[i][j] = add_scaled(acc[i][j], dot, dw[i], dx);
                 }
             }
         }
@@ -242,20 +261,11 @@ impl Tiles for Q8_0<'_> {
             }
             for (j, xj) in x.iter().enumerate() {
                 // SAFETY: every token holds `nb` blocks (checked on entry).
-                let (xv, dx) = unsafe {
-                    (
-                        pair_bytes(xj.qs.as_ptr().add(b * BLOCK), two),
-                        pair_scales(xj.d.as_ptr().add(b), two),
-                    )
-                };
+                let (xv, dx) = unsafe { activation_pair(xj, b, two) };
                 for i in 0..R {
                     let signed = _mm512_mask_sub_epi8(xv, negative[i], zero, xv);
                     let dot = _mm512_dpbusd_epi32(zero, magnitude[i], signed);
-                    acc[i][j] = _mm512_fmadd_ps(
-                        _mm512_cvtepi32_ps(dot),
-                        _mm512_mul_ps(dw[i], dx),
-                        acc[i][j],
-                    );
+                    acc[i][j] = add_scaled(acc[i][j], dot, dw[i], dx);
                 }
             }
         }
