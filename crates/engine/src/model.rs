@@ -391,7 +391,7 @@ impl Model {
         for (li, layer) in self.layers.iter().enumerate() {
             // Attention block.
             let normed = x.chunks(d).zip(xn.chunks_mut(d)).zip(acts.iter_mut());
-            per_token(normed.collect(), |((x, xn), act)| {
+            per_token(normed, |((x, xn), act)| {
                 rms_norm(x, &layer.attn_norm, c.rms_eps, xn);
                 act.fill(xn);
             });
@@ -404,7 +404,7 @@ impl Model {
                 &acts,
             );
             let rotated = q.chunks_mut(d).zip(k.chunks_mut(kv_dim)).zip(rows);
-            per_token(rotated.collect(), |((q, k), &(_, pos))| {
+            per_token(rotated, |((q, k), &(_, pos))| {
                 for head in q.chunks_mut(hd).chain(k.chunks_mut(hd)) {
                     self.rope(head, pos);
                 }
@@ -433,18 +433,15 @@ impl Model {
                 weighted_values(&sc, |p| &cache.value(li, p)[kvh * hd..(kvh + 1) * hd], out);
             };
             crate::parallel::for_each(attn.chunks_mut(hd).enumerate().collect(), attend);
-            per_token(
-                acts.iter_mut().zip(attn.chunks(d)).collect(),
-                |(act, row)| {
-                    act.fill(row);
-                },
-            );
+            per_token(acts.iter_mut().zip(attn.chunks(d)), |(act, row)| {
+                act.fill(row);
+            });
             layer.wo.matmul(&acts, &mut proj);
             x.iter_mut().zip(&proj).for_each(|(a, b)| *a += b);
 
             // MLP block: down(silu(gate(x)) · up(x)).
             let normed = x.chunks(d).zip(xn.chunks_mut(d)).zip(acts.iter_mut());
-            per_token(normed.collect(), |((x, xn), act)| {
+            per_token(normed, |((x, xn), act)| {
                 rms_norm(x, &layer.ffn_norm, c.rms_eps, xn);
                 act.fill(xn);
             });
@@ -454,7 +451,7 @@ impl Model {
             );
             let f = c.ffn_dim;
             let gated = gate.chunks(f).zip(up.chunks(f)).zip(ffn_acts.iter_mut());
-            per_token(gated.collect(), |((gate, up), act)| {
+            per_token(gated, |((gate, up), act)| {
                 let h: Vec<f32> = gate.iter().zip(up).map(|(&g, &u)| silu(g) * u).collect();
                 act.fill(&h);
             });
@@ -617,12 +614,17 @@ fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
 /// thread while the other waited. A decoded token's is too small to hand off.
 const PARALLEL_TOKENS: usize = 8;
 
-/// Runs `work` on each token's item, on the pool for a prompt.
-fn per_token<T: Send>(items: Vec<T>, work: impl Fn(T) + Sync) {
+/// Runs `work` on each token's item, on the pool for a prompt (a decoded token's items are
+/// not even collected: this runs for every layer of every token).
+fn per_token<I>(items: I, work: impl Fn(I::Item) + Sync)
+where
+    I: ExactSizeIterator,
+    I::Item: Send,
+{
     if items.len() >= PARALLEL_TOKENS {
-        crate::parallel::for_each(items, work);
+        crate::parallel::for_each(items.collect(), work);
     } else {
-        items.into_iter().for_each(work);
+        items.for_each(work);
     }
 }
 
