@@ -154,17 +154,11 @@ fn engine() -> anyhow::Result<()> {
     table.push_str(&format!(
         "| engine | threads | prefill tok/s ({PROMPT_TOKENS}-token prompt) | prefill tok/s ({LONG_PROMPT_TOKENS}-token prompt) | decode tok/s ({DECODE_TOKENS} tokens) | decode GB/s read ÷ measured | load ms |\n|---|---|---|---|---|---|---|\n"
     ));
-    let mut names: Vec<String> = vec!["straddle-cpu".into()];
-    names.extend(
-        rows.iter()
-            .filter_map(|r| r["engine"].as_str())
-            .filter(|n| n.starts_with("straddle-cpu ("))
-            .map(String::from)
-            .take(1),
-    );
-    names.push("llama.cpp".into());
-    for name in &names {
-        let name = name.as_str();
+    // The AVX2 row exists only where the machine's best family is another.
+    let names = ["straddle-cpu", "straddle-cpu (avx2)", "llama.cpp"]
+        .into_iter()
+        .filter(|name| rows.iter().any(|r| r["engine"] == *name));
+    for name in names {
         let label = match (name, &best_kernels) {
             ("straddle-cpu", Some(k)) => format!("straddle-cpu ({k})"),
             _ => name.to_string(),
