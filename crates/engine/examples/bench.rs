@@ -1,10 +1,11 @@
 //! Engine throughput on one GGUF: prefill of an N-token prompt, then M decoded tokens.
 //! `cargo run --profile fast -p straddle-engine --example bench -- <model.gguf> [prompt_tokens]
 //! [decode_tokens] [cpu|flex|wgpu|wgpu-per-row|wgpu-burn]`
-//! Prints one JSON line, read by `cargo xtask bench engine`. `STRADDLE_CPU_KERNELS` picks a
-//! family of CPU kernels other than the best (see `qmatrix::Kernels`). `cpu` is our own kernels; `flex`
-//! and `wgpu` run the burn model (`DeviceModel`) on that burn device with our cubecl kernels
-//! (`wgpu-per-row`: the product kernel for software adapters; `wgpu-burn`: burn's operations only).
+//! Prints one JSON line, read by `cargo xtask bench engine`. `cpu` is our own kernels
+//! (`STRADDLE_CPU_KERNELS` picks a family other than the best: see `qmatrix::Kernels`);
+//! `flex` and `wgpu` run the burn model (`DeviceModel`) on that burn device with our cubecl
+//! kernels (`wgpu-per-row`: the product kernel for software adapters; `wgpu-burn`: burn's
+//! operations only).
 
 use std::time::Instant;
 
