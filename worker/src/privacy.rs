@@ -10,7 +10,7 @@ use straddle_router::pii::{self, EntityKind, Sensitivity};
 pub fn recheck(messages: &[Message], keep_on_device_at: Sensitivity) -> Option<ApiError> {
     let mut kinds: Vec<EntityKind> = messages
         .iter()
-        .flat_map(|m| pii::detect(&m.content))
+        .flat_map(|m| pii::detect_personal(&m.content))
         .map(|s| s.kind)
         .filter(|k| k.sensitivity() >= keep_on_device_at)
         .collect();

@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use straddle_router::policy::{self, Context, Policy};
-use straddle_router::{pii, task};
+use straddle_router::{pii, pii_tagger, task};
 
 /// A named piece of the decision, timed on its own.
 type Stage<'a> = (&'static str, Box<dyn Fn() + 'a>);
@@ -72,14 +72,24 @@ fn main() {
             ),
         ),
     ];
+    let Ok(tagger) = pii_tagger::bundled() else {
+        eprintln!("the bundled PII tagger does not load: run the router's tests");
+        std::process::exit(1);
+    };
     println!("| prompt | stage | p50 µs | p99 µs |");
     println!("|---|---|---:|---:|");
     for (lang, text) in &prompts {
-        let stages: [Stage; 3] = [
+        let stages: [Stage; 4] = [
             (
                 "pii::detect",
                 Box::new(|| {
                     std::hint::black_box(pii::detect(text));
+                }),
+            ),
+            (
+                "of which the name tagger",
+                Box::new(|| {
+                    std::hint::black_box(tagger.tag(text));
                 }),
             ),
             (

@@ -27,6 +27,12 @@ pub enum EntityKind {
     MacAddress,
     /// A passport number, found after a context cue.
     Passport,
+    /// A driver's licence number, found after a context cue.
+    DriverLicense,
+    /// A city, region or country, found by the tagger.
+    Location,
+    /// A company or other organisation, found by the tagger.
+    Organization,
     /// A street address: a house number with a street name (en, de, fr, es, it, zh, ja, ko,
     /// ru).
     StreetAddress,
@@ -62,15 +68,26 @@ impl EntityKind {
             EntityKind::MedicalContext => "medical_context",
             EntityKind::MacAddress => "mac_address",
             EntityKind::Passport => "passport",
+            EntityKind::DriverLicense => "driver_license",
+            EntityKind::Location => "location",
+            EntityKind::Organization => "organization",
             EntityKind::StreetAddress => "street_address",
             EntityKind::NationalId => "national_id",
         }
     }
 
+    /// Whether the class identifies no one by itself (a place, an organisation).
+    pub fn is_context(self) -> bool {
+        matches!(self, EntityKind::Location | EntityKind::Organization)
+    }
+
     /// The sensitivity of this class.
     pub fn sensitivity(self) -> Sensitivity {
         match self {
-            EntityKind::IpAddress | EntityKind::MacAddress => Sensitivity::Low,
+            EntityKind::IpAddress
+            | EntityKind::MacAddress
+            | EntityKind::Location
+            | EntityKind::Organization => Sensitivity::Low,
             EntityKind::Email
             | EntityKind::Phone
             | EntityKind::PersonName
@@ -78,6 +95,7 @@ impl EntityKind {
             EntityKind::PaymentCard
             | EntityKind::DateOfBirth
             | EntityKind::Passport
+            | EntityKind::DriverLicense
             | EntityKind::MedicalContext
             | EntityKind::Iban
             | EntityKind::UsSsn
@@ -149,17 +167,23 @@ pub fn cn_id_valid(id: &[u8]) -> bool {
     CHECK[(sum % 11) as usize] == id[17].to_ascii_uppercase()
 }
 
-fn is_word(b: u8) -> bool {
+pub(crate) fn is_word(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_'
 }
 
 /// Finds every entity in `text`, sorted by position, overlaps resolved in favour of the
-/// earlier, then longer, span.
+/// more confident, then longer, then earlier span.
 pub fn detect(text: &str) -> Vec<Span> {
+    detect_with(text, crate::pii_tagger::bundled().ok())
+}
+
+/// [`detect`] with another tagger for names, places and organisations, or none (the rules
+/// alone), for evaluation.
+pub fn detect_with(text: &str, tagger: Option<&crate::pii_tagger::Tagger>) -> Vec<Span> {
     let b = text.as_bytes();
     let mut spans = Vec::new();
     emails(text, &mut spans);
-    digit_runs(b, &mut spans);
+    crate::pii_digits::detect(b, &mut spans);
     ibans(b, &mut spans);
     ipv4(b, &mut spans);
     ipv6_and_mac(text, &mut spans);
@@ -168,20 +192,60 @@ pub fn detect(text: &str) -> Vec<Span> {
     crate::pii_address::detect(text, &mut spans);
     crate::pii_address_ja_ko_ru::detect(text, &mut spans);
     crate::pii_names::detect(text, &mut spans);
-    spans.sort_by(|x, y| x.start.cmp(&y.start).then(y.end.cmp(&x.end)));
-    let mut out: Vec<Span> = Vec::with_capacity(spans.len());
+    if let Some(tagger) = tagger {
+        spans.extend(tagger.tag(text));
+    }
+    // Overlaps go to the more confident span (a validated card over a tagger's guess), then
+    // the longer, then the earlier.
+    spans.sort_by(|x, y| {
+        let by_confidence = y.confidence.total_cmp(&x.confidence);
+        let by_length = (y.end - y.start).cmp(&(x.end - x.start));
+        by_confidence.then(by_length).then(x.start.cmp(&y.start))
+    });
+    // Accepted spans by start: a new span is free when the nearest accepted span before it
+    // ends by its start and the next one starts at or after its end (n log n in all).
+    let mut taken: std::collections::BTreeMap<usize, Span> = std::collections::BTreeMap::new();
     for s in spans {
-        if out.last().is_none_or(|l| s.start >= l.end) {
-            out.push(s);
+        let before_free = taken
+            .range(..=s.start)
+            .next_back()
+            .is_none_or(|(_, o)| o.end <= s.start);
+        let after_free = taken
+            .range(s.start..)
+            .next()
+            .is_none_or(|(&start, _)| start >= s.end);
+        if before_free && after_free {
+            taken.insert(s.start, s);
         }
     }
-    out
+    taken.into_values().collect()
 }
 
-/// The text of every span of `kind` that `detect` finds in `text`.
+/// The spans of `detect` that are personal data: places and organisations count only in a
+/// text that also holds something that identifies someone ("Springfield" alone is a place,
+/// beside a name it narrows down who).
+pub fn detect_personal(text: &str) -> Vec<Span> {
+    let spans = detect(text);
+    let identifies = spans.iter().any(|s| !s.kind.is_context());
+    spans
+        .into_iter()
+        .filter(|s| identifies || !s.kind.is_context())
+        .collect()
+}
+
+/// The bundled name tagger's version, or why it could not be loaded (then names, places
+/// and organisations without cue words go undetected, and callers must fail closed).
+pub fn tagger_version() -> Result<String, String> {
+    crate::pii_tagger::bundled()
+        .map(crate::pii_tagger::Tagger::version)
+        .map_err(ToString::to_string)
+}
+
+/// The text of every span of `kind` that the rules alone find in `text` (each scanner's
+/// tests; the tagger has its own).
 #[cfg(test)]
 pub(crate) fn texts_of(text: &str, kind: EntityKind) -> Vec<String> {
-    detect(text)
+    detect_with(text, None)
         .into_iter()
         .filter(|s| s.kind == kind)
         .map(|s| text[s.start..s.end].to_owned())
@@ -212,129 +276,6 @@ fn emails(text: &str, spans: &mut Vec<Span>) {
     }
 }
 
-/// Runs of digits with single separators: cards, phones, SSNs, Chinese IDs.
-fn digit_runs(b: &[u8], spans: &mut Vec<Span>) {
-    let mut i = 0;
-    while i < b.len() {
-        let plus = b[i] == b'+' && b.get(i + 1).is_some_and(u8::is_ascii_digit);
-        let paren = b[i] == b'(' && b.get(i + 1).is_some_and(u8::is_ascii_digit);
-        if !(b[i].is_ascii_digit() || plus || paren) || (i > 0 && is_word(b[i - 1])) {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        let mut j = i + usize::from(plus || paren);
-        let mut digits = Vec::new();
-        let mut seps = Vec::new();
-        while j < b.len() {
-            let c = b[j];
-            if c.is_ascii_digit() {
-                digits.push(c - b'0');
-                j += 1;
-            } else if c == b' '
-                && b.get(j + 1) == Some(&b'(')
-                && b.get(j + 2).is_some_and(u8::is_ascii_digit)
-            {
-                // "8 (912) 345-67-89", "+7 (912) …": an area code in brackets.
-                seps.push(b'(');
-                j += 2;
-            } else if matches!(c, b' ' | b'-' | b'.' | b')')
-                && b.get(j + 1)
-                    .is_some_and(|n| n.is_ascii_digit() || (c == b')' && *n == b' '))
-            {
-                seps.push(c);
-                j += 1;
-                if c == b')' && b.get(j) == Some(&b' ') {
-                    j += 1;
-                }
-            } else {
-                break;
-            }
-        }
-        // An ID ending in X (Chinese resident ID).
-        let x_tail = digits.len() == 17 && b.get(j).is_some_and(|c| c.eq_ignore_ascii_case(&b'X'));
-        let end = if x_tail { j + 1 } else { j };
-        if end < b.len() && is_word(b[end]) {
-            i = end.max(i + 1);
-            continue;
-        }
-        let n = digits.len();
-        let text_digits: Vec<u8> = digits.iter().map(|d| d + b'0').collect();
-        let kind = if seps.is_empty() && (n == 18 || x_tail) && {
-            let mut id = text_digits.clone();
-            if x_tail {
-                id.push(b'X');
-            }
-            cn_id_valid(&id)
-        } {
-            Some((EntityKind::CnResidentId, 0.95))
-        } else if (n == 13
-            && seps == [b'-']
-            && b.get(start + 6) == Some(&b'-')
-            && kr_rrn_valid(&digits))
-            || (n == 11
-                && seps == [b'-', b'-', b' ']
-                && b.get(start + 3) == Some(&b'-')
-                && snils_valid(&digits))
-        {
-            // Korean resident registration number; Russian SNILS.
-            Some((EntityKind::NationalId, 0.9))
-        } else if (13..=19).contains(&n) && !plus && luhn_valid(&digits) {
-            Some((EntityKind::PaymentCard, 0.9))
-        } else if n == 9
-            && seps == [b'-', b'-']
-            && b.get(start + 3) == Some(&b'-')
-            && ssn_valid(&digits)
-        {
-            Some((EntityKind::UsSsn, 0.9))
-        } else if plus && (8..=15).contains(&n) {
-            Some((EntityKind::Phone, 0.9))
-        } else if n == 11 && seps.is_empty() && digits[0] == 1 && (3..=9).contains(&digits[1]) {
-            Some((EntityKind::Phone, 0.85)) // Chinese mobile
-        } else if n == 10 && !seps.is_empty() && (2..=9).contains(&digits[0]) {
-            Some((EntityKind::Phone, 0.7)) // North American (xxx) xxx-xxxx
-        } else if (9..=11).contains(&n) && !seps.is_empty() && digits[0] == 0 && digits[1] != 0 {
-            // A national number behind its trunk prefix 0: Japan "090-1234-5678", Korea
-            // "010-1234-5678", UK "020 7946 0958", France "06 12 34 56 78", Germany.
-            Some((EntityKind::Phone, 0.7))
-        } else if n == 11 && !seps.is_empty() && digits[0] == 8 && digits[1] == 9 {
-            Some((EntityKind::Phone, 0.7)) // Russian mobile "8 (912) 345-67-89"
-        } else {
-            None
-        };
-        if let Some((kind, confidence)) = kind {
-            spans.push(Span {
-                kind,
-                start,
-                end,
-                confidence,
-            });
-        }
-        i = end.max(i + 1);
-    }
-}
-
-/// South Korea's resident registration number: a birth date (YYMMDD), a sex and century
-/// digit 1–8, six more. Numbers issued since October 2020 carry no check digit, so the date
-/// and the format (a hyphen after the date) are what is validated.
-fn kr_rrn_valid(d: &[u8]) -> bool {
-    let month = d[2] * 10 + d[3];
-    let day = d[4] * 10 + d[5];
-    (1..=12).contains(&month) && (1..=31).contains(&day) && (1..=8).contains(&d[6])
-}
-
-/// Russia's SNILS (`123-456-789 01`): the last two digits are Σ dᵢ·(9 − i) mod 101, with 100
-/// written as 00.
-fn snils_valid(d: &[u8]) -> bool {
-    let sum: u32 = d[..9]
-        .iter()
-        .enumerate()
-        .map(|(i, &x)| u32::from(x) * (9 - i as u32))
-        .sum();
-    let check = sum % 101 % 100;
-    check == u32::from(d[9]) * 10 + u32::from(d[10])
-}
-
 /// Japan's My Number: twelve digits, the last a check digit over the first eleven.
 pub(crate) fn my_number_valid(d: &[u8]) -> bool {
     if d.len() != 12 || d.iter().any(|c| !c.is_ascii_digit()) {
@@ -350,13 +291,6 @@ pub(crate) fn my_number_valid(d: &[u8]) -> bool {
     let r = sum % 11;
     let check = if r <= 1 { 0 } else { 11 - r };
     check == u32::from(d[11] - b'0')
-}
-
-fn ssn_valid(d: &[u8]) -> bool {
-    let area = u32::from(d[0]) * 100 + u32::from(d[1]) * 10 + u32::from(d[2]);
-    let group = u32::from(d[3]) * 10 + u32::from(d[4]);
-    let serial: u32 = d[5..].iter().fold(0, |a, &x| a * 10 + u32::from(x));
-    area != 0 && area != 666 && area < 900 && group != 0 && serial != 0
 }
 
 fn ibans(b: &[u8], spans: &mut Vec<Span>) {
@@ -601,7 +535,7 @@ mod tests {
     use super::*;
 
     fn found(text: &str) -> Vec<(EntityKind, &str)> {
-        detect(text)
+        detect_with(text, None)
             .into_iter()
             .map(|s| (s.kind, &text[s.start..s.end]))
             .collect()
@@ -760,7 +694,7 @@ mod tests {
     #[test]
     fn ipv6_and_mac_addresses() {
         let text = "Server 2001:db8:85a3::8a2e:370:7334 and loopback ::1, NIC 00:1A:2B:3C:4D:5E or 00-1a-2b-3c-4d-5e.";
-        let kinds: Vec<_> = detect(text)
+        let kinds: Vec<_> = detect_with(text, None)
             .into_iter()
             .map(|s| (s.kind, text[s.start..s.end].to_owned()))
             .collect();
@@ -776,7 +710,7 @@ mod tests {
             ]
         );
         // Clock times, ratios and hex words are not addresses.
-        assert!(detect("Meet at 10:30:45, ratio 3:2:1, colour dead:beef.").is_empty());
+        assert!(detect_with("Meet at 10:30:45, ratio 3:2:1, colour dead:beef.", None).is_empty());
     }
 
     #[test]
@@ -785,7 +719,10 @@ mod tests {
         let text = format!(
             "key AKIAIOSFODNN7EXAMPLE and sk-abcdefghijklmnopqrstuvwx and {jwt}\n-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----"
         );
-        let kinds: Vec<_> = detect(&text).into_iter().map(|s| s.kind).collect();
+        let kinds: Vec<_> = detect_with(&text, None)
+            .into_iter()
+            .map(|s| s.kind)
+            .collect();
         assert_eq!(kinds, vec![EntityKind::Secret; 4]);
     }
 
@@ -816,5 +753,51 @@ mod tests {
                 t.elapsed()
             );
         }
+    }
+
+    #[test]
+    fn the_issues_greeting_card_is_found_whole() {
+        let text = "Please write a two-line greeting card for Johanna Kessler. She lives at 742 \
+                    Evergreen Terrace, Springfield and her number is 212-555-0147x3321.";
+        let found: Vec<(EntityKind, &str)> = detect(text)
+            .into_iter()
+            .map(|s| (s.kind, &text[s.start..s.end]))
+            .collect();
+        for want in [
+            (EntityKind::PersonName, "Johanna Kessler"),
+            (EntityKind::Phone, "212-555-0147x3321"),
+        ] {
+            assert!(found.contains(&want), "{want:?} in {found:?}");
+        }
+        assert!(
+            found
+                .iter()
+                .any(|(k, t)| *k == EntityKind::StreetAddress
+                    && t.starts_with("742 Evergreen Terrace")),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn a_validated_number_beats_the_taggers_guess() {
+        let text = "Charge 4012524982139351 for the annual plan.";
+        assert_eq!(
+            detect(text).iter().map(|s| s.kind).collect::<Vec<_>>(),
+            [EntityKind::PaymentCard]
+        );
+    }
+
+    #[test]
+    fn places_alone_are_not_personal_data() {
+        let question = "What is the capital of France?";
+        assert!(
+            detect(question)
+                .iter()
+                .any(|s| s.kind == EntityKind::Location)
+        );
+        assert!(detect_personal(question).is_empty());
+        let with_name = "Send it to Johanna Kessler in Springfield.";
+        let kinds: Vec<_> = detect_personal(with_name).iter().map(|s| s.kind).collect();
+        assert!(kinds.contains(&EntityKind::Location), "{kinds:?}");
     }
 }

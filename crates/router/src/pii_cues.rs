@@ -150,6 +150,28 @@ const PASSPORT_CUES: &[&str] = &[
     "паспорт",
     "Паспорт",
 ];
+/// Cues before a driver's licence number.
+const LICENCE_CUES: &[&str] = &[
+    "driver's license",
+    "driver's licence",
+    "drivers license",
+    "drivers licence",
+    "driver license",
+    "driver licence",
+    "driving license",
+    "driving licence",
+    "license number",
+    "licence number",
+    "license no",
+    "licence no",
+    "dl#",
+    "dl number",
+    "dl no",
+    "führerschein",
+    "permis de conduire",
+    "carnet de conducir",
+    "patente di guida",
+];
 /// Japan's My Number by its names.
 const MY_NUMBER_CUES: &[&str] = &["マイナンバー", "個人番号"];
 
@@ -211,6 +233,7 @@ enum Cue {
     HonorificKo,
     DateOfBirth,
     Passport,
+    DriverLicense,
     MyNumber,
     Medical,
     MedicalAfter,
@@ -220,7 +243,7 @@ enum Cue {
 fn cues() -> &'static (AhoCorasick, Vec<Cue>) {
     static CUES: OnceLock<(AhoCorasick, Vec<Cue>)> = OnceLock::new();
     CUES.get_or_init(|| {
-        let groups: [(&[&str], Cue); 14] = [
+        let groups: [(&[&str], Cue); 15] = [
             (NAME_CUES_LATIN, Cue::Name),
             (NAME_CUES_RU, Cue::Name),
             (NAME_CUES_ZH, Cue::NameZh),
@@ -232,6 +255,7 @@ fn cues() -> &'static (AhoCorasick, Vec<Cue>) {
             (HONORIFICS_KO, Cue::HonorificKo),
             (DOB_CUES, Cue::DateOfBirth),
             (PASSPORT_CUES, Cue::Passport),
+            (LICENCE_CUES, Cue::DriverLicense),
             (MY_NUMBER_CUES, Cue::MyNumber),
             (MEDICAL_CUES, Cue::Medical),
             (MEDICAL_CUES_AFTER, Cue::MedicalAfter),
@@ -324,8 +348,13 @@ pub fn detect(text: &str, spans: &mut Vec<Span>) {
                 }
             }
             Cue::Passport => {
-                if let Some((start, end)) = passport_after(text, after) {
+                if let Some((start, end)) = id_after(text, after, PASSPORT_ID) {
                     push(spans, EntityKind::Passport, start, end, 0.8);
+                }
+            }
+            Cue::DriverLicense => {
+                if let Some((start, end)) = id_after(text, after, LICENCE_ID) {
+                    push(spans, EntityKind::DriverLicense, start, end, 0.8);
                 }
             }
             Cue::Medical => {
@@ -660,15 +689,43 @@ fn date_after(text: &str, at: usize) -> Option<(usize, usize)> {
     (digits >= 4).then_some((start, end))
 }
 
-/// A passport-like id among the first words after a cue: 6 to 9 letters and digits, at
-/// least five of them digits (most national formats: `X1234567`, `E12345678`, `123456789`).
-fn passport_after(text: &str, at: usize) -> Option<(usize, usize)> {
+/// What an identity document's number looks like.
+#[derive(Clone, Copy)]
+struct IdShape {
+    len: (usize, usize),
+    min_digits: usize,
+    /// Whether hyphens may join its parts ("A12-345-678-901").
+    hyphens: bool,
+}
+
+/// Most national passport formats: `X1234567`, `E12345678`, `123456789`.
+const PASSPORT_ID: IdShape = IdShape {
+    len: (6, 9),
+    min_digits: 5,
+    hyphens: false,
+};
+/// US states' and other countries' licence numbers: `D1234567`, `123-456-789`,
+/// `A12-345-678-901`, `MORGA753116SM9IJ`.
+const LICENCE_ID: IdShape = IdShape {
+    len: (5, 20),
+    min_digits: 4,
+    hyphens: true,
+};
+
+/// An id of `shape` among the first words after a cue ("number is E12345678").
+fn id_after(text: &str, at: usize, shape: IdShape) -> Option<(usize, usize)> {
     let b = text.as_bytes();
     // The cue must end a word ("passport", not "passports").
     if b.get(at).is_some_and(u8::is_ascii_alphanumeric) {
         return None;
     }
-    // The first three words within 32 bytes ("number is E12345678").
+    let in_id = |i: usize| {
+        b[i].is_ascii_alphanumeric()
+            || (shape.hyphens
+                && b[i] == b'-'
+                && b.get(i + 1).is_some_and(u8::is_ascii_alphanumeric))
+    };
+    // The first three words within 32 bytes.
     let limit = (at + 32).min(b.len());
     let mut i = at;
     for _ in 0..3 {
@@ -676,14 +733,14 @@ fn passport_after(text: &str, at: usize) -> Option<(usize, usize)> {
             i += 1;
         }
         let start = i;
-        while i < b.len() && b[i].is_ascii_alphanumeric() {
+        while i < b.len() && in_id(i) {
             i += 1;
         }
         if start >= limit {
             return None;
         }
         let digits = b[start..i].iter().filter(|c| c.is_ascii_digit()).count();
-        if (6..=9).contains(&(i - start)) && digits >= 5 {
+        if (shape.len.0..=shape.len.1).contains(&(i - start)) && digits >= shape.min_digits {
             return Some((start, i));
         }
     }
@@ -723,7 +780,7 @@ mod tests {
     use crate::pii::{self, EntityKind};
 
     fn found(text: &str) -> Vec<(EntityKind, String)> {
-        pii::detect(text)
+        pii::detect_with(text, None)
             .into_iter()
             .map(|s| (s.kind, text[s.start..s.end].to_owned()))
             .collect()
@@ -870,6 +927,21 @@ mod tests {
             EntityKind::Passport
         );
         assert_eq!(found("여권번호 M12345678")[0].0, EntityKind::Passport);
+        for (text, id) in [
+            ("My driver's license number is D1234567.", "D1234567"),
+            ("driver license: A12-345-678-901", "A12-345-678-901"),
+            (
+                "Driving licence MORGA753116SM9IJ please",
+                "MORGA753116SM9IJ",
+            ),
+        ] {
+            assert_eq!(
+                found(text),
+                vec![(EntityKind::DriverLicense, id.into())],
+                "{text}"
+            );
+        }
+        assert!(found("my driver's license expired").is_empty());
         assert_eq!(
             found("Паспорт: серия 4509 номер 123456"),
             vec![(EntityKind::Passport, "123456".into())]

@@ -142,13 +142,14 @@ const NOT_SURNAMES: &[&str] = &[
     "of",
 ];
 
-struct Lists {
-    given_en: HashSet<&'static str>,
-    surnames_en: HashSet<&'static str>,
+/// The bundled name lists, lower case.
+pub(crate) struct Lists {
+    pub(crate) given_en: HashSet<&'static str>,
+    pub(crate) surnames_en: HashSet<&'static str>,
     surnames_zh: HashSet<&'static str>,
 }
 
-fn lists() -> &'static Lists {
+pub(crate) fn lists() -> &'static Lists {
     static LISTS: OnceLock<Lists> = OnceLock::new();
     LISTS.get_or_init(|| {
         let set = |text: &'static str| {

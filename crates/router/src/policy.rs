@@ -304,7 +304,8 @@ pub struct Decision {
 
 /// Decides where `prompt` runs.
 pub fn decide(prompt: &str, max_tokens: Option<u32>, ctx: &Context, policy: &Policy) -> Decision {
-    let spans = pii::detect(prompt);
+    let spans = pii::detect_personal(prompt);
+    let tagger = pii::tagger_version();
     let mut pii: Vec<EntityKind> = spans.iter().map(|s| s.kind).collect();
     pii.sort();
     pii.dedup();
@@ -368,6 +369,13 @@ pub fn decide(prompt: &str, max_tokens: Option<u32>, ctx: &Context, policy: &Pol
 
     let mut signals = vec![
         sig("pii", serde_json::to_value(&pii).unwrap_or_default()),
+        sig(
+            "pii_tagger",
+            tagger
+                .clone()
+                .unwrap_or_else(|e| format!("unavailable: {e}"))
+                .into(),
+        ),
         sig("language", lang.into()),
         sig("task", task.task.as_str().into()),
         sig("task_confidence", f64::from(task.confidence).into()),
@@ -438,7 +446,13 @@ pub fn decide(prompt: &str, max_tokens: Option<u32>, ctx: &Context, policy: &Pol
         },
     };
 
-    // Rules, in order. Privacy first: it is a constraint, not a weight.
+    // Rules, in order. Privacy first: it is a constraint, not a weight. A detector that did
+    // not load cannot vouch for the prompt, so it fails closed.
+    if let Err(e) = &tagger {
+        let why =
+            format!("privacy: the name detector is unavailable ({e}); nothing leaves this device");
+        return decision(Target::Edge, Some("privacy"), vec![why], vec![]);
+    }
     if !private.is_empty() {
         let names: Vec<String> = private.iter().map(|k| format!("{k:?}")).collect();
         let mut reasons = vec![format!(

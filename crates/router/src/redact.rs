@@ -29,7 +29,7 @@ pub fn redact(text: &str, redact_kind: impl Fn(EntityKind) -> bool) -> Redaction
     let mut by_value: HashMap<(EntityKind, &str), usize> = HashMap::new();
     let mut per_kind: HashMap<EntityKind, usize> = HashMap::new();
     let mut last = 0;
-    for span in pii::detect(text) {
+    for span in pii::detect_personal(text) {
         if !redact_kind(span.kind) {
             continue;
         }

@@ -338,7 +338,7 @@ pub fn run(world: &World, requests: &[Request], mut router: Router, seed: u64) -
 /// The baseline's view of a request: a privacy score from the personal data found, a
 /// latency budget drawn per request, and an accuracy need from how far the edge trails.
 fn baseline(world: &World, r: &Request, rng: &mut SplitMix) -> Target {
-    let privacy = crate::pii::detect(&r.text)
+    let privacy = crate::pii::detect_personal(&r.text)
         .iter()
         .map(|s| match s.kind.sensitivity() {
             Sensitivity::High => 0.9,

@@ -12,7 +12,7 @@ pub fn pii_kinds(text: &str) -> Vec<String> {
 fn pii_kind_names(text: &str) -> Vec<String> {
     // In order of first appearance, each class once (spans of one class need not be adjacent).
     let mut kinds: Vec<String> = Vec::new();
-    for span in straddle_router::pii::detect(text) {
+    for span in straddle_router::pii::detect_personal(text) {
         let name = span.kind.as_str();
         if !kinds.iter().any(|k| k == name) {
             kinds.push(name.to_string());

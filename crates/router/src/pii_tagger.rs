@@ -1,0 +1,1013 @@
+//! A linear-chain tagger for what has no fixed shape: person names, places, organisations
+//! and street addresses written without a cue word ("a card for Johanna Kessler", "she moved
+//! to Springfield"). Each word gets hashed features of itself and its neighbours; BIO tags
+//! are decoded by Viterbi; the weights are learned by the averaged structured perceptron
+//! ([`train`]) and stored as 16-bit integers in a small checked file
+//! (`data/pii-tagger.bin`, written by `straddle train-pii`). The file also holds a gazetteer
+//! of first names, surnames, cities and countries as one Bloom filter, so knowing tens of
+//! thousands of names costs a few bits each.
+
+use std::sync::OnceLock;
+
+use serde::{Deserialize, Serialize};
+
+use crate::pii::{EntityKind, Span};
+use crate::rng::SplitMix;
+
+/// The tags, in weight order: outside, then begin/inside for each entity class.
+const TAGS: [&str; 9] = [
+    "O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG", "B-ADDR", "I-ADDR",
+];
+const N_TAGS: usize = TAGS.len();
+/// The entity class of each tag pair, in tag order.
+const KINDS: [EntityKind; 4] = [
+    EntityKind::PersonName,
+    EntityKind::Location,
+    EntityKind::Organization,
+    EntityKind::StreetAddress,
+];
+const MAGIC: &[u8; 8] = b"STRDPII1";
+/// The feature set's version: a model trained on other features is refused at load.
+const FEATURES_VERSION: u32 = 4;
+/// The gazetteer's classes, each a flag letter in the features.
+const GAZETTEER_CLASSES: [(&str, char); 5] = [
+    ("given", 'g'),
+    ("surname", 's'),
+    ("city", 'c'),
+    ("country", 'n'),
+    ("word", 'w'),
+];
+/// Probes per Bloom filter lookup: about 1% false positives at 10 bits an entry.
+const BLOOM_PROBES: u64 = 7;
+/// Longest text the tagger reads in one piece; longer prompts are tagged in windows.
+const MAX_TOKENS_PER_WINDOW: usize = 4096;
+
+const BUNDLED: &[u8] = include_bytes!("../data/pii-tagger.bin");
+
+/// Why a tagger model could not be read.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TaggerError {
+    #[error("not a straddle PII tagger (bad magic)")]
+    BadMagic,
+    #[error("PII tagger truncated: {0}")]
+    Truncated(&'static str),
+    #[error("PII tagger header: {0}")]
+    Header(String),
+    #[error(
+        "PII tagger weights fail their checksum (stored {stored:016x}, computed {computed:016x})"
+    )]
+    Checksum { stored: u64, computed: u64 },
+    #[error("PII tagger built for features v{0}, this build reads v{FEATURES_VERSION}")]
+    FeaturesVersion(u32),
+    #[error("training needs at least one labelled sentence")]
+    NoExamples,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Header {
+    tags: Vec<String>,
+    features_version: u32,
+    /// Hash buckets; a power of two.
+    buckets: usize,
+    /// The weight that 1 in the stored integers stands for.
+    scale: f32,
+    /// `(1 + N_TAGS) × N_TAGS` transition weights; row 0 is the start of a sentence.
+    transitions: Vec<f32>,
+    /// Bits in the gazetteer's Bloom filter; a power of two (or 0: none).
+    bloom_bits: usize,
+    /// FNV-1a 64 of the stored weight and filter bytes.
+    checksum: u64,
+    /// Where the training data came from.
+    provenance: String,
+}
+
+/// A trained tagger.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tagger {
+    header: Header,
+    /// Bucket-major: the weights of bucket `b` for every tag sit together.
+    weights: Vec<i16>,
+    gazetteer: Bloom,
+}
+
+/// A Bloom filter over `class\tname` keys (double hashing, Kirsch and Mitzenmacher).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bloom {
+    words: Vec<u64>,
+}
+
+impl Bloom {
+    /// An empty filter sized for `entries` names (rounded up to a power of two bits).
+    pub fn with_capacity(entries: usize) -> Bloom {
+        let bits = (entries * 10).next_power_of_two().max(64);
+        Bloom {
+            words: vec![0; bits / 64],
+        }
+    }
+
+    fn probes(&self, class: &str, name: &str) -> impl Iterator<Item = usize> + use<> {
+        let h1 = fnv64_pair(class, name);
+        let h2 = crate::rng::mix(h1) | 1;
+        let mask = (self.words.len() * 64 - 1) as u64;
+        (0..BLOOM_PROBES).map(move |i| (h1.wrapping_add(i.wrapping_mul(h2)) & mask) as usize)
+    }
+
+    /// Adds `name` (lower case) to `class`.
+    pub fn insert(&mut self, class: &str, name: &str) {
+        for bit in self.probes(class, name).collect::<Vec<_>>() {
+            self.words[bit / 64] |= 1 << (bit % 64);
+        }
+    }
+
+    /// Whether `name` (lower case) is probably in `class`.
+    pub fn contains(&self, class: &str, name: &str) -> bool {
+        !self.words.is_empty()
+            && self
+                .probes(class, name)
+                .all(|bit| self.words[bit / 64] & (1 << (bit % 64)) != 0)
+    }
+
+    fn to_bytes(&self) -> impl Iterator<Item = u8> + '_ {
+        self.words.iter().flat_map(|w| w.to_le_bytes())
+    }
+}
+
+/// One word or punctuation mark: its byte range and whether a line break precedes it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Token {
+    pub start: usize,
+    pub end: usize,
+    pub line_start: bool,
+}
+
+/// A sentence for training: its text and the labelled entity spans (byte offsets).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Labelled {
+    pub text: String,
+    pub spans: Vec<(EntityKind, usize, usize)>,
+}
+
+/// Chances that one training pass hides a word's own features (so the tagger learns names
+/// it has never seen from their shape and context) or its neighbours' (so it does not learn
+/// whole training sentences by heart).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Dropout {
+    pub word: f32,
+    pub context: f32,
+}
+
+/// Training settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TrainConfig {
+    pub epochs: usize,
+    /// Hash buckets (rounded up to a power of two).
+    pub buckets: usize,
+    pub dropout: Dropout,
+    pub seed: u64,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        TrainConfig {
+            epochs: 8,
+            buckets: 1 << 14,
+            dropout: Dropout {
+                word: 0.25,
+                context: 0.3,
+            },
+            seed: 0x5eed,
+        }
+    }
+}
+
+/// The bundled tagger, or why it could not be read.
+pub fn bundled() -> Result<&'static Tagger, &'static TaggerError> {
+    static TAGGER: OnceLock<Result<Tagger, TaggerError>> = OnceLock::new();
+    TAGGER.get_or_init(|| Tagger::from_bytes(BUNDLED)).as_ref()
+}
+
+/// Splits `text` into words (letters and digits, with inner apostrophes and hyphens) and
+/// single punctuation marks.
+pub fn tokenize(text: &str) -> Vec<Token> {
+    let mut tokens = Vec::new();
+    let mut chars = text.char_indices().peekable();
+    let mut line_start = true;
+    while let Some((i, c)) = chars.next() {
+        if c.is_whitespace() {
+            line_start |= c == '\n';
+            continue;
+        }
+        let mut end = i + c.len_utf8();
+        if c.is_alphanumeric() {
+            while let Some(&(j, d)) = chars.peek() {
+                let after = &text[j + d.len_utf8()..];
+                // "O'Neil" and "Jean-Luc" are one word; "Jade's" is "Jade" and "'s".
+                let possessive = d != '-'
+                    && (after.starts_with('s') || after.starts_with('S'))
+                    && !after[1..].chars().next().is_some_and(char::is_alphanumeric);
+                let joins = matches!(d, '\'' | '’' | '-')
+                    && !possessive
+                    && after.chars().next().is_some_and(char::is_alphanumeric);
+                if !(d.is_alphanumeric() || joins) {
+                    break;
+                }
+                end = j + d.len_utf8();
+                chars.next();
+            }
+        }
+        tokens.push(Token {
+            start: i,
+            end,
+            line_start,
+        });
+        line_start = false;
+    }
+    tokens
+}
+
+impl Tagger {
+    /// Reads a model written by [`Tagger::to_bytes`], checking its magic, header, feature
+    /// version and checksum before any weight is used.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Tagger, TaggerError> {
+        let rest = bytes.strip_prefix(MAGIC).ok_or(TaggerError::BadMagic)?;
+        let len_bytes = rest
+            .get(..4)
+            .ok_or(TaggerError::Truncated("header length"))?;
+        let len = u32::from_le_bytes(
+            len_bytes
+                .try_into()
+                .map_err(|_| TaggerError::Truncated("header length"))?,
+        ) as usize;
+        let json = rest
+            .get(4..4 + len)
+            .ok_or(TaggerError::Truncated("header"))?;
+        let header: Header =
+            serde_json::from_slice(json).map_err(|e| TaggerError::Header(e.to_string()))?;
+        if header.features_version != FEATURES_VERSION {
+            return Err(TaggerError::FeaturesVersion(header.features_version));
+        }
+        if header.tags != TAGS
+            || !header.buckets.is_power_of_two()
+            || header.transitions.len() != (1 + N_TAGS) * N_TAGS
+        {
+            return Err(TaggerError::Header(
+                "tags, buckets or transitions do not match this build".into(),
+            ));
+        }
+        let body = &rest[4 + len..];
+        let weight_bytes = header.buckets * N_TAGS * 2;
+        if (header.bloom_bits != 0 && !header.bloom_bits.is_power_of_two())
+            || !header.bloom_bits.is_multiple_of(64)
+        {
+            return Err(TaggerError::Header(
+                "the gazetteer's size is not a power of two".into(),
+            ));
+        }
+        if body.len() != weight_bytes + header.bloom_bits / 8 {
+            return Err(TaggerError::Truncated("weights"));
+        }
+        let computed = fnv64(body);
+        if computed != header.checksum {
+            return Err(TaggerError::Checksum {
+                stored: header.checksum,
+                computed,
+            });
+        }
+        let (weights, filter) = body.split_at(weight_bytes);
+        let weights = weights
+            .chunks_exact(2)
+            .map(|c| i16::from_le_bytes([c[0], c[1]]))
+            .collect();
+        let words = filter
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
+            .collect();
+        Ok(Tagger {
+            header,
+            weights,
+            gazetteer: Bloom { words },
+        })
+    }
+
+    /// The model's bytes: magic, header length, JSON header, little-endian weights.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let weights = self.body();
+        let header = Header {
+            checksum: fnv64(&weights),
+            bloom_bits: self.gazetteer.words.len() * 64,
+            ..self.header.clone()
+        };
+        let json = serde_json::to_vec(&header).unwrap_or_default();
+        let mut out = MAGIC.to_vec();
+        out.extend_from_slice(&(json.len() as u32).to_le_bytes());
+        out.extend_from_slice(&json);
+        out.extend_from_slice(&weights);
+        out
+    }
+
+    /// The stored weights and filter, as the checksum covers them.
+    fn body(&self) -> Vec<u8> {
+        let weights = self.weights.iter().flat_map(|w| w.to_le_bytes());
+        weights.chain(self.gazetteer.to_bytes()).collect()
+    }
+
+    /// A short name for this model that changes whenever its weights do.
+    pub fn version(&self) -> String {
+        format!("pii-tagger/{:08x}", self.header.checksum >> 32)
+    }
+
+    /// Where the model's training data came from.
+    pub fn provenance(&self) -> &str {
+        &self.header.provenance
+    }
+
+    /// The entities the tagger finds in `text`, as spans.
+    pub fn tag(&self, text: &str) -> Vec<Span> {
+        let tokens = tokenize(text);
+        let mut spans = Vec::new();
+        for window in tokens.chunks(MAX_TOKENS_PER_WINDOW) {
+            let tags = self.decode(text, window);
+            spans.extend(spans_of(text, &tags, window));
+        }
+        // A street address identifies a home by its number; a capitalised pair without one
+        // ("Volvo Cars") is more often a name of something else.
+        spans.retain(|s| {
+            s.kind != EntityKind::StreetAddress
+                || text[s.start..s.end].bytes().any(|b| b.is_ascii_digit())
+        });
+        spans
+    }
+
+    fn decode(&self, text: &str, tokens: &[Token]) -> Vec<usize> {
+        let words = words(text, tokens, &self.gazetteer);
+        let mut tags = vec![0; tokens.len()];
+        let mut feats = Vec::with_capacity(32);
+        for segment in segments(&words) {
+            let emissions: Vec<[f32; N_TAGS]> = segment
+                .clone()
+                .map(|i| {
+                    features(&words, i, self.header.buckets, &mut feats);
+                    self.emission(&feats)
+                })
+                .collect();
+            let best = viterbi(
+                &emissions,
+                &self.header.transitions,
+                &words[segment.clone()],
+            );
+            tags[segment].copy_from_slice(&best);
+        }
+        tags
+    }
+
+    fn emission(&self, feats: &[u32]) -> [f32; N_TAGS] {
+        let mut e = [0i32; N_TAGS];
+        for &f in feats {
+            let row = &self.weights[f as usize * N_TAGS..(f as usize + 1) * N_TAGS];
+            for (x, w) in e.iter_mut().zip(row) {
+                *x += i32::from(*w);
+            }
+        }
+        e.map(|x| x as f32 * self.header.scale)
+    }
+}
+
+/// The runs of tokens worth decoding: every entity holds a capitalised word or a number, so
+/// only tokens within two of one are read; the rest of the text is outside any entity.
+fn segments(words: &[Word]) -> Vec<std::ops::Range<usize>> {
+    const REACH: usize = 2;
+    let mut out: Vec<std::ops::Range<usize>> = Vec::new();
+    for (i, w) in words.iter().enumerate() {
+        if !(w.may_tag && w.is_word && (w.shape.starts_with('X') || w.shape.starts_with('d'))) {
+            continue;
+        }
+        let range = i.saturating_sub(REACH)..(i + REACH + 1).min(words.len());
+        match out.last_mut() {
+            Some(last) if last.end >= range.start => last.end = range.end,
+            _ => out.push(range),
+        }
+    }
+    out
+}
+
+/// Whether tag `to` may follow tag `from` (`None`: the sentence start): an inside tag only
+/// continues its own class.
+fn allowed(from: Option<usize>, to: usize) -> bool {
+    if to == 0 || to % 2 == 1 {
+        return true;
+    }
+    from.is_some_and(|f| f != 0 && f.div_ceil(2) == to / 2)
+}
+
+/// Whether `word` may carry tag `t` at all.
+fn fits(word: &Word, t: usize) -> bool {
+    let begins = !t.is_multiple_of(2);
+    match t {
+        0 => true,
+        _ if !word.may_tag => false,
+        _ if begins => word.is_word,
+        _ => word.may_continue,
+    }
+}
+
+fn viterbi(emissions: &[[f32; N_TAGS]], transitions: &[f32], words: &[Word]) -> Vec<usize> {
+    if emissions.is_empty() {
+        return Vec::new();
+    }
+    let mut score = [f32::NEG_INFINITY; N_TAGS];
+    for t in 0..N_TAGS {
+        if allowed(None, t) && fits(&words[0], t) {
+            score[t] = transitions[t] + emissions[0][t];
+        }
+    }
+    let mut back = vec![[0u8; N_TAGS]; emissions.len()];
+    for (i, e) in emissions.iter().enumerate().skip(1) {
+        let mut next = [f32::NEG_INFINITY; N_TAGS];
+        for to in 0..N_TAGS {
+            if !fits(&words[i], to) {
+                continue;
+            }
+            for from in 0..N_TAGS {
+                if !allowed(Some(from), to) {
+                    continue;
+                }
+                let s = score[from] + transitions[(1 + from) * N_TAGS + to];
+                if s > next[to] {
+                    next[to] = s;
+                    back[i][to] = from as u8;
+                }
+            }
+            next[to] += e[to];
+        }
+        score = next;
+    }
+    let mut best = (0..N_TAGS).fold(0, |b, t| if score[t] > score[b] { t } else { b });
+    let mut tags = vec![0; emissions.len()];
+    for i in (0..emissions.len()).rev() {
+        tags[i] = best;
+        best = usize::from(back[i][best]);
+    }
+    tags
+}
+
+/// The entity spans that a tag sequence marks; an entity ends on a word, not on the
+/// punctuation after it.
+fn spans_of(text: &str, tags: &[usize], tokens: &[Token]) -> Vec<Span> {
+    let mut spans: Vec<Span> = Vec::new();
+    for (t, tok) in tags.iter().zip(tokens) {
+        let is_word = text[tok.start..]
+            .chars()
+            .next()
+            .is_some_and(char::is_alphanumeric);
+        match *t {
+            0 => {}
+            t if t % 2 == 1 => spans.push(Span {
+                kind: KINDS[t / 2],
+                start: tok.start,
+                end: tok.end,
+                confidence: 0.7,
+            }),
+            _ if is_word
+                || text[tok.start..tok.end] == *"."
+                || text[tok.start..tok.end] == *")" =>
+            {
+                if let Some(last) = spans.last_mut() {
+                    last.end = tok.end;
+                }
+            }
+            _ => {}
+        }
+    }
+    spans
+}
+
+fn fnv64_pair(a: &str, b: &str) -> u64 {
+    let h = a.bytes().fold(0xcbf2_9ce4_8422_2325, |h, c| {
+        (h ^ u64::from(c)).wrapping_mul(0x0100_0000_01b3)
+    });
+    b.bytes()
+        .fold((h ^ 0xff).wrapping_mul(0x0100_0000_01b3), |h, c| {
+            (h ^ u64::from(c)).wrapping_mul(0x0100_0000_01b3)
+        })
+}
+
+fn fnv64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The gazetteer classes `name` belongs to, as flag letters ("gs": a given name and a
+/// surname), or "-".
+fn gazetteer_flags(gazetteer: &Bloom, name: &str) -> &'static str {
+    static NAMES: OnceLock<Vec<String>> = OnceLock::new();
+    let names = NAMES.get_or_init(|| {
+        (0..1usize << GAZETTEER_CLASSES.len())
+            .map(|mask| {
+                let flags: String = GAZETTEER_CLASSES
+                    .iter()
+                    .enumerate()
+                    .filter(|(bit, _)| mask & (1 << bit) != 0)
+                    .map(|(_, (_, flag))| *flag)
+                    .collect();
+                if flags.is_empty() { "-".into() } else { flags }
+            })
+            .collect()
+    });
+    let mask = GAZETTEER_CLASSES
+        .iter()
+        .enumerate()
+        .filter(|(_, (class, _))| gazetteer.contains(class, name))
+        .fold(0, |m, (bit, _)| m | 1 << bit);
+    &names[mask]
+}
+
+/// A word's shape: upper case → `X`, lower → `x`, digit → `d`, others kept, repeats
+/// collapsed ("Kessler" → "Xx", "O'Neil" → "X'Xx", "62704" → "d").
+fn shape(word: &str) -> String {
+    let mut out = String::new();
+    for c in word.chars() {
+        let s = if c.is_uppercase() {
+            'X'
+        } else if c.is_lowercase() || c.is_alphabetic() {
+            'x'
+        } else if c.is_numeric() {
+            'd'
+        } else {
+            c
+        };
+        if !out.ends_with(s) {
+            out.push(s);
+        }
+    }
+    out
+}
+
+/// Where the word's own identity features sit in `features`' output (after the bias).
+const IDENTITY: std::ops::Range<usize> = 1..5;
+/// Where the neighbouring words' features sit.
+const CONTEXT: std::ops::Range<usize> = 5..12;
+
+/// What the features read of one token, computed once per text.
+struct Word {
+    lower: String,
+    shape: String,
+    /// Gazetteer flags as letters, "-" when none, "l" for a lower-case word.
+    gaz: &'static str,
+    sentence_start: bool,
+    /// This word and the next name a place of two words ("New York", "Cape Town").
+    place_with_next: bool,
+    /// May carry an entity tag at all: Latin script (the tagger was trained on it; other
+    /// scripts have their own scanners).
+    may_tag: bool,
+    /// Letters or digits, not punctuation: only a word begins an entity.
+    is_word: bool,
+    /// May continue an entity: a word, or punctuation that entities hold ("Smith & Co",
+    /// "Apt. 4", "Kessler-Wolf"), never a sentence's end.
+    may_continue: bool,
+}
+
+fn is_latin(c: char) -> bool {
+    !c.is_alphabetic() || (c as u32) < 0x250 || ('\u{1e00}'..='\u{1eff}').contains(&c)
+}
+
+/// The per-token facts of `tokens` that the features combine.
+fn words(text: &str, tokens: &[Token], gazetteer: &Bloom) -> Vec<Word> {
+    let mut out: Vec<Word> = Vec::with_capacity(tokens.len());
+    for (i, t) in tokens.iter().enumerate() {
+        let raw = &text[t.start..t.end];
+        let lower = raw.to_lowercase();
+        let is_word = raw.chars().next().is_some_and(char::is_alphanumeric);
+        let after_short_word =
+            i > 0 && out[i - 1].lower.chars().count() <= 4 && out[i - 1].shape != "d";
+        let prev = out.last();
+        let sentence_start = prev.is_none()
+            || t.line_start
+            || prev.is_some_and(|p| matches!(p.lower.as_str(), "." | "!" | "?" | ":" | "\"" | "("));
+        out.push(Word {
+            shape: shape(raw),
+            // Names, places and organisations are capitalised: a lower-case word is not looked
+            // up, which keeps the filter's probes to the few words that matter.
+            gaz: if raw.starts_with(char::is_uppercase) {
+                gazetteer_flags(gazetteer, &lower)
+            } else {
+                "l"
+            },
+            sentence_start,
+            place_with_next: false,
+            may_tag: raw.chars().all(is_latin),
+            is_word,
+            may_continue: is_word
+                || matches!(raw, "," | "&" | "'" | "’" | "-" | "/" | "#" | "(" | ")")
+                || (raw == "." && after_short_word),
+            lower,
+        });
+    }
+    for i in 1..out.len() {
+        let capitalised = |w: &Word| w.shape.starts_with('X');
+        if capitalised(&out[i - 1]) && capitalised(&out[i]) {
+            let pair = format!("{} {}", out[i - 1].lower, out[i].lower);
+            out[i - 1].place_with_next =
+                gazetteer.contains("city", &pair) || gazetteer.contains("country", &pair);
+        }
+    }
+    out
+}
+
+/// FNV-1a of a feature's template name and its parts joined by `|`, in `buckets`.
+fn hash_parts(template: &str, parts: &[&str], buckets: usize) -> u32 {
+    let step = |h: u64, b: u8| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    let mut h = template.bytes().fold(0xcbf2_9ce4_8422_2325, step);
+    for part in parts {
+        h = part.bytes().fold(step(h, b'|'), step);
+    }
+    (h as usize & (buckets - 1)) as u32
+}
+
+/// The hashed features of token `i`, written to `out`.
+fn features(words: &[Word], i: usize, buckets: usize, out: &mut Vec<u32>) {
+    out.clear();
+    let at = |k: isize| {
+        usize::try_from(i as isize + k)
+            .ok()
+            .and_then(|k| words.get(k))
+    };
+    let lower = |k: isize| at(k).map_or(if k < 0 { "<s>" } else { "</s>" }, |w| w.lower.as_str());
+    let shape_at =
+        |k: isize| at(k).map_or(if k < 0 { "<s>" } else { "</s>" }, |w| w.shape.as_str());
+    let gaz_at = |k: isize| at(k).map_or("<>", |w| w.gaz);
+    let w = &words[i];
+    let lw = w.lower.as_str();
+    let n_chars = lw.chars().count();
+    let from_end = |n: usize| {
+        lw.char_indices()
+            .nth(n_chars.saturating_sub(n))
+            .map_or(0, |c| c.0)
+    };
+    let head_end = lw.char_indices().nth(3).map_or(lw.len(), |c| c.0);
+    let sh = w.shape.as_str();
+    let (p1, n1) = (lower(-1), lower(1));
+    let start = if w.sentence_start { "1" } else { "0" };
+    let place = |b: bool| if b { "1" } else { "0" };
+    let in_place2 = [
+        place(at(-1).is_some_and(|p| p.place_with_next)),
+        place(w.place_with_next),
+    ];
+    const LENGTHS: [&str; 13] = [
+        "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12",
+    ];
+    let len = LENGTHS[n_chars.min(12)];
+    // Order matters to training's dropout: identity features first, then context.
+    let parts: [(&str, &[&str]); 20] = [
+        ("bias", &[]),
+        ("w", &[lw]),
+        ("suf3", &[&lw[from_end(3)..]]),
+        ("suf2", &[&lw[from_end(2)..]]),
+        ("pre3", &[&lw[..head_end]]),
+        ("p1", &[p1]),
+        ("n1", &[n1]),
+        ("p2", &[lower(-2)]),
+        ("n2", &[lower(2)]),
+        ("p1sh", &[p1, sh]),
+        ("n1sh", &[sh, n1]),
+        ("gazn", &[gaz_at(-1), gaz_at(1)]),
+        ("sh", &[sh]),
+        ("shp", &[shape_at(-1)]),
+        ("shn", &[shape_at(1)]),
+        ("sh3", &[shape_at(-1), sh, shape_at(1)]),
+        ("start", &[start, sh]),
+        ("len", &[len]),
+        ("gaz", &[w.gaz, sh]),
+        ("place2", &in_place2),
+    ];
+    out.extend(parts.iter().map(|(t, p)| hash_parts(t, p, buckets)));
+}
+
+/// The gold tag of every token of a labelled sentence.
+fn gold_tags(example: &Labelled, tokens: &[Token]) -> Vec<usize> {
+    let mut tags = vec![0; tokens.len()];
+    for &(kind, start, end) in &example.spans {
+        let Some(class) = KINDS.iter().position(|k| *k == kind) else {
+            continue;
+        };
+        let mut first = true;
+        for (t, tok) in tags.iter_mut().zip(tokens) {
+            if tok.start >= start && tok.end <= end {
+                *t = 1 + 2 * class + usize::from(!first);
+                first = false;
+            }
+        }
+    }
+    tags
+}
+
+/// Learns a tagger from labelled sentences with the averaged structured perceptron
+/// (Collins, 2002): decode, and where the best sequence differs from the gold one, add the
+/// gold features and subtract the predicted ones; the model is the average over every step.
+pub fn train(
+    examples: &[Labelled],
+    gazetteer: Bloom,
+    config: TrainConfig,
+    provenance: &str,
+) -> Result<Tagger, TaggerError> {
+    if examples.is_empty() {
+        return Err(TaggerError::NoExamples);
+    }
+    let buckets = config.buckets.next_power_of_two();
+    let mut learner = Perceptron::new(buckets, gazetteer);
+    let prepared: Vec<(Vec<Token>, Vec<usize>)> = examples
+        .iter()
+        .map(|e| {
+            let tokens = tokenize(&e.text);
+            let gold = gold_tags(e, &tokens);
+            (tokens, gold)
+        })
+        .collect();
+    let mut order: Vec<usize> = (0..examples.len()).collect();
+    let mut rng = SplitMix(config.seed);
+    for _ in 0..config.epochs {
+        for k in (1..order.len()).rev() {
+            order.swap(k, rng.below(k + 1));
+        }
+        for &idx in &order {
+            let (tokens, gold) = &prepared[idx];
+            learner.step(&examples[idx].text, tokens, gold, config.dropout, &mut rng);
+        }
+    }
+    Ok(learner.finish(provenance))
+}
+
+/// The perceptron's running and accumulated weights (Daumé's averaging trick: the average
+/// is `w − u / c`, where every update at step `c` also adds `c · Δ` to `u`).
+struct Perceptron {
+    buckets: usize,
+    gazetteer: Bloom,
+    weights: Vec<f32>,
+    accumulated: Vec<f32>,
+    transitions: Vec<f32>,
+    transitions_accumulated: Vec<f32>,
+    step: f32,
+}
+
+impl Perceptron {
+    fn new(buckets: usize, gazetteer: Bloom) -> Perceptron {
+        Perceptron {
+            buckets,
+            gazetteer,
+            weights: vec![0.0; buckets * N_TAGS],
+            accumulated: vec![0.0; buckets * N_TAGS],
+            transitions: vec![0.0; (1 + N_TAGS) * N_TAGS],
+            transitions_accumulated: vec![0.0; (1 + N_TAGS) * N_TAGS],
+            step: 1.0,
+        }
+    }
+
+    fn step(
+        &mut self,
+        text: &str,
+        tokens: &[Token],
+        gold: &[usize],
+        dropout: Dropout,
+        rng: &mut SplitMix,
+    ) {
+        let words = words(text, tokens, &self.gazetteer);
+        for segment in segments(&words) {
+            let feats: Vec<Vec<u32>> = segment
+                .clone()
+                .map(|i| {
+                    let mut f = Vec::new();
+                    features(&words, i, self.buckets, &mut f);
+                    // Hide the neighbours, or the word itself, now and then: a name must be
+                    // known by its own look as well as by the words around it.
+                    if rng.next_f64() < f64::from(dropout.context) {
+                        f.drain(CONTEXT);
+                    }
+                    if rng.next_f64() < f64::from(dropout.word) {
+                        f.drain(IDENTITY);
+                    }
+                    f
+                })
+                .collect();
+            let emissions: Vec<[f32; N_TAGS]> = feats.iter().map(|f| self.emission(f)).collect();
+            let predicted = viterbi(&emissions, &self.transitions, &words[segment.clone()]);
+            self.correct(&feats, &gold[segment], &predicted);
+        }
+        self.step += 1.0;
+    }
+
+    fn emission(&self, feats: &[u32]) -> [f32; N_TAGS] {
+        let mut e = [0f32; N_TAGS];
+        for &b in feats {
+            let row = &self.weights[b as usize * N_TAGS..(b as usize + 1) * N_TAGS];
+            for (x, w) in e.iter_mut().zip(row) {
+                *x += w;
+            }
+        }
+        e
+    }
+
+    /// The perceptron's update where the predicted tags differ from the gold ones.
+    fn correct(&mut self, feats: &[Vec<u32>], gold: &[usize], predicted: &[usize]) {
+        if predicted == gold {
+            return;
+        }
+        for (i, f) in feats.iter().enumerate() {
+            if predicted[i] != gold[i] {
+                for &b in f {
+                    self.update(b as usize * N_TAGS + gold[i], 1.0);
+                    self.update(b as usize * N_TAGS + predicted[i], -1.0);
+                }
+            }
+            let row = |tags: &[usize]| if i == 0 { 0 } else { 1 + tags[i - 1] };
+            self.update_transition(row(gold) * N_TAGS + gold[i], 1.0);
+            self.update_transition(row(predicted) * N_TAGS + predicted[i], -1.0);
+        }
+    }
+
+    fn update(&mut self, at: usize, delta: f32) {
+        self.weights[at] += delta;
+        self.accumulated[at] += self.step * delta;
+    }
+
+    fn update_transition(&mut self, at: usize, delta: f32) {
+        self.transitions[at] += delta;
+        self.transitions_accumulated[at] += self.step * delta;
+    }
+
+    fn finish(self, provenance: &str) -> Tagger {
+        let averaged: Vec<f32> = self
+            .weights
+            .iter()
+            .zip(&self.accumulated)
+            .map(|(w, u)| w - u / self.step)
+            .collect();
+        let transitions = self
+            .transitions
+            .iter()
+            .zip(&self.transitions_accumulated)
+            .map(|(w, u)| w - u / self.step)
+            .collect();
+        let max = averaged
+            .iter()
+            .fold(0f32, |m, w| m.max(w.abs()))
+            .max(f32::MIN_POSITIVE);
+        let scale = max / f32::from(i16::MAX);
+        let weights = averaged
+            .iter()
+            .map(|w| (w / scale).round() as i16)
+            .collect();
+        let mut tagger = Tagger {
+            header: Header {
+                tags: TAGS.iter().map(|t| (*t).to_string()).collect(),
+                features_version: FEATURES_VERSION,
+                buckets: self.buckets,
+                scale,
+                transitions,
+                bloom_bits: self.gazetteer.words.len() * 64,
+                checksum: 0,
+                provenance: provenance.to_string(),
+            },
+            weights,
+            gazetteer: self.gazetteer,
+        };
+        tagger.header.checksum = fnv64(&tagger.body());
+        tagger
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tagged(text: &str) -> Vec<(EntityKind, &str)> {
+        let tagger = bundled().expect("the bundled tagger loads");
+        tagger
+            .tag(text)
+            .into_iter()
+            .map(|s| (s.kind, &text[s.start..s.end]))
+            .collect()
+    }
+
+    #[test]
+    fn tokens_keep_inner_apostrophes_and_hyphens() {
+        let text = "O'Neil met Jean-Luc.\nOK";
+        let words: Vec<&str> = tokenize(text)
+            .iter()
+            .map(|t| &text[t.start..t.end])
+            .collect();
+        assert_eq!(words, ["O'Neil", "met", "Jean-Luc", ".", "OK"]);
+        assert!(tokenize(text)[4].line_start);
+    }
+
+    #[test]
+    fn bundled_tagger_loads_with_a_version() {
+        let tagger = bundled().expect("the bundled tagger loads");
+        assert!(tagger.version().starts_with("pii-tagger/"));
+        assert!(!tagger.provenance().is_empty());
+    }
+
+    #[test]
+    fn names_and_places_without_cue_words() {
+        let text =
+            "Please write a two-line greeting card for Johanna Kessler. She lives in Springfield.";
+        let found = tagged(text);
+        assert!(
+            found.contains(&(EntityKind::PersonName, "Johanna Kessler")),
+            "{found:?}"
+        );
+        assert!(
+            found.contains(&(EntityKind::Location, "Springfield")),
+            "{found:?}"
+        );
+        assert!(tagged("Explain how photosynthesis works on Monday.").is_empty());
+    }
+
+    #[test]
+    fn a_corrupt_or_foreign_model_is_a_clear_error() {
+        let good = bundled().expect("the bundled tagger loads").to_bytes();
+        assert_eq!(Tagger::from_bytes(b"nonsense"), Err(TaggerError::BadMagic));
+        assert!(matches!(
+            Tagger::from_bytes(&good[..good.len() - 1]),
+            Err(TaggerError::Truncated(_))
+        ));
+        let mut flipped = good.clone();
+        let last = flipped.len() - 1;
+        flipped[last] ^= 1;
+        assert!(matches!(
+            Tagger::from_bytes(&flipped),
+            Err(TaggerError::Checksum { .. })
+        ));
+        assert_eq!(
+            Tagger::from_bytes(&good).as_ref().map(Tagger::version),
+            Ok(bundled().expect("loads").version())
+        );
+    }
+
+    #[test]
+    fn training_learns_a_toy_corpus() {
+        let ex = |text: &str, name: &str| {
+            let start = text.find(name).expect("name in text");
+            Labelled {
+                text: text.into(),
+                spans: vec![(EntityKind::PersonName, start, start + name.len())],
+            }
+        };
+        let corpus: Vec<Labelled> = ["Ada", "Bob", "Cyd", "Dot"]
+            .iter()
+            .flat_map(|n| {
+                [
+                    ex(&format!("call {n} now"), n),
+                    ex(&format!("tell {n} soon"), n),
+                ]
+            })
+            .collect();
+        let config = TrainConfig {
+            epochs: 5,
+            buckets: 1 << 10,
+            ..TrainConfig::default()
+        };
+        let mut gazetteer = Bloom::with_capacity(8);
+        gazetteer.insert("given", "eve");
+        let tagger = train(&corpus, gazetteer.clone(), config, "toy").expect("trains");
+        let spans = tagger.tag("call Eve now");
+        assert_eq!(spans.len(), 1, "{spans:?}");
+        assert_eq!((spans[0].start, spans[0].end), (5, 8));
+        assert_eq!(
+            train(&[], gazetteer, config, "none"),
+            Err(TaggerError::NoExamples)
+        );
+    }
+
+    #[test]
+    fn bloom_filter_has_no_false_negatives_and_few_false_positives() {
+        let mut bloom = Bloom::with_capacity(1000);
+        for i in 0..1000 {
+            bloom.insert("given", &format!("name{i}"));
+        }
+        assert!((0..1000).all(|i| bloom.contains("given", &format!("name{i}"))));
+        assert!(!bloom.contains("city", "name1"), "classes are kept apart");
+        let false_positives = (0..10_000)
+            .filter(|i| bloom.contains("given", &format!("other{i}")))
+            .count();
+        assert!(false_positives < 300, "{false_positives} of 10000");
+    }
+
+    #[test]
+    fn a_megabyte_of_capitalised_words_is_tagged_in_linear_time() {
+        let text = "Johanna Kessler of Springfield, ".repeat((1 << 20) / 32);
+        let started = std::time::Instant::now();
+        let spans = bundled().expect("loads").tag(&text);
+        assert!(!spans.is_empty());
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[test]
+    fn other_scripts_are_left_to_their_own_scanners() {
+        assert!(tagged("저는 이서연입니다. Москва — столица.").is_empty());
+    }
+}
