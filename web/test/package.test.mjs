@@ -115,6 +115,35 @@ test("personal data never leaves the page: a card stays on the device, an e-mail
   }
 });
 
+test("a name and a phone written without cue words go up as placeholders and come back restored", { skip }, async () => {
+  const { context, page, sent } = await freshPage();
+  const replies = [];
+  context.on("response", async (r) => {
+    if (r.url().endsWith("/v1/chat/completions")) replies.push(await r.text().catch(() => ""));
+  });
+  try {
+    await openDemo(page);
+    const a = await ask(page, "Write a detailed essay about thank-you notes, then end it with exactly this line: " +
+      "Signed, Johanna Kessler, 212-555-0147x3321");
+    assert.equal(a.route, "cloud", a.reasons);
+    assert.match(a.badges, /redacted/);
+    const uploads = sent.filter((r) => r.url.endsWith("/v1/chat/completions"));
+    assert.ok(uploads.some((r) => r.body.includes("[PERSON_NAME_1]") && r.body.includes("[PHONE_1]")), "placeholders went up");
+    for (const r of sent) {
+      for (const secret of ["Johanna", "Kessler", "555-0147", "3321"]) {
+        assert.ok(!r.url.includes(secret) && !r.body.includes(secret), `${r.url} carried ${secret}`);
+      }
+    }
+    // The cloud answered in placeholders; the page shows the originals in their place.
+    const raw = replies.join("");
+    assert.match(raw, /\[PERSON_NAME_1\]/, "the cloud's answer used the placeholder");
+    assert.match(a.text, /Johanna Kessler/);
+    assert.doesNotMatch(a.text, /\[(PERSON_NAME|PHONE)_\d+\]/);
+  } finally {
+    await context.close();
+  }
+});
+
 test("a long-form prompt escalates and streams from the cloud, with usage, cost and reasons", { skip }, async () => {
   const { context, page } = await freshPage();
   try {

@@ -136,6 +136,10 @@ enum Eval {
         /// The rules alone, without the tagger (for comparison).
         #[arg(long)]
         no_tagger: bool,
+        /// Score another detector's spans (`straddle pii --jsonl`'s output shape, one line
+        /// per text in the corpus's order) instead of running ours.
+        #[arg(long, conflicts_with_all = ["tagger", "no_tagger"])]
+        predictions: Option<PathBuf>,
     },
     /// RouteLLM's strong/weak routing benchmarks (MMLU, GSM8K, MT-Bench) and metrics.
     Routellm {
@@ -232,8 +236,28 @@ fn main() -> anyhow::Result<()> {
             benchmark:
                 Eval::Pii {
                     data,
+                    predictions: Some(predictions),
+                    ..
+                },
+        } => {
+            let examples = pii::read_corpus(&data)?;
+            let report = pii::evaluate_predictions(&examples, &predictions)?;
+            println!(
+                "{} texts from {}; detector: spans from {}\n",
+                examples.len(),
+                data.display(),
+                predictions.display()
+            );
+            print!("{}", report.render());
+            Ok(())
+        }
+        Command::Eval {
+            benchmark:
+                Eval::Pii {
+                    data,
                     tagger,
                     no_tagger,
+                    predictions: None,
                 },
         } => eval_pii(&data, tagger.as_deref(), no_tagger),
         Command::Sim {

@@ -349,12 +349,12 @@ pub fn detect(text: &str, spans: &mut Vec<Span>) {
             }
             Cue::Passport => {
                 if let Some((start, end)) = id_after(text, after, PASSPORT_ID) {
-                    push(spans, EntityKind::Passport, start, end, 0.8);
+                    push(spans, EntityKind::Passport, start, end, 0.85);
                 }
             }
             Cue::DriverLicense => {
                 if let Some((start, end)) = id_after(text, after, LICENCE_ID) {
-                    push(spans, EntityKind::DriverLicense, start, end, 0.8);
+                    push(spans, EntityKind::DriverLicense, start, end, 0.85);
                 }
             }
             Cue::Medical => {
@@ -942,6 +942,11 @@ mod tests {
             );
         }
         assert!(found("my driver's license expired").is_empty());
+        // A cued licence number is a licence, not the phone its digits could also be.
+        assert_eq!(
+            found("My driver's license number is 493909266."),
+            vec![(EntityKind::DriverLicense, "493909266".into())]
+        );
         assert_eq!(
             found("Паспорт: серия 4509 номер 123456"),
             vec![(EntityKind::Passport, "123456".into())]
