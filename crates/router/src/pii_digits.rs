@@ -287,10 +287,12 @@ fn not_a_phone(run: &Run) -> bool {
 
 fn phone_cue_before(text: &[u8], at: usize) -> bool {
     let from = at.saturating_sub(PHONE_CUE_WINDOW);
-    let window = text[from..at].to_ascii_lowercase();
-    PHONE_CUES
-        .iter()
-        .any(|cue| window.windows(cue.len()).any(|w| w == cue.as_bytes()))
+    let window = &text[from..at];
+    PHONE_CUES.iter().any(|cue| {
+        window
+            .windows(cue.len())
+            .any(|w| w.eq_ignore_ascii_case(cue.as_bytes()))
+    })
 }
 
 /// South Korea's resident registration number: a birth date (YYMMDD), a sex and century

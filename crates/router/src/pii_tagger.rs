@@ -373,13 +373,16 @@ impl Tagger {
     }
 }
 
-/// The runs of tokens worth decoding: every entity holds a capitalised word or a number, so
-/// only tokens within two of one are read; the rest of the text is outside any entity.
+/// The runs of tokens worth decoding: every entity holds a capitalised word (an address's
+/// number sits beside its street's name), so only tokens within two of one are read; the
+/// rest of the text, digit runs included, is outside any entity.
 fn segments(words: &[Word]) -> Vec<std::ops::Range<usize>> {
     const REACH: usize = 2;
     let mut out: Vec<std::ops::Range<usize>> = Vec::new();
     for (i, w) in words.iter().enumerate() {
-        if !(w.may_tag && w.is_word && (w.shape.starts_with('X') || w.shape.starts_with('d'))) {
+        // Title case anchors ("Kessler", "McDonald"): a run of upper-case words ("BEGIN",
+        // "NASA") is more often a heading or an acronym than a name.
+        if !(w.may_tag && w.is_word && w.shape.starts_with("Xx")) {
             continue;
         }
         let range = i.saturating_sub(REACH)..(i + REACH + 1).min(words.len());
