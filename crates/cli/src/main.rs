@@ -236,30 +236,11 @@ fn main() -> anyhow::Result<()> {
             benchmark:
                 Eval::Pii {
                     data,
-                    predictions: Some(predictions),
-                    ..
-                },
-        } => {
-            let examples = pii::read_corpus(&data)?;
-            let report = pii::evaluate_predictions(&examples, &predictions)?;
-            println!(
-                "{} texts from {}; detector: spans from {}\n",
-                examples.len(),
-                data.display(),
-                predictions.display()
-            );
-            print!("{}", report.render());
-            Ok(())
-        }
-        Command::Eval {
-            benchmark:
-                Eval::Pii {
-                    data,
                     tagger,
                     no_tagger,
-                    predictions: None,
+                    predictions,
                 },
-        } => eval_pii(&data, tagger.as_deref(), no_tagger),
+        } => eval_pii(&data, tagger.as_deref(), no_tagger, predictions.as_deref()),
         Command::Sim {
             requests,
             seed,
@@ -344,9 +325,20 @@ fn eval_pii(
     data: &std::path::Path,
     tagger: Option<&std::path::Path>,
     none: bool,
+    predictions: Option<&std::path::Path>,
 ) -> anyhow::Result<()> {
     use straddle_router::pii_tagger::{self, Tagger};
     let examples = pii::read_corpus(data)?;
+    if let Some(path) = predictions {
+        let report = pii::evaluate_predictions(&examples, path)?;
+        let (n, from) = (examples.len(), data.display());
+        println!(
+            "{n} texts from {from}; detector: spans from {}\n",
+            path.display()
+        );
+        print!("{}", report.render());
+        return Ok(());
+    }
     let loaded = match tagger {
         Some(path) => {
             let bytes =
