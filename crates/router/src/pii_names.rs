@@ -142,14 +142,13 @@ const NOT_SURNAMES: &[&str] = &[
     "of",
 ];
 
-/// The bundled name lists, lower case.
-pub(crate) struct Lists {
-    pub(crate) given_en: HashSet<&'static str>,
-    pub(crate) surnames_en: HashSet<&'static str>,
+struct Lists {
+    given_en: HashSet<&'static str>,
+    surnames_en: HashSet<&'static str>,
     surnames_zh: HashSet<&'static str>,
 }
 
-pub(crate) fn lists() -> &'static Lists {
+fn lists() -> &'static Lists {
     static LISTS: OnceLock<Lists> = OnceLock::new();
     LISTS.get_or_init(|| {
         let set = |text: &'static str| {
