@@ -839,18 +839,12 @@ impl Perceptron {
     }
 
     fn finish(self, provenance: &str) -> Tagger {
-        let averaged: Vec<f32> = self
-            .weights
-            .iter()
-            .zip(&self.accumulated)
-            .map(|(w, u)| w - u / self.step)
-            .collect();
-        let transitions = self
-            .transitions
-            .iter()
-            .zip(&self.transitions_accumulated)
-            .map(|(w, u)| w - u / self.step)
-            .collect();
+        // The average over every step: `w − u / c`.
+        let average = |w: &[f32], u: &[f32]| -> Vec<f32> {
+            w.iter().zip(u).map(|(w, u)| w - u / self.step).collect()
+        };
+        let averaged = average(&self.weights, &self.accumulated);
+        let transitions = average(&self.transitions, &self.transitions_accumulated);
         let max = averaged
             .iter()
             .fold(0f32, |m, w| m.max(w.abs()))
