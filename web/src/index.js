@@ -1,6 +1,6 @@
 // Straddle's JS API: an OpenAI-shaped client whose every request is routed between the
 // model on this device (in a Web Worker) and the cloud behind the tenant's edge worker.
-import init, { Cascade, Learner, piiKinds, policyPreset, redactAll, route as routeWasm, routerVersion, version } from "../pkg/straddle.js";
+import init, { Cascade, Learner, firstToken, piiKinds, policyPreset, redactAll, route as routeWasm, routerVersion, version } from "../pkg/straddle.js";
 import { escalate, measureRtt, resolveToken } from "./cloud.js";
 import { EdgeHost } from "./edge.js";
 import { StraddleError } from "./errors.js";
@@ -243,6 +243,7 @@ export class Straddle {
       bandwidth_kbps: conn?.downlink ? conn.downlink * 1000 : undefined,
       edge_prefill_tokens_per_s: this.edge?.prefillTokensPerS,
       edge_context_tokens: this.edge?.contextTokens,
+      edge_model_sha256: this.edge?.sha256,
       // Once the worker has said the tenant's budget is spent, the rest of the UTC day stays
       // on the device instead of paying a round trip to be refused.
       budget_remaining_usd: this.budgetSpentOn === utcDay() ? 0 : undefined,
@@ -256,8 +257,10 @@ export class Straddle {
   }
 
   decide(req) {
-    const text = req.messages.map((m) => m.content).join("\n");
-    const d = JSON.parse(routeWasm(text, req.max_tokens ?? DEFAULT_MAX_TOKENS, JSON.stringify(this.context()), this.policyJson));
+    // The last message is the turn being answered; the router reads its language and task
+    // from it, and scans the whole conversation for personal data.
+    const turns = req.messages.map((m) => m.content);
+    const d = JSON.parse(routeWasm(turns, req.max_tokens ?? DEFAULT_MAX_TOKENS, JSON.stringify(this.context()), this.policyJson));
     const want = req.straddle?.route ?? "auto";
     // Once there is feedback, the bandit replaces the fixed score (never a rule). Its cloud
     // arm covers speculation, which is the cloud's answer too.
@@ -406,7 +409,9 @@ export class Straddle {
     }
     end.ttft_ms = firstAt === null ? null : firstAt - started;
     end.decision = decision;
-    end.meta.model_versions = [`straddle/${version()}`, routerVersion(), `policy/${decision.trace.policy_version}`, ...(end.meta.model_versions ?? [])];
+    const quality = decision.quality?.model_version;
+    end.meta.model_versions = [`straddle/${version()}`, routerVersion(), `policy/${decision.trace.policy_version}`,
+      ...(quality ? [`quality/${quality}`] : []), ...(end.meta.model_versions ?? [])];
     return end;
   }
 
@@ -436,7 +441,7 @@ export class Straddle {
           continue;
         }
         held.push(t.text);
-        const escalateFor = monitor.push(t.text, t.logprob, t.entropy);
+        const escalateFor = (count === 1 && this.firstTokenEscalation(decision, t)) || monitor.push(t.text, t.logprob, t.entropy);
         if (escalateFor) {
           // The edge keeps generating while the cloud is asked: its tokens are the fallback.
           try {
@@ -502,6 +507,19 @@ export class Straddle {
         edge: { backend: this.edge.backend, prefill_ms: c.prefill_ms, decode_tokens_per_s: c.decode_tokens_per_s },
       },
     };
+  }
+
+  /**
+   * The check after prefill: the quality model, now with the edge's first-token signals,
+   * may send the request to the cloud before any edge text is shown.
+   */
+  firstTokenEscalation(decision, t) {
+    const check = JSON.parse(firstToken(JSON.stringify(decision), t.logprob, t.entropy));
+    if (check.estimate) {
+      decision.trace.signals.push({ name: "edge_quality_first_token", value: check.estimate.p_edge_ok },
+        { name: "quality_drivers_first_token", value: check.estimate.drivers });
+    }
+    return check.escalate ?? null;
   }
 
   /**

@@ -10,6 +10,8 @@ use straddle_engine::speculative::DraftLength;
 use straddle_engine::{ChatMessage, Engine, Flow, GenerateParams, Prompt, SamplingParams};
 use straddle_protocol::sse::{DONE, Parser};
 use straddle_protocol::{ChatChunk, ChatRequest, Message, Role, StreamOptions};
+use straddle_router::policy::{self, Context as RouteContext, Policy, Target};
+use straddle_router::quality::EdgeSignals;
 
 use crate::speculative::{self, RemoteVerifier};
 
@@ -22,6 +24,9 @@ pub enum Mode {
     Cloud,
     /// The local engine drafts, the cloud verifies.
     Speculative,
+    /// The router decides, as the page does: before generation, then at the edge's first
+    /// token (the cloud is used only with `--cloud`).
+    Auto,
 }
 
 /// Settings of `straddle chat`.
@@ -136,30 +141,15 @@ pub fn run(args: &ChatArgs) -> anyhow::Result<()> {
                 print(&ev.text);
                 Flow::Continue
             })?;
-            println!();
-            eprintln!(
-                "edge: {} tokens, prefill {:.0} ms, {:.1} tokens/s",
-                c.tokens.len(),
-                c.prefill_ms,
-                c.decode_tokens_per_s()
-            );
+            edge_summary(&c);
         }
-        Mode::Cloud => {
-            let streamed = stream_cloud(
-                cloud()?,
-                args.token.as_deref(),
-                &messages,
-                &params,
-                timeout,
-                false,
-                print,
-            )?;
-            println!();
-            eprintln!(
-                "cloud: {} tokens in {:.2} s",
-                streamed.completion_tokens,
-                streamed.elapsed.as_secs_f64()
-            );
+        Mode::Cloud => answer_in_cloud(args, &messages, &params, print)?,
+        Mode::Auto => {
+            let engine = load_engine(&model)?;
+            let sha256 = crate::edge_answers::file_sha256(&model)?;
+            if !answer_routed(args, &engine, &sha256, &messages, &params, &mut print)? {
+                answer_in_cloud(args, &messages, &params, print)?;
+            }
         }
         Mode::Speculative => {
             let engine = load_engine(&model)?;
@@ -212,6 +202,105 @@ pub fn run(args: &ChatArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Ends an edge answer's line and reports its speed on standard error.
+fn edge_summary(c: &straddle_engine::Completion) {
+    println!();
+    eprintln!(
+        "edge: {} tokens, prefill {:.0} ms, {:.1} tokens/s",
+        c.tokens.len(),
+        c.prefill_ms,
+        c.decode_tokens_per_s()
+    );
+}
+
+/// Plain cloud streaming through `--cloud`, with a summary to standard error.
+fn answer_in_cloud(
+    args: &ChatArgs,
+    messages: &[ChatMessage],
+    params: &GenerateParams,
+    print: impl FnMut(&str),
+) -> anyhow::Result<()> {
+    let cloud = args
+        .cloud
+        .as_deref()
+        .context("--cloud URL is needed for this mode (the worker or a cloud server)")?;
+    let timeout = Duration::from_secs(args.timeout);
+    let streamed = stream_cloud(
+        cloud,
+        args.token.as_deref(),
+        messages,
+        params,
+        timeout,
+        false,
+        print,
+    )?;
+    println!();
+    eprintln!(
+        "cloud: {} tokens in {:.2} s",
+        streamed.completion_tokens,
+        streamed.elapsed.as_secs_f64()
+    );
+    Ok(())
+}
+
+/// The device `straddle chat --mode auto` routes for: this engine, online when a cloud is
+/// given, decoding at a laptop's speed.
+fn auto_context(args: &ChatArgs, engine: &Engine, sha256: &str) -> RouteContext {
+    RouteContext {
+        online: args.cloud.is_some(),
+        edge_available: true,
+        edge_tokens_per_s: 40.0,
+        rtt_ms: 60.0,
+        edge_languages: engine.languages.clone(),
+        edge_model_sha256: Some(sha256.to_string()),
+        ..RouteContext::default()
+    }
+}
+
+/// Routes the conversation with the router's own functions and answers on the edge when they
+/// keep it there. Returns `false` when the cloud should answer instead, decided before any
+/// edge text was printed.
+fn answer_routed(
+    args: &ChatArgs,
+    engine: &Engine,
+    sha256: &str,
+    messages: &[ChatMessage],
+    params: &GenerateParams,
+    print: &mut impl FnMut(&str),
+) -> anyhow::Result<bool> {
+    let turns: Vec<&str> = messages.iter().map(|m| m.content.as_str()).collect();
+    let ctx = auto_context(args, engine, sha256);
+    let max_tokens = Some(params.max_tokens as u32);
+    let decision = policy::decide_conversation(&turns, max_tokens, &ctx, &Policy::default());
+    eprintln!(
+        "route: {} ({})",
+        decision.target.as_str(),
+        decision.reasons.join("; ")
+    );
+    if decision.target != Target::Edge {
+        return Ok(false);
+    }
+    let mut seq = engine.start(Prompt::Messages(messages), params)?;
+    let mut first = true;
+    while let Some(ev) = engine.next_token(&mut seq)? {
+        if std::mem::take(&mut first) {
+            let signals = EdgeSignals {
+                entropy: ev.entropy,
+                logprob: ev.logprob,
+            };
+            if let Some(why) = policy::at_first_token(&decision, signals).escalate {
+                eprintln!("route: cloud ({why})");
+                return Ok(false);
+            }
+        }
+        print(&ev.text);
+        engine.advance(&mut [&mut seq])?;
+    }
+    let c = seq.into_completion();
+    edge_summary(&c);
+    Ok(true)
 }
 
 /// What a plain cloud stream delivered.

@@ -3,8 +3,10 @@
 mod bench_speculative;
 mod chat;
 mod delay_proxy;
+mod edge_answers;
 mod pii;
 mod requant;
+mod route_eval;
 mod routellm;
 mod speculative;
 #[cfg(test)]
@@ -80,6 +82,16 @@ enum Command {
         /// Where the trained model goes (the router bundles this file).
         #[arg(long, default_value = "crates/router/data/task-model.bin")]
         out: PathBuf,
+        /// Train the quality model instead, from the graded prompts under this directory
+        /// (`classify/`, `short/`, `letter/` and `number/` JSON lines), answered by `--edge`.
+        #[arg(long, requires = "edge")]
+        quality_data: Option<PathBuf>,
+        /// The edge model the quality model is trained for.
+        #[arg(long)]
+        edge: Option<PathBuf>,
+        /// Where the quality model goes (the router bundles this file).
+        #[arg(long, default_value = "crates/router/data/quality-model.json")]
+        quality_out: PathBuf,
     },
     /// Compare routing policies (the seed-1 EdgeRouter baseline, the fixed policy, the
     /// bandit) on a simulated stream with drifting difficulty.
@@ -164,6 +176,28 @@ enum Eval {
         /// Also print each curve's points.
         #[arg(long)]
         curves: bool,
+    },
+    /// The shipped router with the real edge model: MMLU, GSM8K and routine prompts answered
+    /// on the edge, graded, and routed as the page routes them.
+    Route {
+        /// A directory in the layout of `../shared/data`.
+        #[arg(long)]
+        data: PathBuf,
+        /// The edge model (any GGUF the engine loads).
+        #[arg(long, env = "STRADDLE_MODEL")]
+        edge: Option<PathBuf>,
+        /// At most this many prompts per domain (GSM8K and each routine set count as one).
+        #[arg(long)]
+        limit_per_domain: Option<usize>,
+        /// Refit the quality model leaving each domain out, for development.
+        #[arg(long)]
+        cross_fit: bool,
+        /// Print one JSON object instead of the table.
+        #[arg(long)]
+        json: bool,
+        /// Where the edge's answers are cached.
+        #[arg(long)]
+        cache: Option<PathBuf>,
     },
 }
 
@@ -278,11 +312,45 @@ fn main() -> anyhow::Result<()> {
             println!("{}", mint(&claims, secret.as_bytes()));
             Ok(())
         }
-        Command::TrainRouter { corpus, out } => {
+        Command::TrainRouter {
+            quality_data: Some(data),
+            edge,
+            quality_out,
+            ..
+        } => {
+            let edge = edge.unwrap_or_else(straddle_engine::default_model_path);
+            let model = route_eval::train_quality(&data, &edge, &default_cache())?;
+            std::fs::write(&quality_out, serde_json::to_string_pretty(&model)? + "\n")
+                .with_context(|| format!("writing {}", quality_out.display()))?;
+            println!("wrote {} ({})", quality_out.display(), model.version);
+            Ok(())
+        }
+        Command::TrainRouter { corpus, out, .. } => {
             let examples = train_router::read_corpus(&corpus)?;
             let report = train_router::run(&examples, &out)?;
             print!("{}", report.render());
             println!("wrote {}", out.display());
+            Ok(())
+        }
+        Command::Eval {
+            benchmark:
+                Eval::Route {
+                    data,
+                    edge,
+                    limit_per_domain,
+                    cross_fit,
+                    json,
+                    cache,
+                },
+        } => {
+            let edge = edge.unwrap_or_else(straddle_engine::default_model_path);
+            let cache = cache.unwrap_or_else(default_cache);
+            let report = route_eval::run(&data, &edge, &cache, limit_per_domain, cross_fit)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", route_eval::table(&report));
+            }
             Ok(())
         }
         Command::Eval {
@@ -319,6 +387,10 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+fn default_cache() -> PathBuf {
+    edge_answers::default_cache_dir()
 }
 
 fn eval_pii(

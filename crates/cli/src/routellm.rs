@@ -330,7 +330,8 @@ pub fn evaluate(benchmarks: &[Benchmark], settings: Settings) -> anyhow::Result<
     Ok(rows)
 }
 
-fn mean_summary(all: &[Summary]) -> Summary {
+/// The mean of several summaries (the random router over seeds).
+pub fn mean_summary(all: &[Summary]) -> Summary {
     let n = all.len() as f64;
     let mean = |f: &dyn Fn(&Summary) -> f64| all.iter().map(f).sum::<f64>() / n;
     let mean_opt = |f: &dyn Fn(&Summary) -> Option<f64>| {

@@ -48,11 +48,7 @@ fn main() {
         edge_tokens_per_s: 20.0,
         rtt_ms: 80.0,
         edge_languages: vec!["en".into()],
-        cloud_verifies: false,
-        bandwidth_kbps: None,
-        edge_prefill_tokens_per_s: None,
-        edge_context_tokens: None,
-        budget_remaining_usd: None,
+        ..Context::default()
     };
     let policy = Policy::default();
     let prompts = [

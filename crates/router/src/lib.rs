@@ -7,6 +7,7 @@
 //! applies the ordered rules and the cost score and explains itself, `redact` replaces
 //! personal data with placeholders for upload and puts it back into the answer; `features`
 //! and `linear` are the small learned models (task type, difficulty) over hashed n-grams;
+//! `quality` estimates whether the edge model's answer will be acceptable;
 //! `eval` scores a strong/weak router with RouteLLM's metrics.
 
 pub mod bandit;
@@ -23,6 +24,7 @@ mod pii_digits;
 mod pii_names;
 pub mod pii_tagger;
 pub mod policy;
+pub mod quality;
 pub mod redact;
 pub mod rng;
 pub mod signals;

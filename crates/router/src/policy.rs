@@ -8,8 +8,9 @@ use std::collections::BTreeMap;
 
 use crate::cascade::CascadeRule;
 use crate::pii::{self, EntityKind, Sensitivity};
+use crate::quality::{self, EdgeSignals, Estimate, QualityError, QualityModel};
 use crate::signals;
-use crate::task::{self, TaskType};
+use crate::task::TaskType;
 
 /// Where to answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -22,8 +23,20 @@ pub enum Target {
     Speculative,
 }
 
+impl Target {
+    /// The wire name (`edge`, `cloud`, `speculative`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Target::Edge => "edge",
+            Target::Cloud => "cloud",
+            Target::Speculative => "speculative",
+        }
+    }
+}
+
 /// What the caller knows about the device and the network (measured by the web crate).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// `Default` is offline with no edge model: name what is known and default the rest.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Context {
     pub online: bool,
     /// Whether the edge model is loaded and can run.
@@ -54,6 +67,10 @@ pub struct Context {
     /// expected to cost more stays on the edge.
     #[serde(default)]
     pub budget_remaining_usd: Option<f64>,
+    /// SHA-256 of the loaded edge model's GGUF (hex): the quality model uses the edge's
+    /// first-token signals only for the model it was trained for.
+    #[serde(default)]
+    pub edge_model_sha256: Option<String>,
 }
 
 /// Scenario weights of the composite score (larger means that term matters more).
@@ -131,6 +148,14 @@ pub struct Policy {
     /// Never use the cloud, online or not (the `offline` scenario).
     #[serde(default)]
     pub edge_only: bool,
+    /// With a quality model: the least P(edge answer acceptable) at the edge's first token
+    /// for the edge to answer (half of it before generation).
+    #[serde(default = "default_min_edge_quality")]
+    pub min_edge_quality: f64,
+}
+
+fn default_min_edge_quality() -> f64 {
+    0.5
 }
 
 fn default_tokens_per_verify() -> f32 {
@@ -195,6 +220,7 @@ impl Default for Policy {
             speculative_tokens_per_call: default_tokens_per_verify(),
             speculative_min_acceptance: default_min_acceptance(),
             edge_only: false,
+            min_edge_quality: default_min_edge_quality(),
         }
     }
 }
@@ -234,6 +260,13 @@ impl Policy {
             },
             _ => Policy {
                 weights: Weights::preset(name)?,
+                // How much answer quality the scenario trades for keeping work on the device.
+                min_edge_quality: match name {
+                    "high-accuracy" => 0.75,
+                    "low-latency" => 0.4,
+                    "low-cost" => 0.3,
+                    _ => default_min_edge_quality(),
+                },
                 ..base
             },
         })
@@ -258,6 +291,9 @@ impl Policy {
             .chain([p.edge_quality, p.cloud_quality]);
         if priors.clone().any(|q| !(0.0..=1.0).contains(&q)) {
             return Err(PolicyError("quality priors must lie in 0..=1".into()));
+        }
+        if !(0.0..=1.0).contains(&p.min_edge_quality) {
+            return Err(PolicyError("min_edge_quality must lie in 0..=1".into()));
         }
         if !(0.0..=1.0).contains(&p.speculative_min_acceptance) {
             return Err(PolicyError(
@@ -299,11 +335,65 @@ pub struct Decision {
     /// the answer must stay on the device (privacy, offline) or runs in the cloud.
     #[serde(default)]
     pub cascade: Option<CascadeRule>,
+    /// What the check at the first token needs, when a quality model scored this decision.
+    #[serde(default)]
+    pub quality: Option<QualityCheck>,
     pub trace: DecisionTrace,
 }
 
-/// Decides where `prompt` runs.
+/// The scored decision's quality terms, kept so that the edge's first token can revisit it
+/// with the same rule ([`at_first_token`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QualityCheck {
+    pub model_version: String,
+    /// The turn's text features ([`quality::text_features`]).
+    pub text_features: Vec<f32>,
+    /// Whether the quality model was trained for this edge model, so its first-token
+    /// signals can be used.
+    pub edge_signals: bool,
+    /// The estimate before generation.
+    pub estimate: Estimate,
+    /// The policy's bar for the estimate at the first token.
+    pub bar: f64,
+}
+
+/// What the edge's first token says about an edge decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FirstTokenCheck {
+    /// The estimate with the edge signals, when a quality model scored the decision.
+    pub estimate: Option<Estimate>,
+    /// Why to escalate before any edge text is shown, or `None` to go on.
+    pub escalate: Option<String>,
+}
+
+/// Decides where `prompt` runs (a conversation of one turn).
 pub fn decide(prompt: &str, max_tokens: Option<u32>, ctx: &Context, policy: &Policy) -> Decision {
+    decide_conversation(&[prompt], max_tokens, ctx, policy)
+}
+
+/// Decides where the last of `turns` is answered, with the bundled quality model.
+pub fn decide_conversation(
+    turns: &[&str],
+    max_tokens: Option<u32>,
+    ctx: &Context,
+    policy: &Policy,
+) -> Decision {
+    decide_with(turns, max_tokens, ctx, policy, quality::bundled())
+}
+
+/// [`decide_conversation`] with the given quality model, or the reason there is none (the
+/// task priors then stand in). Privacy and size read the whole conversation, which is what
+/// would be uploaded; language, task and expected length read the turn being answered.
+pub fn decide_with(
+    turns: &[&str],
+    max_tokens: Option<u32>,
+    ctx: &Context,
+    policy: &Policy,
+    quality: Result<&QualityModel, QualityError>,
+) -> Decision {
+    let turn = turns.last().copied().unwrap_or_default();
+    let conversation = turns.join("\n");
+    let prompt = conversation.as_str();
     let spans = pii::detect_personal(prompt);
     let tagger = pii::tagger_version();
     let mut pii: Vec<EntityKind> = spans.iter().map(|s| s.kind).collect();
@@ -314,9 +404,9 @@ pub fn decide(prompt: &str, max_tokens: Option<u32>, ctx: &Context, policy: &Pol
         .copied()
         .filter(|k| k.sensitivity() >= policy.keep_on_device_at)
         .collect();
-    let lang = crate::language::detect(prompt);
-    let task = task::classify(prompt);
-    let out = signals::expected_output(prompt, Some(task), max_tokens);
+    let lang = crate::language::detect(turn);
+    let read = quality::read_turn(turn, max_tokens);
+    let (task, out, text_features) = (read.task, read.output, read.features);
     let prompt_tokens = signals::prompt_tokens_estimate(prompt);
     let lang_ok = ctx.edge_languages.is_empty() || ctx.edge_languages.iter().any(|l| l == lang);
 
@@ -360,7 +450,12 @@ pub fn decide(prompt: &str, max_tokens: Option<u32>, ctx: &Context, policy: &Pol
             cloud: policy.cloud_quality,
         });
     let cloud_quality = confidence * prior.cloud + (1.0 - confidence) * policy.cloud_quality;
-    let edge_quality = confidence * prior.edge + (1.0 - confidence) * policy.edge_quality;
+    let edge_prior = confidence * prior.edge + (1.0 - confidence) * policy.edge_quality;
+    let estimate = quality
+        .as_ref()
+        .ok()
+        .map(|m| m.estimate(&text_features, None));
+    let edge_quality = estimate.as_ref().map_or(edge_prior, |e| e.p_edge_ok);
     let edge_quality = if lang_ok {
         edge_quality
     } else {
@@ -379,7 +474,20 @@ pub fn decide(prompt: &str, max_tokens: Option<u32>, ctx: &Context, policy: &Pol
         sig("language", lang.into()),
         sig("task", task.task.as_str().into()),
         sig("task_confidence", f64::from(task.confidence).into()),
-        sig("edge_quality_prior", edge_quality.into()),
+        sig("edge_quality_prior", edge_prior.into()),
+        sig(
+            "quality_model",
+            match &quality {
+                Ok(m) => m.version.clone(),
+                Err(e) => format!("unavailable ({e}); the task priors stand in"),
+            }
+            .into(),
+        ),
+        sig("edge_quality", edge_quality.into()),
+        sig(
+            "quality_drivers",
+            serde_json::to_value(estimate.as_ref().map(|e| &e.drivers)).unwrap_or_default(),
+        ),
         sig("cloud_quality_prior", cloud_quality.into()),
         sig("expected_output_tokens", out.tokens.into()),
         sig("expected_output_basis", out.basis.into()),
@@ -438,6 +546,7 @@ pub fn decide(prompt: &str, max_tokens: Option<u32>, ctx: &Context, policy: &Pol
         // Only a scored edge decision may escalate: a rule that chose the edge (privacy,
         // offline) forbids the cloud.
         cascade: (target == Target::Edge && rule.is_none()).then(|| policy.cascade.clone()),
+        quality: None,
         trace: DecisionTrace {
             signals: signals.clone(),
             rule: rule.map(str::to_string),
@@ -557,18 +666,95 @@ pub fn decide(prompt: &str, max_tokens: Option<u32>, ctx: &Context, policy: &Pol
     if ctx.cloud_verifies {
         scores.push((Target::Speculative, speculative_score));
     }
-    let mut reasons = vec![format!(
-        "score: edge {edge_score:.3} vs cloud {cloud_score:.3} (lower wins)"
-    )];
-    let target = if edge_score <= cloud_score {
-        Target::Edge
-    } else if speculate {
-        reasons.push(speculative_reason());
-        Target::Speculative
-    } else {
-        Target::Cloud
+    let elsewhere = |reasons: &mut Vec<String>| {
+        if speculate {
+            reasons.push(speculative_reason());
+            Target::Speculative
+        } else {
+            Target::Cloud
+        }
     };
-    decision(target, None, reasons, scores)
+    let (Ok(model), Some(estimate)) = (&quality, estimate) else {
+        // No quality model: the composite score over the task priors decides.
+        let mut reasons = vec![format!(
+            "score: edge {edge_score:.3} vs cloud {cloud_score:.3} (lower wins)"
+        )];
+        let target = if edge_score <= cloud_score {
+            Target::Edge
+        } else {
+            elsewhere(&mut reasons)
+        };
+        return decision(target, None, reasons, scores);
+    };
+    // The learned estimate against the policy's bar. Before generation the bar is lower: the
+    // edge's first token, moments later, applies the whole bar before any text is shown, so
+    // only a request the edge is unlikely to answer well is sent away unseen.
+    let bar = policy.min_edge_quality;
+    let before = bar * PRE_GENERATION_BAR;
+    let p = estimate.p_edge_ok;
+    let mut reasons = vec![format!(
+        "quality: P(edge answer acceptable) {p:.2} before generation (bar {before:.2}; {bar:.2} \
+         at the first token)"
+    )];
+    let target = if p >= before {
+        Target::Edge
+    } else {
+        elsewhere(&mut reasons)
+    };
+    Decision {
+        quality: Some(QualityCheck {
+            model_version: model.version.clone(),
+            text_features: text_features.to_vec(),
+            edge_signals: model.knows_edge(ctx.edge_model_sha256.as_deref()),
+            estimate,
+            bar,
+        }),
+        ..decision(target, None, reasons, scores)
+    }
+}
+
+/// The share of the quality bar a request must clear before generation.
+const PRE_GENERATION_BAR: f64 = 0.5;
+
+/// The check at the edge's first token, with the bundled quality model.
+pub fn at_first_token(decision: &Decision, first: EdgeSignals) -> FirstTokenCheck {
+    at_first_token_with(decision, first, quality::bundled())
+}
+
+/// The quality estimate again, now with the edge model's first-token signals: an edge
+/// decision whose estimate falls below the policy's bar escalates before any edge text is
+/// shown. Decisions made by a rule, or by another quality model, are left alone.
+pub fn at_first_token_with(
+    decision: &Decision,
+    first: EdgeSignals,
+    quality: Result<&QualityModel, QualityError>,
+) -> FirstTokenCheck {
+    let unchanged = FirstTokenCheck {
+        estimate: None,
+        escalate: None,
+    };
+    let (Some(q), Ok(model)) = (&decision.quality, quality) else {
+        return unchanged;
+    };
+    let Ok(text) = <[f32; quality::TEXT_DIM]>::try_from(q.text_features.as_slice()) else {
+        return unchanged;
+    };
+    if model.version != q.model_version {
+        return unchanged;
+    }
+    let estimate = model.estimate(&text, q.edge_signals.then_some(first));
+    let may_escalate = decision.target == Target::Edge && decision.cascade.is_some();
+    let escalate = (may_escalate && estimate.p_edge_ok < q.bar).then(|| {
+        format!(
+            "first token: P(edge answer acceptable) {:.2} < {:.2} (entropy {:.2} nats, log-prob \
+             {:.2})",
+            estimate.p_edge_ok, q.bar, first.entropy, first.logprob
+        )
+    });
+    FirstTokenCheck {
+        estimate: Some(estimate),
+        escalate,
+    }
 }
 
 fn sig(name: &str, value: serde_json::Value) -> SignalValue {
@@ -589,11 +775,7 @@ mod tests {
             edge_tokens_per_s: 40.0,
             rtt_ms: 60.0,
             edge_languages: vec!["en".into()],
-            cloud_verifies: false,
-            bandwidth_kbps: None,
-            edge_prefill_tokens_per_s: None,
-            edge_context_tokens: None,
-            budget_remaining_usd: None,
+            ..Context::default()
         }
     }
 
@@ -665,6 +847,131 @@ mod tests {
         assert_eq!(decide(prompt, None, &ctx(), &strict).target, Target::Edge);
     }
 
+    /// The composite score over the task priors (no quality model), whose latency and cost
+    /// terms these tests check.
+    fn priors(prompt: &str, max_tokens: Option<u32>, ctx: &Context, policy: &Policy) -> Decision {
+        let none = Err(QualityError::Json(
+            "the priors' cost model under test".into(),
+        ));
+        decide_with(&[prompt], max_tokens, ctx, policy, none)
+    }
+
+    fn signal<'a>(d: &'a Decision, name: &str) -> &'a serde_json::Value {
+        &d.trace
+            .signals
+            .iter()
+            .find(|s| s.name == name)
+            .unwrap_or_else(|| panic!("no signal {name}"))
+            .value
+    }
+
+    #[test]
+    fn the_learned_estimate_decides_and_is_traced() {
+        let model = quality::bundled().expect("the bundled quality model loads");
+        let d = decide(
+            "Hello! How are you today?",
+            None,
+            &ctx(),
+            &Policy::default(),
+        );
+        assert_eq!(
+            signal(&d, "quality_model"),
+            &serde_json::json!(model.version)
+        );
+        let q = d.quality.as_ref().expect("scored with the quality model");
+        assert_eq!(q.model_version, model.version);
+        assert_eq!(
+            signal(&d, "edge_quality").as_f64(),
+            Some(q.estimate.p_edge_ok)
+        );
+        assert_eq!(q.estimate.drivers.len(), 3);
+        assert!(
+            d.reasons[0].contains("P(edge answer acceptable)"),
+            "{:?}",
+            d.reasons
+        );
+    }
+
+    #[test]
+    fn a_malformed_or_missing_quality_model_falls_back_to_the_priors() {
+        let bad = QualityModel::from_json("{\"format\": 3}").map(|_| ());
+        let err = bad.expect_err("malformed");
+        let d = decide_with(
+            &["Hello!"],
+            None,
+            &ctx(),
+            &Policy::default(),
+            Err(err.clone()),
+        );
+        let traced = signal(&d, "quality_model").as_str().expect("text");
+        assert!(
+            traced.contains("unavailable") && traced.contains("priors"),
+            "{traced}"
+        );
+        assert!(d.quality.is_none() && d.reasons[0].starts_with("score:"));
+        assert_eq!(signal(&d, "edge_quality"), signal(&d, "edge_quality_prior"));
+        let unsure = EdgeSignals {
+            entropy: 9.0,
+            logprob: -9.0,
+        };
+        assert_eq!(at_first_token_with(&d, unsure, Err(err)).escalate, None);
+    }
+
+    #[test]
+    fn the_first_token_escalates_an_unsure_edge_and_keeps_a_sure_one() {
+        let mut with_sha = ctx();
+        let model = quality::bundled().expect("bundled");
+        with_sha.edge_model_sha256 = Some(model.edge_model_sha256.clone());
+        let prompt = "Is the sentiment of this review negative, neutral or positive?\nReview: \
+                      The pizza was wonderful!\nSentiment:";
+        let d = decide(prompt, None, &with_sha, &Policy::default());
+        assert_eq!(d.target, Target::Edge, "{:?}", d.reasons);
+        let sure = EdgeSignals {
+            entropy: 0.2,
+            logprob: -0.05,
+        };
+        let unsure = EdgeSignals {
+            entropy: 6.0,
+            logprob: -5.0,
+        };
+        let kept = at_first_token(&d, sure);
+        let sent = at_first_token(&d, unsure);
+        assert!(kept.escalate.is_none(), "{kept:?}");
+        let why = sent.escalate.expect("escalates");
+        assert!(why.starts_with("first token:"), "{why}");
+        assert!(sent.estimate.expect("e").p_edge_ok < kept.estimate.expect("e").p_edge_ok);
+        // A rule's edge decision (privacy) is never escalated.
+        let private = decide(
+            "my card 4111 1111 1111 1111",
+            None,
+            &with_sha,
+            &Policy::default(),
+        );
+        assert_eq!(at_first_token(&private, unsure).escalate, None);
+        // Another edge model: its signals mean nothing to this quality model.
+        let other = decide(prompt, None, &ctx(), &Policy::default());
+        assert!(!other.quality.as_ref().expect("scored").edge_signals);
+        assert_eq!(at_first_token(&other, unsure).escalate, None);
+    }
+
+    #[test]
+    fn language_and_task_come_from_the_turn_being_answered() {
+        let turns = [
+            "Translate 'good morning' to French.",
+            "Bonjour ! Je vous souhaite une excellente journée, à bientôt.",
+            "Thanks! Now tell me a short joke about cats.",
+        ];
+        let d = decide_conversation(&turns, None, &ctx(), &Policy::default());
+        assert_eq!(signal(&d, "language"), "en");
+        assert_ne!(d.trace.rule.as_deref(), Some("language"), "{:?}", d.reasons);
+        let french = decide_conversation(&turns[..2], None, &ctx(), &Policy::default());
+        assert_eq!(french.trace.rule.as_deref(), Some("language"));
+        // Privacy still reads everything that would be uploaded.
+        let earlier_card = ["my card is 4111 1111 1111 1111", "ok", "and the weather?"];
+        let d = decide_conversation(&earlier_card, None, &ctx(), &Policy::default());
+        assert_eq!(d.trace.rule.as_deref(), Some("privacy"));
+    }
+
     #[test]
     fn rules_in_order_offline_edge_unavailable_language_long_output() {
         let offline = Context {
@@ -726,13 +1033,13 @@ mod tests {
             weights: Weights::preset("low-latency").expect("preset"),
             ..Policy::default()
         };
-        let base = decide(prompt, Some(20), &ctx(), &fast);
+        let base = priors(prompt, Some(20), &ctx(), &fast);
         // A slow uplink makes the same request's cloud latency worse, and only the cloud's.
         let slow_uplink = Context {
             bandwidth_kbps: Some(0.01),
             ..ctx()
         };
-        let d = decide(prompt, Some(20), &slow_uplink, &fast);
+        let d = priors(prompt, Some(20), &slow_uplink, &fast);
         let score = |d: &Decision, t: Target| {
             d.trace
                 .scores
@@ -749,7 +1056,7 @@ mod tests {
             edge_prefill_tokens_per_s: Some(0.05),
             ..ctx()
         };
-        let d = decide(prompt, Some(20), &slow_prefill, &fast);
+        let d = priors(prompt, Some(20), &slow_prefill, &fast);
         assert!(score(&d, Target::Edge) > score(&base, Target::Edge));
         assert_eq!(d.target, Target::Cloud);
     }
@@ -866,14 +1173,14 @@ mod tests {
             ..ctx()
         };
         assert_eq!(
-            decide(prompt, Some(20), &slow_net, &fast).target,
+            priors(prompt, Some(20), &slow_net, &fast).target,
             Target::Edge
         );
         assert_eq!(
-            decide(prompt, Some(20), &ctx(), &accurate).target,
+            priors(prompt, Some(20), &ctx(), &accurate).target,
             Target::Cloud
         );
-        let d = decide(prompt, Some(20), &ctx(), &accurate);
+        let d = priors(prompt, Some(20), &ctx(), &accurate);
         assert_eq!(d.trace.scores.len(), 2);
         assert!(
             d.trace

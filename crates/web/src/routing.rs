@@ -21,21 +21,22 @@ fn pii_kind_names(text: &str) -> Vec<String> {
     kinds
 }
 
-/// Decides where a prompt should run: `context_json` is a router `Context`, `policy_json`
-/// a `Policy` (the default when absent). Returns the `Decision` as JSON, trace included.
+/// Decides where the last of `turns` (a conversation's message texts, in order) should run:
+/// `context_json` is a router `Context`, `policy_json` a `Policy` (the default when absent).
+/// Returns the `Decision` as JSON, trace included.
 #[wasm_bindgen]
 pub fn route(
-    prompt: &str,
+    turns: Vec<String>,
     max_tokens: Option<u32>,
     context_json: &str,
     policy_json: Option<String>,
 ) -> Result<String, JsError> {
-    route_json(prompt, max_tokens, context_json, policy_json.as_deref())
+    route_json(&turns, max_tokens, context_json, policy_json.as_deref())
         .map_err(|e| JsError::new(&e))
 }
 
 fn route_json(
-    prompt: &str,
+    turns: &[String],
     max_tokens: Option<u32>,
     context_json: &str,
     policy_json: Option<&str>,
@@ -47,7 +48,26 @@ fn route_json(
         Some(p) => Policy::from_json(p).map_err(|e| e.to_string())?,
         None => Policy::default(),
     };
-    serde_json::to_string(&policy::decide(prompt, max_tokens, &ctx, &policy))
+    let turns: Vec<&str> = turns.iter().map(String::as_str).collect();
+    serde_json::to_string(&policy::decide_conversation(
+        &turns, max_tokens, &ctx, &policy,
+    ))
+    .map_err(|e| e.to_string())
+}
+
+/// The check at an edge answer's first token (`straddle_router::policy::at_first_token`):
+/// `decision_json` is the decision the answer started from, `logprob` and `entropy` the
+/// first token's. Returns the `FirstTokenCheck` as JSON: its `escalate` is the reason to hand
+/// the request to the cloud before any edge text is shown.
+#[wasm_bindgen(js_name = firstToken)]
+pub fn first_token(decision_json: &str, logprob: f32, entropy: f32) -> Result<String, JsError> {
+    first_token_json(decision_json, logprob, entropy).map_err(|e| JsError::new(&e))
+}
+
+fn first_token_json(decision_json: &str, logprob: f32, entropy: f32) -> Result<String, String> {
+    let decision = parse_decision(decision_json)?;
+    let first = straddle_router::quality::EdgeSignals { entropy, logprob };
+    serde_json::to_string(&straddle_router::policy::at_first_token(&decision, first))
         .map_err(|e| e.to_string())
 }
 
@@ -211,7 +231,7 @@ impl Learner {
         Ok(self
             .bandit
             .choose(&obs, &[Target::Edge, Target::Cloud])
-            .map(|t| target_name(t).to_string()))
+            .map(|t| t.as_str().to_string()))
     }
 
     /// Learns from one answer: where it ran, the user's `quality` (0–1), its cost and latency.
@@ -262,14 +282,6 @@ impl Learner {
 
 fn parse_decision(json: &str) -> Result<straddle_router::policy::Decision, String> {
     serde_json::from_str(json).map_err(|e| format!("invalid decision: {e}"))
-}
-
-fn target_name(t: straddle_router::policy::Target) -> &'static str {
-    match t {
-        straddle_router::policy::Target::Edge => "edge",
-        straddle_router::policy::Target::Cloud => "cloud",
-        straddle_router::policy::Target::Speculative => "speculative",
-    }
 }
 
 /// The router's version, carried in every escalation's envelope and response.
@@ -326,13 +338,14 @@ mod tests {
     #[test]
     fn route_returns_a_decision_with_its_trace_and_rejects_bad_context() {
         let ctx = r#"{"online":false,"edge_available":true,"edge_tokens_per_s":30,"rtt_ms":50,"edge_languages":["en"]}"#;
-        let d: serde_json::Value =
-            serde_json::from_str(&route_json("hello", None, ctx, None).expect("decision"))
-                .expect("json");
+        let d: serde_json::Value = serde_json::from_str(
+            &route_json(&["hello".into()], None, ctx, None).expect("decision"),
+        )
+        .expect("json");
         assert_eq!(d["target"], "edge");
         assert_eq!(d["trace"]["rule"], "offline");
         assert!(
-            route_json("hello", None, "{}", None)
+            route_json(&["hello".into()], None, "{}", None)
                 .unwrap_err()
                 .contains("invalid context")
         );
@@ -379,8 +392,10 @@ mod tests {
     #[test]
     fn the_learner_leaves_rules_alone_and_follows_rewards() {
         let ctx = r#"{"online":true,"edge_available":true,"edge_tokens_per_s":30,"rtt_ms":50,"edge_languages":["en"]}"#;
-        let scored = route_json("Hello! How are you?", Some(32), ctx, None).expect("decision");
-        let private = route_json("my card 4111 1111 1111 1111", Some(32), ctx, None).expect("d");
+        let scored =
+            route_json(&["Hello! How are you?".into()], Some(32), ctx, None).expect("decision");
+        let private =
+            route_json(&["my card 4111 1111 1111 1111".into()], Some(32), ctx, None).expect("d");
         let mut l = Learner::restore(None).expect("new");
         assert_eq!(l.prefer(&scored).expect("ok"), None, "no evidence yet");
         for _ in 0..20 {
