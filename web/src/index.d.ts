@@ -48,6 +48,8 @@ export interface PolicyOverrides {
   cascade?: { window: number; min_mean_logprob: number; max_mean_entropy: number; detect_refusals: boolean };
   /** Draft acceptance below which a speculative reply hands the rest to plain cloud streaming (0.3; 0 never). */
   speculative_min_acceptance?: number;
+  /** Least P(edge answer acceptable) at the edge's first token for the edge to answer (0.5; half of it before generation). */
+  min_edge_quality?: number;
   [field: string]: unknown;
 }
 
@@ -150,7 +152,7 @@ export interface StraddleMeta {
   /** Personal data was replaced before upload and restored here. */
   redacted: boolean;
   redacted_entities?: string[];
-  /** The edge started, the cascade handed the answer to the cloud. */
+  /** The edge started, the cascade (or the check at its first token) handed the answer to the cloud. */
   escalated_mid_stream: boolean;
   /** What happened to the edge tokens of a mid-stream escalation. */
   edge_tokens: "discarded" | null;
@@ -199,6 +201,8 @@ export interface RouteDecision {
   estimated_latency_ms: number;
   estimated_cost_usd: number;
   cascade: { window: number; min_mean_logprob: number; max_mean_entropy: number; detect_refusals: boolean } | null;
+  /** The quality model's estimate and what the first-token check needs; null when the task priors decided. */
+  quality: { model_version: string; estimate: { p_edge_ok: number; edge_signals: boolean; drivers: [string, number][] }; edge_signals: boolean; bar: number; text_features: number[] } | null;
   trace: { signals: { name: string; value: unknown }[]; rule: string | null; scores: [string, number][]; policy_version: string };
 }
 

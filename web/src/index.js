@@ -644,6 +644,7 @@ export class Straddle {
       ...(req.stop !== undefined && req.stop !== null && { stop: req.stop }),
       straddle: {
         session: this.session, reasons, router_version: routerVersion(), policy_version: decision.trace.policy_version,
+        ...(decision.quality && { quality_model_version: decision.quality.model_version }),
         privacy: { entities: found, redacted: Boolean(redaction) },
         prompt_tokens_estimate: traceValue(decision, "prompt_tokens_estimate"),
         ...(this.options.feature && { feature: this.options.feature }),

@@ -61,10 +61,12 @@ pub struct Record {
     pub model: String,
     pub upstream: String,
     pub route_reason: String,
-    /// The page's router and policy versions, from the envelope.
+    /// The page's router, policy and quality-model versions, from the envelope.
     #[serde(default)]
     pub router_version: String,
     pub policy_version: String,
+    #[serde(default)]
+    pub quality_model_version: String,
     pub tokens_in: i64,
     pub tokens_out: i64,
     pub usd: f64,

@@ -102,6 +102,9 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
                 policy_version: envelope
                     .and_then(|e| e.policy_version.clone())
                     .unwrap_or_default(),
+                quality_model_version: envelope
+                    .and_then(|e| e.quality_model_version.clone())
+                    .unwrap_or_default(),
                 tokens_in,
                 tokens_out,
                 usd: tokens_in as f64 / 1000.0 * upstream.price_in_per_1k

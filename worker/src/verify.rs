@@ -121,6 +121,7 @@ pub async fn verify(mut req: Request, env: &Env) -> Result<Response> {
         route_reason: "speculative".into(),
         router_version: String::new(),
         policy_version: String::new(),
+        quality_model_version: String::new(),
         tokens_in: t_in,
         tokens_out: t_out,
         usd: t_in as f64 / 1000.0 * p.0 + t_out as f64 / 1000.0 * p.1,

@@ -32,7 +32,7 @@ const settledUsage = async (query) => {
 };
 
 test("a mapped model goes to its upstream under that upstream's name, with its key, without the envelope", async () => {
-  const straddle = { reasons: ["long_output", "budget_ok"], router_version: "r1", policy_version: "p1" };
+  const straddle = { reasons: ["long_output", "budget_ok"], router_version: "r1", policy_version: "p1", quality_model_version: "q1" };
   const res = await chat(worker.url, ask("fast", { straddle }));
   assert.equal(res.status, 200);
   await res.json();
@@ -47,6 +47,7 @@ test("a mapped model goes to its upstream under that upstream's name, with its k
   const [record] = (await settledUsage("?records=5")).records;
   assert.equal(record.route_reason, "long_output; budget_ok");
   assert.equal(record.router_version, "r1");
+  assert.equal(record.quality_model_version, "q1");
   assert.equal(record.policy_version, "p1");
   assert.equal(record.upstream, "fast-host");
   assert.equal(record.degraded, false);

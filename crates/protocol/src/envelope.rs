@@ -27,6 +27,9 @@ pub struct StraddleEnvelope {
     pub router_version: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy_version: Option<String>,
+    /// The router's quality model that scored the decision, when one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quality_model_version: Option<String>,
     /// The browser's claim about the PII it found and the action it took; the worker re-checks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub privacy: Option<PrivacyAttestation>,

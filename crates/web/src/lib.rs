@@ -17,8 +17,8 @@ pub use device::DeviceInfo;
 pub use device::probe_device;
 pub use engine::{EdgeEngine, Generation, ModelBuffer};
 pub use routing::{
-    Cascade, Learner, Redacted, ReidentifyStream, pii_kinds, policy_preset, redact, redact_all,
-    route, router_version,
+    Cascade, Learner, Redacted, ReidentifyStream, first_token, pii_kinds, policy_preset, redact,
+    redact_all, route, router_version,
 };
 
 // Some dependency registers static constructors. Unless the module calls them itself,

@@ -26,15 +26,17 @@ fn pii_scan_runs_in_the_browser() {
 #[wasm_bindgen_test]
 fn routing_runs_in_the_browser_and_keeps_a_card_on_the_device() {
     let ctx = r#"{"online":true,"edge_available":true,"edge_tokens_per_s":30,"rtt_ms":50,"edge_languages":["en"]}"#;
-    let json = straddle_web::route(
-        "Write an essay; my card is 4111 1111 1111 1111",
-        None,
-        ctx,
-        None,
-    )
-    .expect("decision");
+    let turns = vec![
+        "my card is 4111 1111 1111 1111".to_string(),
+        "Noted.".to_string(),
+        "Write an essay".to_string(),
+    ];
+    let json = straddle_web::route(turns, None, ctx, None).expect("decision");
     assert!(json.contains(r#""target":"edge""#), "{json}");
     assert!(json.contains(r#""rule":"privacy""#), "{json}");
+    // A rule's edge decision is never escalated at the first token.
+    let check = straddle_web::first_token(&json, -9.0, 9.0).expect("check");
+    assert!(check.contains(r#""escalate":null"#), "{check}");
 }
 
 #[derive(serde::Deserialize)]
