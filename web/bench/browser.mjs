@@ -95,38 +95,6 @@ for (const { engine, n } of variants) {
   rows.push({ engine, threads: n, backend: samples.warm[0].backend, coldLoad: m("cold", "load"), coldTtft: m("cold", "ttft"),
     warmLoad: m("warm", "load"), warmTtft: m("warm", "ttft"), decode: m("warm", "decode"), tokens: m("warm", "tokens") });
 }
-// The router in the tab: Straddle.route() on 2 KB prompts, JS ↔ wasm and JSON included.
-const routeLatency = await (async () => {
-  const context = await browser.newContext();
-  const page = await context.newPage();
-  await page.goto(`${base}/test/blank.html`);
-  const out = await page.evaluate(async () => {
-    const { Straddle } = await import("/src/index.js");
-    // A cloud-only client: routing needs no model (nothing listens on port 9).
-    const s = await Straddle.create({ worker: "http://127.0.0.1:9" });
-    const prompts = {
-      en: "Please summarise the following meeting notes and list the action items. ".repeat(28).slice(0, 2048),
-      zh: "请总结以下会议记录并列出行动项目，包括负责人和截止日期。".repeat(40).slice(0, 683),
-    };
-    const result = {};
-    for (const [lang, text] of Object.entries(prompts)) {
-      const req = { messages: [{ role: "user", content: text }], max_tokens: 256 };
-      for (let i = 0; i < 200; i++) s.route(req);
-      const times = [];
-      for (let i = 0; i < 2000; i++) {
-        const t = performance.now();
-        s.route(req);
-        times.push(performance.now() - t);
-      }
-      times.sort((a, b) => a - b);
-      result[lang] = { p50: times[1000] * 1000, p99: times[1980] * 1000, bytes: new TextEncoder().encode(text).length };
-    }
-    return result;
-  });
-  await context.close();
-  return out;
-})();
-
 await browser.close();
 plain.server.close();
 isolated.server.close();
@@ -140,7 +108,3 @@ for (const r of rows) {
 const decode = (engine, n) => rows.find((r) => r.engine === engine && r.threads === n).decode;
 console.log(`\nDecode, straddle ÷ wllama: ${(decode("straddle", 1) / decode("wllama", 1)).toFixed(2)}× on 1 thread, ${(decode("straddle", threads) / decode("wllama", threads)).toFixed(2)}× on ${threads}.`);
 console.log(`\nMedian of ${runs} runs each; greedy, ${maxTokens} new tokens at most, one prompt of ${PROMPT[0].content.length} characters.`);
-console.log(`\nRouting in the tab (\`Straddle.route\`, 2,000 decisions each, JS ↔ wasm and JSON included; performance.now() is coarsened to 5–100 µs in browsers):\n`);
-console.log(`| prompt | bytes | p50 µs | p99 µs |`);
-console.log(`|---|---|---|---|`);
-for (const [lang, r] of Object.entries(routeLatency)) console.log(`| ${lang} | ${r.bytes} | ${r.p50.toFixed(0)} | ${r.p99.toFixed(0)} |`);

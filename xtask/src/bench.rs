@@ -271,12 +271,22 @@ fn router() -> anyhow::Result<()> {
     let node = util::output(Command::new("node").arg("--version"))?;
     let table = side_by_side(&native, &wasm)?;
     print!("{table}");
+    // The page's own path: the web package in Chromium, JS ↔ wasm and JSON included.
+    let tools = crate::setup::run()?;
+    crate::build::web_with_profile(&tools, "dev")?;
+    let tab = util::output(
+        Command::new("node")
+            .arg(root().join("web/bench/route.mjs"))
+            .current_dir(root().join("web")),
+    )?;
+    print!("{tab}");
     write_section(
         "Router decision latency",
         &format!(
             "Command: `cargo xtask bench router` (one thread, {DECISIONS} decisions per row, each \
              timed alone; the same example built natively and for wasm32-wasip1, run in Node \
-             {} through its WASI)\n\n{table}",
+             {} through its WASI; then the web package, dev profile of wasm-pack.toml, in \
+             Debian's Chromium by `web/bench/route.mjs`)\n\n{table}\nIn the tab:\n\n{tab}",
             node.trim()
         ),
     )
