@@ -131,7 +131,7 @@ export class Straddle {
       const base = JSON.parse(policyPreset(policy.preset ?? "balanced"));
       const { preset, ...rest } = policy;
       const json = JSON.stringify({ ...base, ...rest });
-      routeWasm("", 1, JSON.stringify({ online: true, edge_available: true, edge_tokens_per_s: 1, rtt_ms: 1, edge_languages: [] }), json);
+      routeWasm([""], 1, JSON.stringify({ online: true, edge_available: true, edge_tokens_per_s: 1, rtt_ms: 1, edge_languages: [] }), json);
       return json;
     } catch (e) {
       throw new StraddleError("invalid_options", `policy: ${e.message ?? e}`);

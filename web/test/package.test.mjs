@@ -280,7 +280,8 @@ test("the first token sends a word problem to the cloud with the whole history a
     const problem = "A baker makes 14 trays of 18 rolls, sells 3/4 of them at $1.25 each and gives half of " +
       "the rest to a shelter. How many dollars does she earn, and how many rolls are left?";
     const r = await inPage(page, async (Straddle, _E, config, problem) => {
-      const s = await Straddle.create({ ...config, backend: "cpu" });
+      // The balanced bar (0.5 at the first token), whatever an earlier test left in config.
+      const s = await Straddle.create({ ...config, policy: { preset: "balanced" }, backend: "cpu" });
       const messages = [
         { role: "user", content: "Hi! I have a question for you." },
         { role: "assistant", content: "Of course, ask away." },
