@@ -84,10 +84,11 @@ enum Command {
         out: PathBuf,
         /// Train the quality model instead, from the graded prompts under this directory
         /// (`classify/`, `short/`, `letter/` and `number/` JSON lines), answered by `--edge`.
-        #[arg(long, requires = "edge")]
-        quality_data: Option<PathBuf>,
-        /// The edge model the quality model is trained for.
         #[arg(long)]
+        quality_data: Option<PathBuf>,
+        /// The edge model the quality model is trained for (default: the model `cargo xtask
+        /// setup` fetched).
+        #[arg(long, env = "STRADDLE_MODEL")]
         edge: Option<PathBuf>,
         /// Where the quality model goes (the router bundles this file).
         #[arg(long, default_value = "crates/router/data/quality-model.json")]
