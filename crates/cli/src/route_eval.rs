@@ -648,20 +648,6 @@ pub fn train_quality(data: &Path, edge_model: &Path, cache: &Path) -> anyhow::Re
 mod tests {
     use super::*;
 
-    fn model() -> Option<PathBuf> {
-        let path = std::env::var_os("STRADDLE_TEST_MODEL")
-            .map_or_else(straddle_engine::default_model_path, PathBuf::from);
-        if path.is_file() {
-            return Some(path);
-        }
-        assert!(
-            std::env::var_os("STRADDLE_TEST_MODEL").is_none(),
-            "no model at {}",
-            path.display()
-        );
-        None
-    }
-
     /// A miniature of `../shared/data`: two MMLU questions, one GSM8K problem, three
     /// routine prompts.
     fn fixture(dir: &Path) {
@@ -703,7 +689,9 @@ mod tests {
 
     #[test]
     fn the_shipped_router_is_evaluated_with_the_real_edge_model_and_its_answers_cached() {
-        let Some(model) = model() else { return };
+        let Some(model) = crate::test_support::test_model() else {
+            return;
+        };
         let dir = std::env::temp_dir().join(format!("route-eval-{}", std::process::id()));
         fixture(&dir);
         let cache = dir.join("cache");
