@@ -155,8 +155,9 @@ impl EdgeGrader {
         let ids = self.engine.prompt_tokens(Prompt::Messages(messages))?;
         let (_, cache, logits) = self
             .engine
-            .prefill(Prompt::Messages(messages), ids.len() + room)?;
-        Ok((cache, logits.clone(), first_token_signals(&logits)))
+            .prefill(Prompt::Tokens(&ids), ids.len() + room)?;
+        let signals = first_token_signals(&logits);
+        Ok((cache, logits, signals))
     }
 
     fn letter(&self, messages: &[ChatMessage], key: char) -> anyhow::Result<EdgeAnswer> {

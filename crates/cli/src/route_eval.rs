@@ -254,7 +254,7 @@ pub fn route_one(
         None,
         ctx,
         policy,
-        Err(QualityError::Json("the prior-only baseline".into())),
+        Err(QualityError::Disabled("the prior-only baseline")),
     );
     let pre = d.quality.as_ref().map(|q| q.estimate.p_edge_ok);
     let post = first.estimate.as_ref().map(|e| e.p_edge_ok).or(pre);

@@ -850,9 +850,7 @@ mod tests {
     /// The composite score over the task priors (no quality model), whose latency and cost
     /// terms these tests check.
     fn priors(prompt: &str, max_tokens: Option<u32>, ctx: &Context, policy: &Policy) -> Decision {
-        let none = Err(QualityError::Json(
-            "the priors' cost model under test".into(),
-        ));
+        let none = Err(QualityError::Disabled("the priors' cost model under test"));
         decide_with(&[prompt], max_tokens, ctx, policy, none)
     }
 

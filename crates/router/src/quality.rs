@@ -55,6 +55,9 @@ pub enum QualityError {
     Weights(String),
     #[error("training needs examples the edge got right and examples it got wrong")]
     OneSidedLabels,
+    /// The caller asked for the task priors alone (a baseline, a cost-model test).
+    #[error("quality model turned off: {0}")]
+    Disabled(&'static str),
 }
 
 /// What the edge model's distribution over its first answer token says, right after prefill.
@@ -162,7 +165,7 @@ impl QualityModel {
         let mut x = text.to_vec();
         let model = match edge {
             Some(e) => {
-                x.extend([finite_or(e.entropy, 12.0), finite_or(e.logprob, -30.0)]);
+                x.extend(edge_features(e));
                 &self.with_edge
             }
             None => &self.text_only,
@@ -187,6 +190,11 @@ impl QualityModel {
             drivers,
         }
     }
+}
+
+/// The edge signals as features: a NaN or infinite statistic reads as no confidence at all.
+fn edge_features(e: EdgeSignals) -> [f32; 2] {
+    [finite_or(e.entropy, 12.0), finite_or(e.logprob, -30.0)]
 }
 
 fn finite_or(v: f32, fallback: f32) -> f32 {
@@ -328,8 +336,7 @@ pub fn train(
 fn full_vector(e: &Example) -> [f32; DIM] {
     let mut v = [0f32; DIM];
     v[..TEXT_DIM].copy_from_slice(&e.text);
-    v[TEXT_DIM] = finite_or(e.edge.entropy, 12.0);
-    v[TEXT_DIM + 1] = finite_or(e.edge.logprob, -30.0);
+    v[TEXT_DIM..].copy_from_slice(&edge_features(e.edge));
     v
 }
 
