@@ -124,7 +124,7 @@ test("a name and a phone written without cue words go up as placeholders and com
   try {
     await openDemo(page);
     const a = await ask(page, "Write a detailed essay about thank-you notes, then end it with exactly this line: " +
-      "Signed, Johanna Kessler, 212-555-0147x3321");
+      "Johanna Kessler, 212-555-0147x3321");
     assert.equal(a.route, "cloud", a.reasons);
     assert.match(a.badges, /redacted/);
     const uploads = sent.filter((r) => r.url.endsWith("/v1/chat/completions"));

@@ -17,8 +17,11 @@ names from the list below (facts). The same seed gives the same files.
 """
 
 import argparse
+import datetime
 import json
+import os
 import random
+import sys
 
 from faker import Faker
 
@@ -356,7 +359,9 @@ class Values:
         if slot == "LICENSE":
             return self.us.bothify(rng.choice(["?#######", "#########", "?##-###-###", "??######"])).upper(), "US_DRIVER_LICENSE"
         if slot == "DATE":
-            return self.us.date(pattern=rng.choice(["%B %d", "%d %B %Y", "%Y-%m-%d"])), None
+            # A fixed end date: Faker's default is today, which would change the files daily.
+            pattern = rng.choice(["%B %d", "%d %B %Y", "%Y-%m-%d"])
+            return self.us.date(pattern=pattern, end_datetime=datetime.date(2026, 1, 1)), None
         raise KeyError(slot)
 
 
@@ -444,6 +449,10 @@ def markup_to_jsonl(src, dst):
 
 
 def main():
+    # Faker's city lists pass through sets somewhere, so string hashing must be pinned for
+    # the same seed to give the same files.
+    if os.environ.get("PYTHONHASHSEED") != "0":
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "PYTHONHASHSEED": "0"})
     p = argparse.ArgumentParser()
     p.add_argument("--out")
     p.add_argument("--train", type=int, default=24000)
@@ -454,6 +463,7 @@ def main():
     if args.markup:
         markup_to_jsonl(*args.markup)
         return
+    os.makedirs(args.out, exist_ok=True)
     write(f"{args.out}/train.jsonl", TRAIN_TEMPLATES, TRAIN_LOCALES, args.train, 1, frames=True)
     write_gazetteer(f"{args.out}/gazetteer.tsv")
     heldout_locales = HELDOUT_ONLY_LOCALES + TRAIN_LOCALES[:6]
