@@ -52,8 +52,8 @@ pub(crate) struct Caller {
     pub stub: Stub,
 }
 
-/// The request's caller, or the response refusing it: a bad token (401), or a page origin
-/// its tenant does not allow (403).
+/// The request's caller, or the response refusing it: a bad token or one that lives longer
+/// than its tenant allows (401), or a page origin its tenant does not allow (403).
 pub(crate) async fn caller(
     req: &Request,
     env: &Env,
@@ -64,6 +64,9 @@ pub(crate) async fn caller(
     };
     let stub = budget_stub(env, &claims.ten)?;
     let tenant: Tenant = budget_call(&stub, Method::Get, "/tenant", None).await?;
+    if let Err(e) = crate::auth::lifetime(&claims, tenant.max_token_lifetime_s()) {
+        return error_response(&e).map(Err);
+    }
     // Requests without an `Origin` come from servers, not pages: the token alone decides.
     if let Some(origin) = req.headers().get("origin")? {
         let deployment = deployment_origins(

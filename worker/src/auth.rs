@@ -52,9 +52,20 @@ pub fn tenant(req: &Request, env: &Env) -> Result<Claims, ApiError> {
     let secret =
         secret(env, &secret_name(&tenant)).ok_or_else(|| unauthorized("unknown tenant"))?;
     let origin = req.headers().get("origin").ok().flatten();
-    let now_s = (js_sys::Date::now() / 1000.0) as u64;
-    token::verify(&token, secret.as_bytes(), now_s, origin.as_deref())
+    token::verify(&token, secret.as_bytes(), now_s(), origin.as_deref())
         .map_err(|e| unauthorized(e.to_string()))
+}
+
+/// Refuses a token that lives longer than its tenant allows (read after the token verified,
+/// since the tenant's record is found by the token).
+pub fn lifetime(claims: &Claims, max_s: u64) -> Result<(), ApiError> {
+    claims
+        .check_lifetime(now_s(), max_s)
+        .map_err(|e| unauthorized(e.to_string()))
+}
+
+fn now_s() -> u64 {
+    (js_sys::Date::now() / 1000.0) as u64
 }
 
 /// Whether the request carries the admin key.

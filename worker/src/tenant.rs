@@ -10,6 +10,8 @@ use straddle_router::pii::Sensitivity;
 
 /// Messages a request may carry when the tenant sets no limit of its own.
 pub const DEFAULT_MAX_MESSAGES: usize = 512;
+/// The longest token lifetime a tenant's record may allow: a day.
+pub const MAX_TOKEN_LIFETIME_S: u64 = 86_400;
 
 /// Spend and rate limits of one scope: the tenant, one of its users or one feature (absent
 /// fields are unlimited). Days and months are UTC calendar days and months.
@@ -38,6 +40,9 @@ pub struct Tenant {
     /// Most messages a request may carry; absent: `DEFAULT_MAX_MESSAGES`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_messages: Option<usize>,
+    /// Longest a token may live, seconds; absent: `token::DEFAULT_MAX_LIFETIME_S`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_token_lifetime_s: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per_user: Option<Limits>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -103,6 +108,15 @@ impl Tenant {
         if self.max_messages == Some(0) {
             return Err(ApiError::invalid("max_messages", "must be 1 or more"));
         }
+        if self
+            .max_token_lifetime_s
+            .is_some_and(|s| !(60..=MAX_TOKEN_LIFETIME_S).contains(&s))
+        {
+            return Err(ApiError::invalid(
+                "max_token_lifetime_s",
+                format!("must be 60 to {MAX_TOKEN_LIFETIME_S} seconds"),
+            ));
+        }
         if let Some(per_user) = &self.per_user {
             per_user.validate("per_user.")?;
         }
@@ -136,6 +150,12 @@ impl Tenant {
     /// Most messages a request may carry.
     pub fn max_messages(&self) -> usize {
         self.max_messages.unwrap_or(DEFAULT_MAX_MESSAGES)
+    }
+
+    /// The longest a token for this tenant may live, seconds.
+    pub fn max_token_lifetime_s(&self) -> u64 {
+        self.max_token_lifetime_s
+            .unwrap_or(straddle_protocol::token::DEFAULT_MAX_LIFETIME_S)
     }
 
     /// The sensitivity at which data must stay on the device.

@@ -27,7 +27,7 @@ const settled = async (want) => {
   return usage();
 };
 
-test("tokens: missing, forged, expired, early, wrong origin and wrong audience are 401", async () => {
+test("tokens: missing, forged, expired, early, unbound, misused, too long-lived, wrong origin and wrong audience are 401", async () => {
   const cases = [
     ["no token", { token: null }],
     ["wrong secret", { token: mintToken({}, "not-the-secret") }],
@@ -36,6 +36,10 @@ test("tokens: missing, forged, expired, early, wrong origin and wrong audience a
     ["other origin", { origin: "https://evil.test" }],
     ["wrong audience", { token: mintToken({ aud: "someone-else" }) }],
     ["unknown tenant", { token: mintToken({ ten: "globex" }) }],
+    ["browser token bound to no origin", { token: mintToken({ origin: undefined }) }],
+    ["server token sent from a page", { token: mintToken({ origin: undefined, kind: "server" }) }],
+    ["server token naming an origin", { token: mintToken({ kind: "server" }), origin: null }],
+    ["lives longer than the tenant allows", { token: mintToken({ exp: Math.floor(Date.now() / 1000) + 7200 }) }],
   ];
   for (const [name, opts] of cases) {
     const res = await chat(worker.url, hi, opts);

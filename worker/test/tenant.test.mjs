@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { startWorker, chat, admin, mintToken, ORIGIN } from "./harness.mjs";
 import { startFakeUpstream } from "./fake-upstream.mjs";
 
-const tenants = ["shop", "models", "private", "users", "features", "monthly"];
+const tenants = ["shop", "models", "private", "users", "features", "monthly", "tokens"];
 let upstream, worker;
 before(async () => {
   upstream = await startFakeUpstream();
@@ -127,4 +127,22 @@ test("bad tenant records are 400s that name the field, and change nothing", asyn
   const wrongType = await admin(worker.url, "PUT", "/v1/tenants/monthly", { keep_on_device_at: "secret" });
   assert.equal(wrongType.status, 400);
   assert.equal((await usage("monthly")).tenant.monthly_tokens, 120, "the saved record is unchanged");
+});
+
+test("a server token calls without a page, and a tenant's record sets how long tokens may live", async () => {
+  const now = Math.floor(Date.now() / 1000);
+  const server = tokenFor("tokens", { origin: undefined, kind: "server" });
+  let res = await chat(worker.url, hi, { token: server, origin: null });
+  assert.equal(res.status, 200, await res.clone().text());
+  await res.json();
+  const twoHours = tokenFor("tokens", { exp: now + 7200 });
+  res = await chat(worker.url, hi, { token: twoHours });
+  assert.equal(res.status, 401);
+  assert.match((await res.json()).error.message, /longer than this tenant's maximum of 3600 s/);
+  await put("tokens", { max_token_lifetime_s: 7200 });
+  res = await chat(worker.url, hi, { token: twoHours });
+  assert.equal(res.status, 200, await res.clone().text());
+  await res.json();
+  const tooShort = await admin(worker.url, "PUT", "/v1/tenants/tokens", { max_token_lifetime_s: 10 });
+  assert.equal(tooShort.status, 400);
 });

@@ -280,9 +280,10 @@ fn demo_secret() -> String {
     hex::encode(Sha256::digest(seed.as_bytes()))
 }
 
-/// A one-hour token for the demo tenant, bound to `origin` when given.
+/// A one-hour token for the demo tenant: a page's, bound to `origin`, or without one a
+/// server's (the headless check).
 fn demo_token(secret: &str, origin: Option<&str>) -> String {
-    use straddle_protocol::token::{AUDIENCE, Claims, mint};
+    use straddle_protocol::token::{AUDIENCE, Claims, TokenKind, mint};
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -294,6 +295,12 @@ fn demo_token(secret: &str, origin: Option<&str>) -> String {
         aud: AUDIENCE.into(),
         exp: now + 3600,
         nbf: now,
+        iat: now,
+        kind: if origin.is_some() {
+            TokenKind::Browser
+        } else {
+            TokenKind::Server
+        },
         origin: origin.map(str::to_owned),
         feat: Some("demo".into()),
     };

@@ -115,10 +115,14 @@ enum Command {
         secret: String,
         #[arg(long, default_value = "local-user")]
         user: String,
-        /// Page origin the token is bound to.
-        #[arg(long)]
+        /// Page origin the token is bound to (a browser token needs one).
+        #[arg(long, required_unless_present = "server", conflicts_with = "server")]
         origin: Option<String>,
-        /// Lifetime in seconds.
+        /// A token for the tenant's backend: no origin, refused from a page.
+        #[arg(long)]
+        server: bool,
+        /// Lifetime in seconds (the worker refuses more than the tenant's
+        /// `max_token_lifetime_s`, an hour unless set).
         #[arg(long, default_value_t = 900)]
         ttl: u64,
     },
@@ -293,9 +297,10 @@ fn main() -> anyhow::Result<()> {
             secret,
             user,
             origin,
+            server,
             ttl,
         } => {
-            use straddle_protocol::token::{AUDIENCE, Claims, mint};
+            use straddle_protocol::token::{AUDIENCE, Claims, TokenKind, mint};
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .context("the clock is before 1970")?
@@ -307,6 +312,12 @@ fn main() -> anyhow::Result<()> {
                 aud: AUDIENCE.into(),
                 exp: now + ttl,
                 nbf: now,
+                iat: now,
+                kind: if server {
+                    TokenKind::Server
+                } else {
+                    TokenKind::Browser
+                },
                 origin,
                 feat: None,
             };

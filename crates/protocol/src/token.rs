@@ -10,8 +10,24 @@ use sha2::Sha256;
 /// The audience every Straddle token names.
 pub const AUDIENCE: &str = "straddle";
 
-/// Clock skew tolerated on `exp` and `nbf`, seconds.
+/// Clock skew tolerated on `exp`, `nbf`, `iat` and the lifetime cap, seconds: the tenant's
+/// backend and the worker each keep their own clock, and NTP keeps them well within this.
 pub const LEEWAY_S: u64 = 30;
+
+/// The longest a token may live when its tenant's record sets no other limit, seconds.
+pub const DEFAULT_MAX_LIFETIME_S: u64 = 3600;
+
+/// Who a token is for: a page (bound to its origin) or a tenant's own server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenKind {
+    /// Presented by a page: must name the origin it is bound to, which the worker compares
+    /// with the request's `Origin`.
+    #[default]
+    Browser,
+    /// Presented by the tenant's backend: names no origin and is refused from a page.
+    Server,
+}
 
 /// What a token asserts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -24,16 +40,29 @@ pub struct Claims {
     #[serde(default)]
     pub sid: String,
     pub aud: String,
-    /// Expiry and not-before, seconds since the Unix epoch.
+    /// Expiry, not-before and issued-at, seconds since the Unix epoch (0: not given).
     pub exp: u64,
     #[serde(default)]
     pub nbf: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub iat: u64,
+    /// A page's token or a server's; absent means a page's.
+    #[serde(default, skip_serializing_if = "is_browser")]
+    pub kind: TokenKind,
     /// The page origin the token is bound to; the worker compares `Origin`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<String>,
     /// Optional feature tag for per-feature budgets and usage.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub feat: Option<String>,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+fn is_browser(k: &TokenKind) -> bool {
+    *k == TokenKind::Browser
 }
 
 /// Why a token was refused (worded for the 401 body: never echoes the token).
@@ -55,6 +84,18 @@ pub enum TokenError {
     Audience,
     #[error("token is bound to another origin")]
     Origin,
+    #[error(
+        "a browser token must name the page origin it is bound to (`origin`); calls from a backend need a `\"kind\": \"server\"` token"
+    )]
+    NoOrigin,
+    #[error("a server token names no origin (`origin` is for browser tokens)")]
+    ServerOrigin,
+    #[error(
+        "a server token was sent from a page (the request has an `Origin`); pages need a browser token"
+    )]
+    ServerFromPage,
+    #[error("token lives {lifetime_s} s, longer than this tenant's maximum of {max_s} s")]
+    Lifetime { lifetime_s: u64, max_s: u64 },
 }
 
 #[derive(Serialize, Deserialize)]
@@ -136,12 +177,43 @@ pub fn verify(
     if claims.nbf > now_s.saturating_add(LEEWAY_S) {
         return Err(TokenError::NotYetValid);
     }
-    if let Some(bound) = &claims.origin
-        && origin != Some(bound.as_str())
-    {
-        return Err(TokenError::Origin);
-    }
+    check_origin(&claims, origin)?;
     Ok(claims)
+}
+
+/// A browser token is bound to the request's origin; a server token names none and comes
+/// from no page.
+fn check_origin(claims: &Claims, origin: Option<&str>) -> Result<(), TokenError> {
+    match (claims.kind, &claims.origin) {
+        (TokenKind::Browser, None) => Err(TokenError::NoOrigin),
+        (TokenKind::Browser, Some(bound)) if origin != Some(bound.as_str()) => {
+            Err(TokenError::Origin)
+        }
+        (TokenKind::Server, Some(_)) => Err(TokenError::ServerOrigin),
+        (TokenKind::Server, None) if origin.is_some() => Err(TokenError::ServerFromPage),
+        _ => Ok(()),
+    }
+}
+
+impl Claims {
+    /// Refuses a token that lives longer than `max_s`: from its `iat` or `nbf` (the later)
+    /// to its `exp` and, for one that states neither, from now to its `exp`, so a stolen
+    /// token is worth at most that long whoever minted it.
+    pub fn check_lifetime(&self, now_s: u64, max_s: u64) -> Result<(), TokenError> {
+        let from = match self.iat.max(self.nbf) {
+            0 => now_s,
+            start => start,
+        };
+        // The remaining time counts too: an `iat` in the future cannot stretch a lifetime.
+        let lifetime_s = self
+            .exp
+            .saturating_sub(from)
+            .max(self.exp.saturating_sub(now_s));
+        if lifetime_s > max_s.saturating_add(LEEWAY_S) {
+            return Err(TokenError::Lifetime { lifetime_s, max_s });
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -156,9 +228,73 @@ mod tests {
             aud: AUDIENCE.into(),
             exp: 1_000_600,
             nbf: 1_000_000,
+            iat: 0,
+            kind: TokenKind::Browser,
             origin: Some("https://app.acme.test".into()),
             feat: Some("chat".into()),
         }
+    }
+
+    #[test]
+    fn a_browser_token_needs_its_origin_and_a_server_token_none() {
+        let unbound = mint(
+            &Claims {
+                origin: None,
+                ..claims()
+            },
+            b"secret",
+        );
+        assert_eq!(
+            verify(&unbound, b"secret", 1_000_100, None),
+            Err(TokenError::NoOrigin)
+        );
+        let server = Claims {
+            origin: None,
+            kind: TokenKind::Server,
+            ..claims()
+        };
+        let t = mint(&server, b"secret");
+        assert_eq!(verify(&t, b"secret", 1_000_100, None), Ok(server.clone()));
+        assert_eq!(
+            verify(&t, b"secret", 1_000_100, Some("https://app.acme.test")),
+            Err(TokenError::ServerFromPage)
+        );
+        let bound_server = mint(
+            &Claims {
+                kind: TokenKind::Server,
+                ..claims()
+            },
+            b"secret",
+        );
+        assert_eq!(
+            verify(&bound_server, b"secret", 1_000_100, None),
+            Err(TokenError::ServerOrigin)
+        );
+    }
+
+    #[test]
+    fn a_token_may_live_no_longer_than_the_cap() {
+        // Lives 600 s from its nbf.
+        assert_eq!(claims().check_lifetime(1_000_100, 600), Ok(()));
+        assert_eq!(
+            claims().check_lifetime(1_000_100, 300),
+            Err(TokenError::Lifetime {
+                lifetime_s: 600,
+                max_s: 300
+            })
+        );
+        // Late in a long life is still a long life.
+        assert!(claims().check_lifetime(1_000_590, 300).is_err());
+        // Without iat or nbf the time left counts; within the leeway is tolerated.
+        let undated = Claims { nbf: 0, ..claims() };
+        assert_eq!(undated.check_lifetime(1_000_000, 590), Ok(()));
+        assert!(undated.check_lifetime(1_000_000, 500).is_err());
+        // A future iat cannot stretch it.
+        let future = Claims {
+            iat: 1_000_590,
+            ..undated
+        };
+        assert!(future.check_lifetime(1_000_000, 300).is_err());
     }
 
     #[test]
