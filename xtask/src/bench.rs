@@ -247,6 +247,8 @@ fn bandwidth_cell(r: &serde_json::Value) -> String {
 /// native, < 1 ms in wasm): the same example natively and as wasm in Node (WASI).
 fn router() -> anyhow::Result<()> {
     const DECISIONS: &str = "20000";
+    // Setup first: it adds the wasm32-wasip1 target the second build needs.
+    let tools = crate::setup::run()?;
     let example = ["-p", "straddle-router", "--example", "decide_latency"];
     util::build_fast(&example)?;
     let mut wasm_args = vec!["--target", "wasm32-wasip1"];
@@ -272,7 +274,6 @@ fn router() -> anyhow::Result<()> {
     let table = side_by_side(&native, &wasm)?;
     print!("{table}");
     // The page's own path: the web package in Chromium, JS ↔ wasm and JSON included.
-    let tools = crate::setup::run()?;
     crate::build::web_with_profile(&tools, "dev")?;
     let tab = util::output(
         Command::new("node")
