@@ -2,7 +2,9 @@
 // included) and the check at the edge's first token (`firstToken` on that decision).
 // performance.now() is coarsened in a tab (5–100 µs), so decisions are timed in batches and
 // each batch's mean is one sample. Prints a Markdown table.
-// Usage: node bench/route.mjs [--batches 200] [--batch 50]
+// The edge model is loaded for real, so the decision is the whole one a page with a model
+// makes (the quality model, the edge's speed and languages); the cloud is never called.
+// Usage: node bench/route.mjs --model <file.gguf> [--batches 200] [--batch 50]
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
@@ -12,21 +14,23 @@ const arg = (name, fallback) => {
   const i = process.argv.indexOf(name);
   return i >= 0 ? process.argv[i + 1] : fallback;
 };
+const model = arg("--model");
+if (!model) throw new Error("--model <file.gguf> is required");
 const batches = Number(arg("--batches", "200"));
 const batch = Number(arg("--batch", "50"));
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
-const server = createServer({ root, models: root, isolated: false });
+const server = createServer({ root, models: path.dirname(model), isolated: false });
 await new Promise((r) => server.listen(0, "127.0.0.1", r));
 const base = `http://127.0.0.1:${server.address().port}`;
 const browser = await chromium.launch({ executablePath: "/usr/bin/chromium", headless: true,
   args: ["--no-sandbox", "--disable-dev-shm-usage", "--disable-background-networking"] });
 const page = await browser.newPage();
 await page.goto(`${base}/test/blank.html`);
-const result = await page.evaluate(async ([batches, batch]) => {
+const result = await page.evaluate(async ([batches, batch, modelUrl]) => {
   const { Straddle } = await import("/src/index.js");
   const wasm = await import("/pkg/straddle.js");
-  // A cloud-only client: routing needs no model (nothing listens on port 9).
-  const s = await Straddle.create({ worker: "http://127.0.0.1:9" });
+  // Nothing listens on port 9: routing never calls the cloud.
+  const s = await Straddle.create({ model: modelUrl, worker: "http://127.0.0.1:9" });
   const prompts = {
     en: "Please summarise the following meeting notes and list the action items. ".repeat(28).slice(0, 2048),
     zh: "请总结以下会议记录并列出行动项目，包括负责人和截止日期。".repeat(40).slice(0, 683),
@@ -55,7 +59,7 @@ const result = await page.evaluate(async ([batches, batch]) => {
     };
   }
   return out;
-}, [batches, batch]);
+}, [batches, batch, `/models/${path.basename(model)}`]);
 await browser.close();
 server.close();
 const us = (v) => v.toFixed(0);

@@ -278,6 +278,8 @@ fn router() -> anyhow::Result<()> {
     let tab = util::output(
         Command::new("node")
             .arg(root().join("web/bench/route.mjs"))
+            .arg("--model")
+            .arg(&tools.model)
             .current_dir(root().join("web")),
     )?;
     print!("{tab}");
@@ -286,8 +288,8 @@ fn router() -> anyhow::Result<()> {
         &format!(
             "Command: `cargo xtask bench router` (one thread, {DECISIONS} decisions per row, each \
              timed alone; the same example built natively and for wasm32-wasip1, run in Node \
-             {} through its WASI; then the web package, dev profile of wasm-pack.toml, in \
-             Debian's Chromium by `web/bench/route.mjs`)\n\n{table}\nIn the tab:\n\n{tab}",
+             {} through its WASI; then the web package, dev profile of wasm-pack.toml, with the default edge model \
+             loaded, in Debian's Chromium by `web/bench/route.mjs`)\n\n{table}\nIn the tab:\n\n{tab}",
             node.trim()
         ),
     )

@@ -344,7 +344,8 @@ impl Tagger {
     }
 
     fn decode(&self, text: &str, tokens: &[Token]) -> Vec<usize> {
-        let words = words(text, tokens, &self.gazetteer);
+        let near = near_title_case(text, tokens);
+        let words = words(text, tokens, &self.gazetteer, Some(&near));
         let mut tags = vec![0; tokens.len()];
         let mut feats = Vec::with_capacity(32);
         for segment in segments(&words) {
@@ -584,14 +585,60 @@ struct Word {
     may_continue: bool,
 }
 
+impl Word {
+    /// A token far from any title-case word, which decoding never reads.
+    fn unread() -> Word {
+        Word {
+            lower: String::new(),
+            shape: String::new(),
+            gaz: "-",
+            sentence_start: false,
+            place_with_next: false,
+            may_tag: false,
+            is_word: false,
+            may_begin_name: false,
+            may_continue: false,
+        }
+    }
+}
+
 fn is_latin(c: char) -> bool {
     !c.is_alphabetic() || (c as u32) < 0x250 || ('\u{1e00}'..='\u{1eff}').contains(&c)
 }
 
-/// The per-token facts of `tokens` that the features combine.
-fn words(text: &str, tokens: &[Token], gazetteer: &Bloom) -> Vec<Word> {
+/// Whether a word anchors a segment (see [`segments`]): title case in Latin script, which is
+/// `shape` starting "Xx" without building the shape.
+fn is_title_case(raw: &str) -> bool {
+    let after_capitals = raw.chars().find(|c| !c.is_uppercase());
+    raw.starts_with(|c: char| c.is_uppercase() && c.is_alphanumeric())
+        && after_capitals.is_some_and(|c| c.is_lowercase() || c.is_alphabetic())
+        && raw.chars().all(is_latin)
+}
+
+/// Which tokens [`decode`](Tagger::tag) reads: those a segment holds and the neighbours its
+/// features look at (two either side, and one more for their own neighbours' facts).
+fn near_title_case(text: &str, tokens: &[Token]) -> Vec<bool> {
+    const RADIUS: usize = 2 + 3;
+    let mut near = vec![false; tokens.len()];
+    for (i, t) in tokens.iter().enumerate() {
+        if is_title_case(&text[t.start..t.end]) {
+            let end = (i + RADIUS + 1).min(tokens.len());
+            near[i.saturating_sub(RADIUS)..end].fill(true);
+        }
+    }
+    near
+}
+
+/// The per-token facts of `tokens` that the features combine. Decoding reads only the
+/// tokens `near` marks (the rest stand in as punctuation that no feature reads); training
+/// reads every token.
+fn words(text: &str, tokens: &[Token], gazetteer: &Bloom, near: Option<&[bool]>) -> Vec<Word> {
     let mut out: Vec<Word> = Vec::with_capacity(tokens.len());
     for (i, t) in tokens.iter().enumerate() {
+        if near.is_some_and(|n| !n[i]) {
+            out.push(Word::unread());
+            continue;
+        }
         let raw = &text[t.start..t.end];
         let lower = raw.to_lowercase();
         let is_word = raw.chars().next().is_some_and(char::is_alphanumeric);
@@ -790,7 +837,7 @@ impl Perceptron {
         dropout: Dropout,
         rng: &mut SplitMix,
     ) {
-        let mut words = words(text, tokens, &self.gazetteer);
+        let mut words = words(text, tokens, &self.gazetteer, None);
         for w in words.iter_mut().filter(|w| w.gaz != "l") {
             if rng.next_f64() < f64::from(dropout.gazetteer) {
                 w.gaz = "-";
