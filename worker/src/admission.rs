@@ -130,8 +130,7 @@ impl Caller {
         tokens_in: i64,
         tokens_out: i64,
     ) -> Result<std::result::Result<Hold, Response>> {
-        let price_in = list.iter().map(|u| u.price_in_per_1k).fold(0.0, f64::max);
-        let price_out = list.iter().map(|u| u.price_out_per_1k).fold(0.0, f64::max);
+        let (price_in, price_out) = dearest_prices(list);
         // A hold outlives its request, whose stream is cut at its upstream's total timeout;
         // a deployment's `HOLD_TTL_MS` overrides (tests use a short one).
         let longest = list.iter().map(|u| u.total_timeout_ms).max().unwrap_or(0);
@@ -166,6 +165,14 @@ impl Caller {
         }
         Ok(Ok(hold))
     }
+}
+
+/// The highest input and output prices per 1,000 tokens among `list`: a request is held at
+/// the dearest upstream it might end up on.
+pub(crate) fn dearest_prices(list: &[Upstream]) -> (f64, f64) {
+    let price_in = list.iter().map(|u| u.price_in_per_1k).fold(0.0, f64::max);
+    let price_out = list.iter().map(|u| u.price_out_per_1k).fold(0.0, f64::max);
+    (price_in, price_out)
 }
 
 /// Replaces the hold with what was spent and writes the record.

@@ -193,6 +193,10 @@ impl DurableObject for TenantBudget {
                 }
                 Response::from_json(&answer)
             }
+            (Method::Post, "/extend") => {
+                let more: Hold = req.json().await?;
+                Response::from_json(&self.extend(&more)?)
+            }
             (Method::Post, "/settle") => {
                 let (hold_id, record): (String, Record) = req.json().await?;
                 self.settle(&hold_id, &record)?;
@@ -377,8 +381,15 @@ impl TenantBudget {
         Ok(standing)
     }
 
-    /// Whether `limits` of `scope` admit `h`: `None`, or the refusal.
-    fn check(&self, scope: Scope, limits: &Limits, h: &Hold) -> Result<Option<HoldAnswer>> {
+    /// Whether `limits` of `scope` admit `h`: `None`, or the refusal. An extension of a hold
+    /// in flight is a request already counted: only its tokens and spend are checked.
+    fn check(
+        &self,
+        scope: Scope,
+        limits: &Limits,
+        h: &Hold,
+        extending: bool,
+    ) -> Result<Option<HoldAnswer>> {
         let with_rate = limits.requests_per_minute.is_some() || limits.tokens_per_minute.is_some();
         let s = self.standing(scope, h.now_ms, with_rate)?;
         let refusal = |why: &str| HoldAnswer {
@@ -387,7 +398,7 @@ impl TenantBudget {
             scope: Some(scope.name().into()),
             ..HoldAnswer::default()
         };
-        if limits.max_concurrent.is_some_and(|m| s.in_flight >= m) {
+        if !extending && limits.max_concurrent.is_some_and(|m| s.in_flight >= m) {
             return Ok(Some(refusal("concurrency")));
         }
         if with_rate {
@@ -395,7 +406,7 @@ impl TenantBudget {
             // request still in flight (counted at its worst case).
             let requests = s.minute_requests + s.in_flight;
             let tokens = s.minute_tokens + s.held_tokens;
-            let over = limits.requests_per_minute.is_some_and(|m| requests >= m)
+            let over = (!extending && limits.requests_per_minute.is_some_and(|m| requests >= m))
                 || limits
                     .tokens_per_minute
                     .is_some_and(|m| tokens + h.tokens > m);
@@ -441,13 +452,8 @@ impl TenantBudget {
         Ok(None)
     }
 
-    fn hold(&self, h: &Hold) -> Result<HoldAnswer> {
-        // Holds of workers that never settled are reclaimed first (the alarm may be late).
-        self.sql.exec(
-            "DELETE FROM holds WHERE expires_ms <= ?",
-            vec![SqlStorageValue::from(h.now_ms)],
-        )?;
-        let tenant = self.tenant()?;
+    /// The first refusal of `h` by the tenant's, its user's or its feature's limits.
+    fn refusal(&self, tenant: &Tenant, h: &Hold, extending: bool) -> Result<Option<HoldAnswer>> {
         let mut scopes = vec![(Scope::Tenant, &tenant.limits)];
         if let Some(per_user) = &tenant.per_user {
             scopes.push((Scope::User(&h.user), per_user));
@@ -456,9 +462,22 @@ impl TenantBudget {
             scopes.push((Scope::Feature(&h.feature), limits));
         }
         for (scope, limits) in scopes {
-            if let Some(refusal) = self.check(scope, limits, h)? {
-                return Ok(refusal);
+            if let Some(refusal) = self.check(scope, limits, h, extending)? {
+                return Ok(Some(refusal));
             }
+        }
+        Ok(None)
+    }
+
+    fn hold(&self, h: &Hold) -> Result<HoldAnswer> {
+        // Holds of workers that never settled are reclaimed first (the alarm may be late).
+        self.sql.exec(
+            "DELETE FROM holds WHERE expires_ms <= ?",
+            vec![SqlStorageValue::from(h.now_ms)],
+        )?;
+        let tenant = self.tenant()?;
+        if let Some(refusal) = self.refusal(&tenant, h, false)? {
+            return Ok(refusal);
         }
         self.sql.exec(
             "INSERT INTO holds (id, usd, tokens, expires_ms, user, feature) VALUES (?, ?, ?, ?, ?, ?)",
@@ -479,6 +498,36 @@ impl TenantBudget {
                 .limits
                 .daily_tokens
                 .map(|l| l - s.day_tokens - s.held_tokens),
+            ..HoldAnswer::default()
+        })
+    }
+
+    /// Grows the hold `more.id` by `more`'s spend and tokens, if every limit still admits
+    /// them. Refused when the hold is gone (settled, or reclaimed after its worker died).
+    fn extend(&self, more: &Hold) -> Result<HoldAnswer> {
+        let (_, _, live) = self.sums(
+            "SELECT 0.0 AS usd, 0 AS tokens, COUNT(*) AS n FROM holds WHERE id = ?",
+            vec![SqlStorageValue::from(more.id.as_str())],
+        )?;
+        if live == 0 {
+            return Ok(HoldAnswer {
+                refused_for: Some("hold_gone".into()),
+                ..HoldAnswer::default()
+            });
+        }
+        if let Some(refusal) = self.refusal(&self.tenant()?, more, true)? {
+            return Ok(refusal);
+        }
+        self.sql.exec(
+            "UPDATE holds SET usd = usd + ?, tokens = tokens + ? WHERE id = ?",
+            vec![
+                SqlStorageValue::from(more.usd),
+                SqlStorageValue::from(more.tokens),
+                SqlStorageValue::from(more.id.as_str()),
+            ],
+        )?;
+        Ok(HoldAnswer {
+            admitted: true,
             ..HoldAnswer::default()
         })
     }

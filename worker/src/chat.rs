@@ -13,7 +13,7 @@ use straddle_protocol::sse::{self, Parser};
 use straddle_protocol::{ApiError, ChatChunk, ChatRequest, ChatResponse, ErrorKind};
 use worker::{ByteStream, Context, Env, Headers, Request, Response, Result};
 
-use crate::admission::{Caller, caller, json_body, now_ms, settle};
+use crate::admission::{Caller, budget_stub, caller, dearest_prices, json_body, now_ms, settle};
 use crate::budget::Record;
 use crate::deadline::Deadline;
 use crate::error::error_response;
@@ -21,6 +21,7 @@ use crate::forward::{
     Answered, Outgoing, forward, relay_failure, remaining, text_within, total_timeout,
     upstream_list,
 };
+use crate::grow::{CHUNK_TOKENS, Gated, Grown, Growth};
 use crate::upstreams::Upstream;
 
 const CHAT_PATH: &str = "/v1/chat/completions";
@@ -71,8 +72,14 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
         ));
     }
     let prompt_bound = prompt_tokens_bound(&parsed);
+    // A growing hold starts with a first chunk of output; the stream extends it.
+    let growing = parsed.stream && caller.tenant.growing_holds();
+    let held_out = match growing {
+        true => CHUNK_TOKENS.min(i64::from(max_tokens)),
+        false => i64::from(max_tokens),
+    };
     let hold = match caller
-        .hold_worst_case(env, &list, prompt_bound, i64::from(max_tokens))
+        .hold_worst_case(env, &list, prompt_bound, held_out)
         .await?
     {
         Ok(h) => h,
@@ -184,6 +191,7 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
     // Streamed: pass the bytes through as they come, count on the way, settle at the end —
     // or when the client goes away and the runtime drops the stream.
     let tally = Rc::new(RefCell::new(Tally::default()));
+    let grown = Rc::new(std::cell::Cell::new(Grown::default()));
     let (done_tx, done_rx) = futures_channel::oneshot::channel::<()>();
     let counting = Counting {
         inner: Box::pin(resp.stream()?),
@@ -192,6 +200,19 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
         done: Some(done_tx),
         deadline: Deadline::after(remaining(&upstream, started))?,
         timeout_event: Some(timeout_event(&upstream)),
+    };
+    let body = match growing {
+        true => {
+            let growth = Growth {
+                stub: Rc::new(budget_stub(env, &claims.ten)?),
+                hold: hold.clone(),
+                usd_per_output_token: dearest_prices(&list).1 / 1000.0,
+                held_out,
+                max_out: i64::from(max_tokens),
+            };
+            Response::from_stream(Gated::new(counting, growth, grown.clone()))?
+        }
+        false => Response::from_stream(counting)?,
     };
     let base_record = record("ok", 0, 0, ttfb);
     let (up_in, up_out) = (upstream.price_in_per_1k, upstream.price_out_per_1k);
@@ -205,11 +226,20 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
             (true, true, false) => "upstream_cut",
             (false, _, _) => "client_gone",
         };
-        let (tokens_in, tokens_out) = match t.usage {
+        let (tokens_in, mut tokens_out) = match t.usage {
             Some((p, c)) => (p, c),
             // No usage from the upstream: the prompt bound and the content chunks counted.
             None => (prompt_bound, t.content_chunks),
         };
+        let g = grown.get();
+        let outcome = match growing && g.exhausted {
+            true => "budget_exhausted",
+            false => outcome,
+        };
+        if growing {
+            // What was read past the hold never reached the client and is not billed.
+            tokens_out = tokens_out.min(g.held_out);
+        }
         let r = Record {
             outcome: outcome.into(),
             tokens_in,
@@ -223,7 +253,7 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
     let headers = Headers::new();
     headers.set("content-type", "text/event-stream")?;
     headers.set("cache-control", "no-cache")?;
-    Ok(Response::from_stream(counting)?.with_headers(headers))
+    Ok(body.with_headers(headers))
 }
 
 /// The answer to a request no upstream may serve.
@@ -239,6 +269,16 @@ fn no_upstream_serves(model: &str) -> ApiError {
 /// raise an `error` field met mid-stream as an API error.
 fn timeout_event(up: &Upstream) -> Vec<u8> {
     format!("data: {}\n\n", total_timeout(up).to_body()).into_bytes()
+}
+
+/// The output tokens a chunk is counted as: one for a chunk with content (servers stream a
+/// token a chunk), when the upstream reports no usage.
+pub(crate) fn content_tokens(chunk: &ChatChunk) -> i64 {
+    let has_content = chunk
+        .choices
+        .iter()
+        .any(|c| c.delta.content.as_deref().is_some_and(|s| !s.is_empty()));
+    i64::from(has_content)
 }
 
 /// What a streamed answer held.
@@ -277,11 +317,7 @@ impl Counting {
             if let Some(u) = chunk.usage {
                 t.usage = Some((i64::from(u.prompt_tokens), i64::from(u.completion_tokens)));
             }
-            let has_content = chunk
-                .choices
-                .iter()
-                .any(|c| c.delta.content.as_deref().is_some_and(|s| !s.is_empty()));
-            t.content_chunks += i64::from(has_content);
+            t.content_chunks += content_tokens(&chunk);
         }
     }
 

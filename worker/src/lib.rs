@@ -10,6 +10,7 @@ mod chat;
 mod deadline;
 mod error;
 mod forward;
+mod grow;
 pub mod origins;
 mod privacy;
 pub mod tenant;

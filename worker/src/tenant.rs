@@ -28,6 +28,19 @@ pub struct Limits {
     pub tokens_per_minute: Option<i64>,
 }
 
+/// How a request's output is held in the tenant's budget before it is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HoldMode {
+    /// The whole `max_tokens` is held up front: a request is refused unless its worst case
+    /// fits, so nothing can overshoot, but answers shorter than their bound are refused too.
+    WorstCase,
+    /// A streamed request holds its prompt and a first chunk of output, and its hold grows
+    /// chunk by chunk as tokens pass; when the budget pays for no more the stream ends with
+    /// `finish_reason: "length"`. Non-streamed requests are held at their worst case.
+    Growing,
+}
+
 /// The tenant's record. Its own limits sit at the top level; `per_user` applies to each user
 /// (the token's `sub`) on their own, `per_feature` to the requests tagged with that feature
 /// (the token's `feat`).
@@ -40,6 +53,9 @@ pub struct Tenant {
     /// Most messages a request may carry; absent: `DEFAULT_MAX_MESSAGES`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_messages: Option<usize>,
+    /// How a request's output is held in the budget; absent: `worst_case`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holds: Option<HoldMode>,
     /// Longest a token may live, seconds; absent: `token::DEFAULT_MAX_LIFETIME_S`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_token_lifetime_s: Option<u64>,
@@ -150,6 +166,11 @@ impl Tenant {
     /// Most messages a request may carry.
     pub fn max_messages(&self) -> usize {
         self.max_messages.unwrap_or(DEFAULT_MAX_MESSAGES)
+    }
+
+    /// Whether streamed requests hold their output chunk by chunk.
+    pub fn growing_holds(&self) -> bool {
+        self.holds == Some(HoldMode::Growing)
     }
 
     /// The longest a token for this tenant may live, seconds.

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { startWorker, chat, admin, mintToken, ORIGIN } from "./harness.mjs";
 import { startFakeUpstream } from "./fake-upstream.mjs";
 
-const tenants = ["shop", "models", "private", "users", "features", "monthly", "tokens"];
+const tenants = ["shop", "models", "private", "users", "features", "monthly", "tokens", "growing", "worst", "grows"];
 let upstream, worker;
 before(async () => {
   upstream = await startFakeUpstream();
@@ -145,4 +145,68 @@ test("a server token calls without a page, and a tenant's record sets how long t
   await res.json();
   const tooShort = await admin(worker.url, "PUT", "/v1/tenants/tokens", { max_token_lifetime_s: 10 });
   assert.equal(tooShort.status, 400);
+});
+
+/** Streams `max_tokens` 512 for `ten` and reads every event's JSON (`[DONE]` as the string). */
+const stream = async (ten) => {
+  const body = { ...hi, max_tokens: 512, stream: true, stream_options: { include_usage: true } };
+  const res = await chat(worker.url, body, { token: tokenFor(ten) });
+  if (res.status !== 200) return { status: res.status, events: [] };
+  const text = await res.text();
+  const events = text.split("\n").filter((l) => l.startsWith("data: ")).map((l) => l.slice(6))
+    .map((d) => (d === "[DONE]" ? d : JSON.parse(d)));
+  return { status: 200, events };
+};
+/** The tenant's usage once no hold is in flight. */
+const settledUsage = async (ten, query = "") => {
+  for (let i = 0; i < 50; i++) {
+    const u = await usage(ten, query);
+    if (u.in_flight === 0) return u;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return usage(ten, query);
+};
+
+test("a growing hold admits a stream its worst case would not fit, and ends it cleanly when the budget runs out", async () => {
+  await put("growing", { holds: "growing", daily_tokens: 120 });
+  upstream.state.completionTokens = 200;
+  try {
+    const { status, events } = await stream("growing");
+    assert.equal(status, 200);
+    assert.equal(events.at(-1), "[DONE]");
+    const last = events.at(-2);
+    assert.equal(last.choices[0].finish_reason, "length");
+    assert.equal(last.straddle.budget_exhausted, true);
+    const delivered = events.filter((e) => e.choices?.[0]?.delta?.content).length;
+    // 120 tokens pay for the 9-token prompt bound and three 32-token chunks.
+    assert.equal(delivered, 96);
+    const u = await settledUsage("growing", "?records=1");
+    const spent = u.groups[0].tokens_in + u.groups[0].tokens_out;
+    assert.ok(spent <= 120, `billed ${spent} of 120 tokens`);
+    assert.equal(u.records[0].outcome, "budget_exhausted");
+    // The day's budget is spent: the next stream is refused before anything is sent.
+    assert.equal((await stream("growing")).status, 402);
+  } finally {
+    upstream.state.completionTokens = 20;
+  }
+});
+
+test("answers far shorter than max_tokens: worst-case holds refuse them, growing holds serve what the budget pays for", async () => {
+  // 40 answers of 10 + 20 tokens (the fake upstream's usage), asked for with max_tokens 512.
+  const k = 40;
+  const served = {};
+  for (const [ten, holds] of [["worst", "worst_case"], ["grows", "growing"]]) {
+    await put(ten, { holds, daily_tokens: 30 * k });
+    served[ten] = 0;
+    for (let i = 0; i < k; i++) {
+      const { status, events } = await stream(ten);
+      if (status === 200 && events.at(-2)?.usage) served[ten] += 1;
+    }
+    const u = await settledUsage(ten);
+    assert.ok((u.groups[0]?.tokens_in ?? 0) + (u.groups[0]?.tokens_out ?? 0) <= 30 * k, ten);
+  }
+  // A 521-token worst case fits only while 521 tokens are left: 23 answers.
+  assert.equal(served.worst, 23);
+  // The last answers are refused while 30 tokens remain: a first chunk (32) must fit.
+  assert.ok(served.grows >= 0.95 * k, `served ${served.grows} of ${k}`);
 });

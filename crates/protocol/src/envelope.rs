@@ -80,6 +80,10 @@ pub struct StraddleMeta {
     pub latency_ms: f64,
     #[serde(default)]
     pub model_versions: Vec<String>,
+    /// Set on the last chunk of a stream the worker ended because the tenant's budget could
+    /// pay for no more (its `finish_reason` is `length`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub budget_exhausted: bool,
 }
 
 #[cfg(test)]

@@ -1,0 +1,229 @@
+//! Holds that grow with the stream (a tenant's `holds: "growing"`): a streamed request is
+//! admitted with its prompt and a first chunk of output held, and its hold is extended in the
+//! tenant's budget a chunk at a time, a little before the tokens already held run out. No
+//! token passes to the client unheld: while an extension is pending the stream waits, and
+//! when one is refused the stream ends cleanly, with `finish_reason: "length"` and
+//! `straddle.budget_exhausted`, and the upstream's body is dropped, which cancels it. What
+//! the upstream generated past the hold is at most the one network read that was parsed and
+//! not passed; it is never billed.
+
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context as TaskContext, Poll};
+
+use futures_util::future::LocalBoxFuture;
+use futures_util::{FutureExt, Stream};
+use straddle_protocol::sse::{self, Event, Parser};
+use straddle_protocol::{ChatChunk, ChunkChoice, Cost, Delta, FinishReason, Route, StraddleMeta};
+use worker::{Method, Result, Stub};
+
+use crate::admission::{budget_call, now_ms};
+use crate::budget::{Hold, HoldAnswer};
+
+/// Output tokens held at admission and added by each extension.
+pub const CHUNK_TOKENS: i64 = 32;
+
+/// What the stream's growth came to, for the settlement.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Grown {
+    /// Output tokens held when the stream ended: the most it may be billed.
+    pub held_out: i64,
+    /// The budget refused an extension and the stream was ended for it.
+    pub exhausted: bool,
+}
+
+/// The hold a stream grows and what a chunk of output costs at the dearest upstream.
+pub struct Growth {
+    pub stub: Rc<Stub>,
+    pub hold: Hold,
+    pub usd_per_output_token: f64,
+    /// Output tokens held now, and the request's `max_tokens`.
+    pub held_out: i64,
+    pub max_out: i64,
+}
+
+/// `inner`'s SSE events passed on whole, each content event only once it is held.
+pub struct Gated<S> {
+    inner: Pin<Box<S>>,
+    parser: Parser,
+    queue: VecDeque<Event>,
+    passed_tokens: i64,
+    growth: Growth,
+    extension: Option<LocalBoxFuture<'static, bool>>,
+    last: Option<ChatChunk>,
+    report: Rc<Cell<Grown>>,
+    ending: Option<VecDeque<Vec<u8>>>,
+}
+
+impl<S> Gated<S> {
+    /// Gates `inner` by `growth`; `report` is kept current for the settlement.
+    pub fn new(inner: S, growth: Growth, report: Rc<Cell<Grown>>) -> Self {
+        report.set(Grown {
+            held_out: growth.held_out,
+            exhausted: false,
+        });
+        Gated {
+            inner: Box::pin(inner),
+            parser: Parser::new(1 << 20),
+            queue: VecDeque::new(),
+            passed_tokens: 0,
+            growth,
+            extension: None,
+            last: None,
+            report,
+            ending: None,
+        }
+    }
+
+    /// Asks the budget for one more chunk, unless asked already or the request's bound is
+    /// held in full.
+    fn request_extension(&mut self) {
+        let more = CHUNK_TOKENS.min(self.growth.max_out - self.growth.held_out);
+        if self.extension.is_some() || more <= 0 {
+            return;
+        }
+        let body = Hold {
+            usd: more as f64 * self.growth.usd_per_output_token,
+            tokens: more,
+            now_ms: now_ms(),
+            ..self.growth.hold.clone()
+        };
+        let stub = self.growth.stub.clone();
+        self.extension = Some(
+            async move {
+                let Ok(body) = serde_json::to_string(&body) else {
+                    return false;
+                };
+                budget_call::<HoldAnswer>(&stub, Method::Post, "/extend", Some(body))
+                    .await
+                    .is_ok_and(|answer| answer.admitted)
+            }
+            .boxed_local(),
+        );
+    }
+
+    fn grant(&mut self) {
+        let more = CHUNK_TOKENS.min(self.growth.max_out - self.growth.held_out);
+        self.growth.held_out += more;
+        self.report.set(Grown {
+            held_out: self.growth.held_out,
+            exhausted: false,
+        });
+    }
+
+    /// The events that end a stream the budget cannot pay for.
+    fn exhaust(&mut self) {
+        self.report.set(Grown {
+            held_out: self.growth.held_out,
+            exhausted: true,
+        });
+        let last = self.last.take();
+        let chunk = ChatChunk {
+            id: last.as_ref().map(|c| c.id.clone()).unwrap_or_default(),
+            object: "chat.completion.chunk".into(),
+            created: last.as_ref().map_or(0, |c| c.created),
+            model: last.map(|c| c.model).unwrap_or_default(),
+            choices: vec![ChunkChoice {
+                index: 0,
+                delta: Delta::default(),
+                finish_reason: Some(FinishReason::Length),
+                logprobs: None,
+            }],
+            usage: None,
+            straddle: Some(StraddleMeta {
+                route: Route::Cloud,
+                reasons: vec!["the tenant's budget pays for no more output".into()],
+                confidence: None,
+                degraded: None,
+                cost: Cost::default(),
+                latency_ms: 0.0,
+                model_versions: Vec::new(),
+                budget_exhausted: true,
+            }),
+        };
+        let json = serde_json::to_string(&chunk).unwrap_or_default();
+        self.ending = Some(VecDeque::from([
+            sse::frame(&json).into_bytes(),
+            sse::frame(sse::DONE).into_bytes(),
+        ]));
+    }
+
+    /// The next queued event's bytes, if it may pass now; `Pending` while an extension it
+    /// needs is asked for.
+    fn next_event(&mut self, cx: &mut TaskContext<'_>) -> Poll<Option<Vec<u8>>> {
+        let Some(event) = self.queue.front() else {
+            return Poll::Ready(None);
+        };
+        let chunk = (event.data != sse::DONE)
+            .then(|| serde_json::from_str::<ChatChunk>(&event.data).ok())
+            .flatten();
+        let tokens = chunk.as_ref().map_or(0, crate::chat::content_tokens);
+        if self.passed_tokens + tokens + CHUNK_TOKENS / 2 > self.growth.held_out {
+            self.request_extension();
+        }
+        if self.passed_tokens + tokens > self.growth.held_out {
+            let Some(pending) = self.extension.as_mut() else {
+                // The request's own `max_tokens` is held in full: the upstream went past it.
+                self.exhaust();
+                return Poll::Ready(None);
+            };
+            match pending.poll_unpin(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(granted) => {
+                    self.extension = None;
+                    if !granted {
+                        self.exhaust();
+                        return Poll::Ready(None);
+                    }
+                    self.grant();
+                    return self.next_event(cx);
+                }
+            }
+        }
+        let Some(event) = self.queue.pop_front() else {
+            return Poll::Ready(None);
+        };
+        self.passed_tokens += tokens;
+        if chunk.is_some() {
+            self.last = chunk;
+        }
+        let mut bytes = event
+            .event
+            .map(|name| format!("event: {name}\n"))
+            .unwrap_or_default();
+        bytes += &sse::frame(&event.data);
+        Poll::Ready(Some(bytes.into_bytes()))
+    }
+}
+
+impl<S: Stream<Item = Result<Vec<u8>>>> Stream for Gated<S> {
+    type Item = Result<Vec<u8>>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            if let Some(ending) = self.ending.as_mut() {
+                // Ending drops the upstream's body with this stream, which cancels its fetch.
+                return Poll::Ready(ending.pop_front().map(Ok));
+            }
+            match self.next_event(cx) {
+                Poll::Ready(Some(bytes)) => return Poll::Ready(Some(Ok(bytes))),
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) if self.ending.is_some() => continue,
+                Poll::Ready(None) => {}
+            }
+            match self.inner.as_mut().poll_next(cx) {
+                Poll::Ready(Some(Ok(bytes))) => match self.parser.push(&bytes) {
+                    Ok(events) => self.queue.extend(events),
+                    // What cannot be read as events cannot be held token by token either.
+                    Err(e) => {
+                        let message = format!("the upstream's stream broke SSE framing: {e}");
+                        return Poll::Ready(Some(Err(worker::Error::RustError(message))));
+                    }
+                },
+                other => return other,
+            }
+        }
+    }
+}
