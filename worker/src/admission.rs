@@ -45,6 +45,11 @@ pub async fn budget_call<T: serde::de::DeserializeOwned>(
     resp.json().await
 }
 
+/// The longest a growing-hold request waits for holds in flight to settle, and how often it
+/// asks again meanwhile.
+const WAIT_FOR_HOLDS_MS: i64 = 10_000;
+const WAIT_STEP_MS: u64 = 100;
+
 /// A caller let in: whose token it is, its tenant's record and budget.
 pub(crate) struct Caller {
     pub claims: Claims,
@@ -141,7 +146,7 @@ impl Caller {
             .filter(|t: &i64| *t > 0)
             .unwrap_or_else(|| i64::try_from(longest).unwrap_or(i64::MAX / 2) + HOLD_MARGIN_MS);
         let started = now_ms();
-        let hold = Hold {
+        let mut hold = Hold {
             id: format!(
                 "{started}-{:016x}",
                 (js_sys::Math::random() * 2f64.powi(53)) as u64
@@ -153,13 +158,25 @@ impl Caller {
             user: self.claims.sub.clone(),
             feature: self.claims.feat.clone().unwrap_or_default(),
         };
-        let answer: HoldAnswer = budget_call(
+        let mut answer: HoldAnswer = budget_call(
             &self.stub,
             Method::Post,
             "/hold",
             Some(serde_json::to_string(&hold)?),
         )
         .await?;
+        // A growing hold is small, and the holds in its way are mostly answers about to
+        // settle for less than they hold: it waits for them rather than refuse.
+        while !answer.admitted
+            && answer.holds_in_flight_block
+            && self.tenant.growing_holds()
+            && now_ms() - started < WAIT_FOR_HOLDS_MS
+        {
+            worker::Delay::from(std::time::Duration::from_millis(WAIT_STEP_MS)).await;
+            hold.now_ms = now_ms();
+            let body = serde_json::to_string(&hold)?;
+            answer = budget_call(&self.stub, Method::Post, "/hold", Some(body)).await?;
+        }
         if !answer.admitted {
             return refused(&answer).map(Err);
         }

@@ -45,6 +45,10 @@ pub struct HoldAnswer {
     /// For `rate`: seconds until the window has room again.
     #[serde(default)]
     pub retry_after_s: Option<i64>,
+    /// For `budget`: what is spent leaves room for the request, and only the holds of
+    /// requests in flight fill it; it may fit once they settle.
+    #[serde(default)]
+    pub holds_in_flight_block: bool,
     /// What is left in the refusing scope's window (or the tenant's day when admitted).
     pub remaining_usd: Option<f64>,
     pub remaining_tokens: Option<i64>,
@@ -441,7 +445,10 @@ impl TenantBudget {
             if remaining_usd.is_some_and(|r| h.usd > r)
                 || remaining_tokens.is_some_and(|r| h.tokens > r)
             {
+                let fits_spent = usd_limit.is_none_or(|l| h.usd <= l - spent_usd)
+                    && token_limit.is_none_or(|l| h.tokens <= l - spent_tokens);
                 return Ok(Some(HoldAnswer {
+                    holds_in_flight_block: fits_spent,
                     window: Some(window.into()),
                     remaining_usd: remaining_usd.map(|r| r.max(0.0)),
                     remaining_tokens: remaining_tokens.map(|r| r.max(0)),

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { startWorker, chat, admin, mintToken, ORIGIN } from "./harness.mjs";
 import { startFakeUpstream } from "./fake-upstream.mjs";
 
-const tenants = ["shop", "models", "private", "users", "features", "monthly", "tokens", "growing", "worst", "grows"];
+const tenants = ["shop", "models", "private", "users", "features", "monthly", "tokens", "growing", "worst", "grows", "burst"];
 let upstream, worker;
 before(async () => {
   upstream = await startFakeUpstream();
@@ -209,4 +209,23 @@ test("answers far shorter than max_tokens: worst-case holds refuse them, growing
   assert.equal(served.worst, 23);
   // The last answers are refused while 30 tokens remain: a first chunk (32) must fit.
   assert.ok(served.grows >= 0.95 * k, `served ${served.grows} of ${k}`);
+});
+
+test("a burst against a growing budget waits for holds in flight instead of refusing while money remains", async () => {
+  // 20 answers at once, each 30 tokens (10 + 20) of a 41-token first hold, for a budget of 10.
+  await put("burst", { holds: "growing", daily_tokens: 300 });
+  upstream.state.delayMs = 200;
+  try {
+    const results = await Promise.all(Array.from({ length: 20 }, () => stream("burst")));
+    const served = results.filter((r) => r.status === 200 && r.events.at(-2)?.usage).length;
+    const refused = results.filter((r) => r.status === 402).length;
+    assert.equal(served + refused, 20);
+    // Only 7 first holds fit at once; the rest wait, and are refused only once fewer than 41
+    // tokens remain: after the ninth answer.
+    assert.equal(served, 9);
+    const u = await settledUsage("burst");
+    assert.equal(u.groups[0].tokens_in + u.groups[0].tokens_out, 270);
+  } finally {
+    upstream.state.delayMs = 0;
+  }
 });
