@@ -1,4 +1,4 @@
-//! `cargo xtask bench [engine|cloud|router|pii|web|speculative|worker|all]`: runs benchmarks beside their peers in the same run and
+//! `cargo xtask bench [engine|cloud|router|pii|web|speculative|worker|budget|all]`: runs benchmarks beside their peers in the same run and
 //! writes the table to BENCHMARKS.md.
 
 use std::process::Command;
@@ -26,14 +26,16 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         "speculative" => speculative(),
         "pii" => pii(),
         "worker" => worker(),
+        "budget" => budget(),
         "all" => engine()
             .and_then(|()| cloud())
             .and_then(|()| router())
             .and_then(|()| pii())
             .and_then(|()| web(false))
-            .and_then(|()| worker()),
+            .and_then(|()| worker())
+            .and_then(|()| budget()),
         other => bail!(
-            "unknown benchmark `{other}` (known: engine, cloud, router, pii, web, speculative, worker, all)"
+            "unknown benchmark `{other}` (known: engine, cloud, router, pii, web, speculative, worker, budget, all)"
         ),
     }
 }
@@ -465,6 +467,31 @@ its master key and records no spend (its budgets need a Postgres database). At 6
 are bound by the two cores they share with the load generator and the upstream.";
 
 /// What the worker adds to a streamed request, beside LiteLLM's proxy, same upstream, same run.
+/// The tenant budget's false refusals and overshoot, worst-case holds beside growing holds,
+/// the worker under local workerd in front of the real cloud server.
+fn budget() -> anyhow::Result<()> {
+    let tools = crate::setup::run()?;
+    let cloud = crate::test::worker_and_cloud_built(&tools)?;
+    let table = util::output(
+        Command::new("node")
+            .arg(root().join("worker/bench/budget.mjs"))
+            .arg("--cloud")
+            .arg(&cloud)
+            .arg("--model")
+            .arg(&tools.model)
+            .current_dir(root().join("worker")),
+    )?;
+    print!("{table}");
+    write_section(
+        "Worker: budget refusals and overshoot",
+        &format!(
+            "Command: `cargo xtask bench budget` (the worker's build under local workerd \
+             through Miniflare, in front of `straddle-cloud` with the default model on \
+             127.0.0.1; one tenant per row; all on the same 2 cores)\n\n{table}"
+        ),
+    )
+}
+
 fn worker() -> anyhow::Result<()> {
     let tools = crate::setup::run()?;
     crate::build::worker(&tools)?;

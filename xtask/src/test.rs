@@ -236,7 +236,7 @@ fn wasm(tools: &Tools) -> anyhow::Result<Counts> {
 }
 
 /// Builds the worker for workerd and the cloud server, and returns the server's path.
-fn worker_and_cloud_built(tools: &Tools) -> anyhow::Result<std::path::PathBuf> {
+pub(crate) fn worker_and_cloud_built(tools: &Tools) -> anyhow::Result<std::path::PathBuf> {
     crate::build::worker(tools)?;
     // The cloud server as the native suite built it. `cargo build -p straddle-cloud` would
     // resolve features for that crate alone and compile burn a second time (~25 minutes
