@@ -645,6 +645,7 @@ export class Straddle {
       straddle: {
         session: this.session, reasons, router_version: routerVersion(), policy_version: decision.trace.policy_version,
         ...(decision.quality && { quality_model_version: decision.quality.model_version }),
+        ...(this.edge?.sha256 && { edge_model_sha256: this.edge.sha256 }),
         privacy: { entities: found, redacted: Boolean(redaction) },
         prompt_tokens_estimate: traceValue(decision, "prompt_tokens_estimate"),
         ...(this.options.feature && { feature: this.options.feature }),

@@ -71,6 +71,11 @@ pub struct Record {
     pub policy_version: String,
     #[serde(default)]
     pub quality_model_version: String,
+    /// The page's edge model (GGUF SHA-256) and the model the upstream says answered.
+    #[serde(default)]
+    pub edge_model_sha256: String,
+    #[serde(default)]
+    pub upstream_model: String,
     pub tokens_in: i64,
     pub tokens_out: i64,
     pub usd: f64,
@@ -91,6 +96,9 @@ pub struct TenantBudget {
 }
 
 const DAY_MS: i64 = 86_400_000;
+/// What usage may be grouped by.
+const GROUP_BY: &str = "user, session, feature, model, outcome, upstream, degraded, \
+                        router_version, policy_version, quality_model_version, edge_model, upstream_model";
 /// Most records one usage call lists.
 const MAX_RECORDS: i64 = 1000;
 /// JavaScript's largest safe integer: SQLite values cross into JS.
@@ -662,9 +670,15 @@ impl TenantBudget {
             Some("outcome") => "outcome",
             Some("upstream") => "upstream",
             Some("degraded") => "CASE degraded WHEN 1 THEN 'degraded' ELSE 'first_choice' END",
+            // Versions live in the record's JSON: a model or router update shows as a new key.
+            Some("router_version") => "json_extract(json, '$.router_version')",
+            Some("policy_version") => "json_extract(json, '$.policy_version')",
+            Some("quality_model_version") => "json_extract(json, '$.quality_model_version')",
+            Some("edge_model") => "json_extract(json, '$.edge_model_sha256')",
+            Some("upstream_model") => "json_extract(json, '$.upstream_model')",
             Some(other) => {
                 return Ok(serde_json::json!({
-                    "error": format!("group_by must be user, session, feature, model, outcome, upstream or degraded, not {other:?}")
+                    "error": format!("group_by must be one of {GROUP_BY}, not {other:?}")
                 }));
             }
         };

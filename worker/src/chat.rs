@@ -112,6 +112,10 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
                 quality_model_version: envelope
                     .and_then(|e| e.quality_model_version.clone())
                     .unwrap_or_default(),
+                edge_model_sha256: envelope
+                    .and_then(|e| e.edge_model_sha256.clone())
+                    .unwrap_or_default(),
+                upstream_model: String::new(),
                 tokens_in,
                 tokens_out,
                 usd: tokens_in as f64 / 1000.0 * upstream.price_in_per_1k
@@ -169,18 +173,22 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
             .await;
             return error_response(&total_timeout(&upstream));
         };
-        let usage = serde_json::from_str::<ChatResponse>(&text)
-            .map(|r| r.usage)
-            .unwrap_or_default();
+        let answer = serde_json::from_str::<ChatResponse>(&text).ok();
+        let usage = answer.as_ref().map(|r| r.usage).unwrap_or_default();
+        let r = record(
+            "ok",
+            i64::from(usage.prompt_tokens),
+            i64::from(usage.completion_tokens),
+            ttfb,
+        );
+        let upstream_model = answer.map(|a| a.model).unwrap_or_default();
         settle(
             stub,
             hold.id.clone(),
-            record(
-                "ok",
-                i64::from(usage.prompt_tokens),
-                i64::from(usage.completion_tokens),
-                ttfb,
-            ),
+            Record {
+                upstream_model,
+                ..r
+            },
         )
         .await;
         let mut out = Response::ok(text)?;
@@ -241,6 +249,7 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
             tokens_out = tokens_out.min(g.held_out);
         }
         let r = Record {
+            upstream_model: t.model.clone(),
             outcome: outcome.into(),
             tokens_in,
             tokens_out,
@@ -286,6 +295,8 @@ pub(crate) fn content_tokens(chunk: &ChatChunk) -> i64 {
 struct Tally {
     /// (prompt, completion) tokens from the upstream's usage chunk.
     usage: Option<(i64, i64)>,
+    /// The model the upstream's first chunk names.
+    model: String,
     content_chunks: i64,
     /// The upstream's stream failed midway.
     cut: bool,
@@ -314,6 +325,9 @@ impl Counting {
             let Ok(chunk) = serde_json::from_str::<ChatChunk>(&e.data) else {
                 continue;
             };
+            if t.model.is_empty() {
+                t.model.clone_from(&chunk.model);
+            }
             if let Some(u) = chunk.usage {
                 t.usage = Some((i64::from(u.prompt_tokens), i64::from(u.completion_tokens)));
             }

@@ -122,6 +122,8 @@ pub async fn verify(mut req: Request, env: &Env) -> Result<Response> {
         router_version: String::new(),
         policy_version: String::new(),
         quality_model_version: String::new(),
+        edge_model_sha256: String::new(),
+        upstream_model: String::new(),
         tokens_in: t_in,
         tokens_out: t_out,
         usd: t_in as f64 / 1000.0 * p.0 + t_out as f64 / 1000.0 * p.1,

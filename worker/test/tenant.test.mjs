@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { startWorker, chat, admin, mintToken, ORIGIN } from "./harness.mjs";
 import { startFakeUpstream } from "./fake-upstream.mjs";
 
-const tenants = ["shop", "models", "private", "users", "features", "monthly", "tokens", "growing", "worst", "grows", "burst"];
+const tenants = ["shop", "models", "private", "users", "features", "monthly", "tokens", "growing", "worst", "grows", "burst", "versions"];
 let upstream, worker;
 before(async () => {
   upstream = await startFakeUpstream();
@@ -228,4 +228,20 @@ test("a burst against a growing budget waits for holds in flight instead of refu
   } finally {
     upstream.state.delayMs = 0;
   }
+});
+
+test("usage groups by router, policy, quality-model, edge-model and upstream-model version", async () => {
+  const envelope = (router, edge) => ({ router_version: router, policy_version: "balanced-1", edge_model_sha256: edge });
+  for (const [router, edge] of [["r1", "aa"], ["r1", "aa"], ["r2", "bb"]]) {
+    const r = await send("versions", { ...hi, straddle: envelope(router, edge) });
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+  }
+  const groups = async (by) => Object.fromEntries((await settledUsage("versions", `?group_by=${by}`)).groups.map((g) => [g.key, g.requests]));
+  assert.deepEqual(await groups("router_version"), { r1: 2, r2: 1 });
+  assert.deepEqual(await groups("edge_model"), { aa: 2, bb: 1 });
+  assert.deepEqual(await groups("policy_version"), { "balanced-1": 3 });
+  assert.deepEqual(await groups("upstream_model"), { fake: 3 });
+  const bad = await admin(worker.url, "GET", "/v1/tenants/versions/usage?group_by=color");
+  assert.equal(bad.status, 400);
+  assert.match(await bad.text(), /edge_model/);
 });

@@ -30,6 +30,9 @@ pub struct StraddleEnvelope {
     /// The router's quality model that scored the decision, when one did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quality_model_version: Option<String>,
+    /// SHA-256 of the edge model's GGUF loaded in the page (hex), when one is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edge_model_sha256: Option<String>,
     /// The browser's claim about the PII it found and the action it took; the worker re-checks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub privacy: Option<PrivacyAttestation>,
