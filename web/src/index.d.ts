@@ -31,7 +31,7 @@ export class StraddleError extends Error {
   readonly param?: string;
 }
 
-export type PolicyPreset = "balanced" | "low-latency" | "high-accuracy" | "low-cost";
+export type PolicyPreset = "balanced" | "low-latency" | "high-accuracy" | "low-cost" | "offline" | "privacy-strict" | "battery-saver";
 
 /** Adjustments over a preset (any field of the router's policy document). */
 export interface PolicyOverrides {
@@ -89,6 +89,12 @@ export interface StraddleOptions {
   cacheModel?: boolean;
   /** Resolve `create` only once the model is loaded (default), or at once. */
   waitForModel?: boolean;
+  /**
+   * Where the router reads the battery: a function resolving to an object with `level` (0–1)
+   * and `charging`, read on every decision (a `BatteryManager` stays current). Default: the
+   * Battery Status API where the browser has one; none means mains power.
+   */
+  battery?: () => Promise<{ level: number; charging: boolean }>;
   /** How long the worker may take to send headers before the edge answers instead. Default 15000. */
   firstByteTimeoutMs?: number;
   /** `model` sent to the cloud. Default "default". */

@@ -82,6 +82,21 @@ const utcDay = () => new Date().toISOString().slice(0, 10);
 const newId = () => `chatcmpl-${crypto.randomUUID().replaceAll("-", "").slice(0, 24)}`;
 
 /** A hybrid edge–cloud client; make one with `await Straddle.create(options)`. */
+/**
+ * The device's battery: `source` (an option, for pages that know better or for tests), else
+ * the Battery Status API where the browser has it; `null` where neither reports one, which
+ * the router reads as mains power.
+ */
+async function readBattery(source) {
+  try {
+    const read = source ?? globalThis.navigator?.getBattery?.bind(globalThis.navigator);
+    const b = read ? await read() : null;
+    return b && Number.isFinite(b.level) ? b : null;
+  } catch {
+    return null;
+  }
+}
+
 export class Straddle {
   /**
    * Loads the wasm, starts the engine worker and loads the model (progress through
@@ -105,6 +120,7 @@ export class Straddle {
     s.feedbackStore = await FeedbackStore.open();
     if (o.learn) await s.restoreLearner();
     if (o.worker) s.refreshRtt();
+    s.battery = await readBattery(o.battery);
     s.ready = o.model ? s.loadModel() : Promise.resolve();
     if (o.waitForModel) await s.ready;
     return s;
@@ -244,6 +260,9 @@ export class Straddle {
       edge_prefill_tokens_per_s: this.edge?.prefillTokensPerS,
       edge_context_tokens: this.edge?.contextTokens,
       edge_model_sha256: this.edge?.sha256,
+      edge_backend: this.edge?.backend,
+      // A BatteryManager is live: its level and charging state are read as they are now.
+      battery: this.battery ? { level: this.battery.level, charging: this.battery.charging } : undefined,
       // Once the worker has said the tenant's budget is spent, the rest of the UTC day stays
       // on the device instead of paying a round trip to be refused.
       budget_remaining_usd: this.budgetSpentOn === utcDay() ? 0 : undefined,

@@ -316,6 +316,38 @@ test("the first token sends a word problem to the cloud with the whole history a
   }
 });
 
+test("a battery reported low and discharging sends a long answer to the cloud; the same request on mains stays put", { skip }, async () => {
+  const { context, page } = await freshPage();
+  try {
+    const r = await inPage(page, async (Straddle, _E, config) => {
+      // A named test double of the Battery Status API: 12% and discharging.
+      const lowBatteryDouble = async () => ({ level: 0.12, charging: false });
+      const messages = [{ role: "user", content: "Tell me a story about a fox who learns to sail." }];
+      const onMains = await Straddle.create({ ...config, battery: async () => ({ level: 1, charging: true }) });
+      const mains = onMains.route({ messages, max_tokens: 100 });
+      await onMains.unload();
+      const s = await Straddle.create({ ...config, battery: lowBatteryDouble });
+      const decided = s.route({ messages, max_tokens: 100 });
+      const a = await s.chat.completions.create({ messages, max_tokens: 100 });
+      const signal = (d, name) => d.trace.signals.find((x) => x.name === name)?.value;
+      return {
+        mains: { rule: mains.trace.rule, drain: signal(mains, "energy_drain") },
+        low: { rule: decided.trace.rule, drain: signal(decided, "energy_drain"), joules: signal(decided, "edge_energy_j") },
+        route: a.straddle.route, reasons: a.straddle.reasons, text: a.choices[0].message.content,
+      };
+    });
+    assert.notEqual(r.mains.rule, "battery");
+    assert.equal(r.mains.drain, 0);
+    assert.equal(r.low.rule, "battery");
+    assert.ok(r.low.drain > 8 && r.low.joules > 0, JSON.stringify(r.low));
+    assert.equal(r.route, "cloud", r.reasons.join("; "));
+    assert.match(r.reasons.join(" "), /battery: 12% and discharging/);
+    assert.ok(r.text.length > 0);
+  } finally {
+    await context.close();
+  }
+});
+
 test("the cascade hands an unsure edge answer to the cloud mid-stream and says the edge tokens were discarded", { skip }, async () => {
   const { context, page } = await freshPage();
   try {

@@ -12,6 +12,7 @@
 
 pub mod bandit;
 pub mod cascade;
+pub mod energy;
 pub mod eval;
 pub mod features;
 pub mod language;

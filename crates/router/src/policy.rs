@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use crate::cascade::CascadeRule;
+use crate::energy::{self, Battery, EdgeBackend, EnergyModel};
 use crate::pii::{self, EntityKind, Sensitivity};
 use crate::quality::{self, EdgeSignals, Estimate, QualityError, QualityModel};
 use crate::signals;
@@ -71,6 +72,12 @@ pub struct Context {
     /// first-token signals only for the model it was trained for.
     #[serde(default)]
     pub edge_model_sha256: Option<String>,
+    /// The device's battery (the Battery Status API), where the browser reports one.
+    #[serde(default)]
+    pub battery: Option<Battery>,
+    /// Where the edge model runs, for its energy per token.
+    #[serde(default)]
+    pub edge_backend: Option<EdgeBackend>,
 }
 
 /// Scenario weights of the composite score (larger means that term matters more).
@@ -82,6 +89,10 @@ pub struct Weights {
     pub cost: f64,
     /// Per unit of expected quality (0–1).
     pub quality: f64,
+    /// Per joule the device spends, times how dear a joule is at the battery's charge
+    /// ([`energy::drain`]: 0 on mains power).
+    #[serde(default)]
+    pub energy: f64,
 }
 
 impl Weights {
@@ -92,21 +103,31 @@ impl Weights {
                 latency: 1.0,
                 cost: 1.0,
                 quality: 4.0,
+                energy: 0.01,
             },
             "low-latency" => Weights {
                 latency: 4.0,
                 cost: 0.5,
                 quality: 2.0,
+                energy: 0.0,
             },
             "high-accuracy" => Weights {
                 latency: 0.25,
                 cost: 0.25,
                 quality: 12.0,
+                energy: 0.0,
             },
             "low-cost" => Weights {
                 latency: 0.5,
                 cost: 8.0,
                 quality: 2.0,
+                energy: 0.01,
+            },
+            "battery-saver" => Weights {
+                latency: 1.0,
+                cost: 1.0,
+                quality: 4.0,
+                energy: 0.1,
             },
             _ => return None,
         })
@@ -152,6 +173,9 @@ pub struct Policy {
     /// for the edge to answer (half of it before generation).
     #[serde(default = "default_min_edge_quality")]
     pub min_edge_quality: f64,
+    /// Joules per token and what counts as a low battery.
+    #[serde(default)]
+    pub energy: EnergyModel,
 }
 
 fn default_min_edge_quality() -> f64 {
@@ -209,7 +233,9 @@ impl Default for Policy {
                 latency: 1.0,
                 cost: 1.0,
                 quality: 4.0,
+                energy: 0.01,
             },
+            energy: EnergyModel::default(),
             cloud_price_in_per_1k: 0.00015,
             cloud_price_out_per_1k: 0.0006,
             cloud_tokens_per_s: 60.0,
@@ -232,8 +258,10 @@ pub struct PolicyError(String);
 
 impl Policy {
     /// The scenario presets: `balanced`, `low-latency`, `high-accuracy` and `low-cost` (weight
-    /// vectors), `offline` (the device only) and `privacy-strict` (anything personal of
-    /// medium sensitivity or more — names, e-mails, phones, addresses — stays on the device).
+    /// vectors), `offline` (the device only), `privacy-strict` (anything personal of medium
+    /// sensitivity or more — names, e-mails, phones, addresses — stays on the device) and
+    /// `battery-saver` (energy weighs ten times as much; below half charge, discharging,
+    /// long answers go to the cloud).
     pub const PRESETS: &[&str] = &[
         "balanced",
         "low-latency",
@@ -241,6 +269,7 @@ impl Policy {
         "low-cost",
         "offline",
         "privacy-strict",
+        "battery-saver",
     ];
 
     /// The whole policy for a scenario preset, or `None` for an unknown name.
@@ -256,6 +285,15 @@ impl Policy {
             },
             "privacy-strict" => Policy {
                 keep_on_device_at: Sensitivity::Medium,
+                ..base
+            },
+            // Energy weighs ten times as much, and the battery counts as low at half charge.
+            "battery-saver" => Policy {
+                weights: Weights::preset(name)?,
+                energy: EnergyModel {
+                    low_battery: 0.5,
+                    ..EnergyModel::default()
+                },
                 ..base
             },
             _ => Policy {
@@ -276,7 +314,7 @@ impl Policy {
     pub fn from_json(json: &str) -> Result<Self, PolicyError> {
         let p: Policy = serde_json::from_str(json).map_err(|e| PolicyError(e.to_string()))?;
         let w = p.weights;
-        if [w.latency, w.cost, w.quality]
+        if [w.latency, w.cost, w.quality, w.energy]
             .iter()
             .any(|v| !v.is_finite() || *v < 0.0)
         {
@@ -292,6 +330,7 @@ impl Policy {
         if priors.clone().any(|q| !(0.0..=1.0).contains(&q)) {
             return Err(PolicyError("quality priors must lie in 0..=1".into()));
         }
+        p.energy.validate().map_err(PolicyError)?;
         if !(0.0..=1.0).contains(&p.min_edge_quality) {
             return Err(PolicyError("min_edge_quality must lie in 0..=1".into()));
         }
@@ -439,6 +478,14 @@ pub fn decide_with(
     let speculative_cost = f64::from(prompt_tokens + out.tokens) / 1000.0
         * policy.cloud_price_in_per_1k
         + verify_calls / 1000.0 * policy.cloud_price_out_per_1k;
+    // Energy: the edge computes every token; the cloud costs the device only its radio.
+    // Speculation drafts every token on the edge and sends them up.
+    let edge_joules = policy
+        .energy
+        .edge_joules(ctx.edge_backend, prompt_tokens, out.tokens);
+    let cloud_joules = policy.energy.cloud_joules(prompt_tokens, out.tokens);
+    let speculative_joules = edge_joules + cloud_joules;
+    let drain = energy::drain(ctx.battery);
     // The task's priors count as much as the classifier is sure of the task.
     let confidence = f64::from(task.confidence);
     let prior = policy
@@ -497,6 +544,9 @@ pub fn decide_with(
         sig("edge_tokens_per_s", f64::from(ctx.edge_tokens_per_s).into()),
         sig("rtt_ms", f64::from(ctx.rtt_ms).into()),
         sig("cloud_verifies", ctx.cloud_verifies.into()),
+        sig("edge_energy_j", edge_joules.into()),
+        sig("cloud_energy_j", cloud_joules.into()),
+        sig("energy_drain", drain.into()),
     ];
     let optional = [
         ("bandwidth_kbps", ctx.bandwidth_kbps.map(f64::from)),
@@ -509,6 +559,7 @@ pub fn decide_with(
             ctx.edge_context_tokens.map(f64::from),
         ),
         ("budget_remaining_usd", ctx.budget_remaining_usd),
+        ("battery_level", ctx.battery.map(|b| f64::from(b.level))),
         // The cost model's own estimates, so a learner can correct them from feedback.
         (
             "edge_latency_s",
@@ -634,13 +685,36 @@ pub fn decide_with(
             vec![],
         );
     }
+    if policy.energy.battery_low(ctx.battery)
+        && out.tokens > policy.energy.low_battery_output_tokens
+    {
+        let level = ctx.battery.map_or(0.0, |b| b.level * 100.0);
+        return decision(
+            Target::Cloud,
+            Some("battery"),
+            vec![format!(
+                "battery: {level:.0}% and discharging; about {} output tokens would cost the \
+                 device {edge_joules:.1} J on the edge, {cloud_joules:.2} J from the cloud",
+                out.tokens
+            )],
+            vec![],
+        );
+    }
+    // The composite score of a target (lower wins), in one formula:
+    //   w.latency · seconds + w.cost · cents − w.quality · quality + w.energy · joules · drain
     let w = policy.weights;
-    let cloud_score =
-        w.latency * cloud_latency + w.cost * cloud_cost * 100.0 - w.quality * cloud_quality;
+    let score = |seconds: f64, usd: f64, quality: f64, joules: f64| {
+        w.latency * seconds + w.cost * usd * 100.0 - w.quality * quality + w.energy * joules * drain
+    };
+    let cloud_score = score(cloud_latency, cloud_cost, cloud_quality, cloud_joules);
     // The cloud's own answer either way: speculation is worth it when its latency and price
     // beat plain streaming under the tenant's weights.
-    let speculative_score = w.latency * speculative_latency + w.cost * speculative_cost * 100.0
-        - w.quality * cloud_quality;
+    let speculative_score = score(
+        speculative_latency,
+        speculative_cost,
+        cloud_quality,
+        speculative_joules,
+    );
     let speculate = ctx.cloud_verifies && speculative_score < cloud_score;
     let speculative_reason = || {
         format!(
@@ -661,7 +735,7 @@ pub fn decide_with(
         };
         return decision(target, Some("long_output"), reasons, vec![]);
     }
-    let edge_score = w.latency * edge_latency - w.quality * edge_quality;
+    let edge_score = score(edge_latency, 0.0, edge_quality, edge_joules);
     let mut scores = vec![(Target::Edge, edge_score), (Target::Cloud, cloud_score)];
     if ctx.cloud_verifies {
         scores.push((Target::Speculative, speculative_score));
@@ -795,6 +869,7 @@ mod tests {
                 latency: 0.01,
                 cost: 8.0,
                 quality: 4.0,
+                energy: 0.0,
             },
             cloud_price_out_per_1k: 0.015,
             ..Policy::default()
@@ -1115,6 +1190,79 @@ mod tests {
                 .as_deref(),
             Some("long_output")
         );
+    }
+
+    #[test]
+    fn a_low_discharging_battery_sends_long_answers_to_the_cloud_unless_privacy_keeps_them() {
+        let on_battery = |level, charging| Context {
+            battery: Some(Battery { level, charging }),
+            ..ctx()
+        };
+        let story = "Tell me a story about a fox";
+        let max = Some(200);
+        let d = decide(story, max, &on_battery(0.15, false), &Policy::default());
+        assert_eq!(d.trace.rule.as_deref(), Some("battery"), "{:?}", d.reasons);
+        assert_eq!(d.target, Target::Cloud);
+        assert!(d.reasons[0].contains("15%"), "{:?}", d.reasons);
+        // Charging, or a short answer, is not the battery's business.
+        let charging = decide(story, max, &on_battery(0.15, true), &Policy::default());
+        assert_ne!(charging.trace.rule.as_deref(), Some("battery"));
+        let short = decide(
+            story,
+            Some(32),
+            &on_battery(0.15, false),
+            &Policy::default(),
+        );
+        assert_ne!(short.trace.rule.as_deref(), Some("battery"));
+        // A card stays on the device however low the battery.
+        let card = "Tell me a story about my card 4111 1111 1111 1111";
+        let d = decide(card, max, &on_battery(0.05, false), &Policy::default());
+        assert_eq!(d.trace.rule.as_deref(), Some("privacy"));
+        // battery-saver counts half a charge as low.
+        let saver = Policy::preset("battery-saver").expect("preset");
+        let d = decide(story, max, &on_battery(0.45, false), &saver);
+        assert_eq!(d.trace.rule.as_deref(), Some("battery"));
+        assert_ne!(
+            decide(story, max, &on_battery(0.45, false), &Policy::default())
+                .trace
+                .rule
+                .as_deref(),
+            Some("battery")
+        );
+    }
+
+    #[test]
+    fn the_energy_term_moves_the_score_only_on_battery_and_is_traced() {
+        let question = "What is the capital of France?";
+        let policy = Policy::preset("battery-saver").expect("preset");
+        let mains = priors(question, Some(48), &ctx(), &policy);
+        let battery = Context {
+            battery: Some(Battery {
+                level: 0.6,
+                charging: false,
+            }),
+            ..ctx()
+        };
+        let drained = priors(question, Some(48), &battery, &policy);
+        let edge_score = |d: &Decision| {
+            d.trace
+                .scores
+                .iter()
+                .find(|(t, _)| *t == Target::Edge)
+                .map(|(_, s)| *s)
+                .expect("an edge score")
+        };
+        assert!(edge_score(&drained) > edge_score(&mains));
+        assert_eq!(signal(&mains, "energy_drain"), &serde_json::json!(0.0));
+        assert!(
+            signal(&drained, "edge_energy_j").as_f64()
+                > signal(&drained, "cloud_energy_j").as_f64()
+        );
+        let bad = r#"{"version":"x","keep_on_device_at":"high","long_output_tokens":512,
+            "weights":{"latency":1,"cost":1,"quality":4,"energy":-1},
+            "cloud_price_in_per_1k":0,"cloud_price_out_per_1k":0,"cloud_tokens_per_s":60,
+            "edge_quality":0.5,"cloud_quality":0.8}"#;
+        assert!(Policy::from_json(bad).is_err());
     }
 
     #[test]
