@@ -277,12 +277,10 @@ fn router() -> anyhow::Result<()> {
     print!("{table}");
     // The page's own path: the web package in Chromium, JS ↔ wasm and JSON included.
     crate::build::web_with_profile(&tools, "dev")?;
-    let tab = util::output(
-        Command::new("node")
-            .arg(root().join("web/bench/route.mjs"))
-            .arg("--model")
-            .arg(&tools.model)
-            .current_dir(root().join("web")),
+    let tab = node_bench(
+        "web",
+        "bench/route.mjs",
+        &["--model".as_ref(), tools.model.as_os_str()],
     )?;
     print!("{tab}");
     write_section(
@@ -467,19 +465,31 @@ its master key and records no spend (its budgets need a Postgres database). At 6
 are bound by the two cores they share with the load generator and the upstream.";
 
 /// What the worker adds to a streamed request, beside LiteLLM's proxy, same upstream, same run.
+/// Runs a Node benchmark script of the `dir` package (`web`, `worker`) from that package's
+/// directory, and returns what it printed.
+fn node_bench(dir: &str, script: &str, args: &[&std::ffi::OsStr]) -> anyhow::Result<String> {
+    util::output(
+        Command::new("node")
+            .arg(root().join(dir).join(script))
+            .args(args)
+            .current_dir(root().join(dir)),
+    )
+}
+
 /// The tenant budget's false refusals and overshoot, worst-case holds beside growing holds,
 /// the worker under local workerd in front of the real cloud server.
 fn budget() -> anyhow::Result<()> {
     let tools = crate::setup::run()?;
     let cloud = crate::test::worker_and_cloud_built(&tools)?;
-    let table = util::output(
-        Command::new("node")
-            .arg(root().join("worker/bench/budget.mjs"))
-            .arg("--cloud")
-            .arg(&cloud)
-            .arg("--model")
-            .arg(&tools.model)
-            .current_dir(root().join("worker")),
+    let table = node_bench(
+        "worker",
+        "bench/budget.mjs",
+        &[
+            "--cloud".as_ref(),
+            cloud.as_os_str(),
+            "--model".as_ref(),
+            tools.model.as_os_str(),
+        ],
     )?;
     print!("{table}");
     write_section(
@@ -496,12 +506,10 @@ fn worker() -> anyhow::Result<()> {
     let tools = crate::setup::run()?;
     crate::build::worker(&tools)?;
     let litellm = litellm()?;
-    let table = util::output(
-        Command::new("node")
-            .arg(root().join("worker/bench/proxy-latency.mjs"))
-            .arg("--litellm")
-            .arg(&litellm)
-            .current_dir(root().join("worker")),
+    let table = node_bench(
+        "worker",
+        "bench/proxy-latency.mjs",
+        &["--litellm".as_ref(), litellm.as_os_str()],
     )?;
     print!("{table}");
     write_section(
