@@ -76,6 +76,9 @@ pub struct Record {
     pub edge_model_sha256: String,
     #[serde(default)]
     pub upstream_model: String,
+    /// Tokens used past a growing hold, and so not billed.
+    #[serde(default)]
+    pub unbilled_tokens: i64,
     pub tokens_in: i64,
     pub tokens_out: i64,
     pub usd: f64,

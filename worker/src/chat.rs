@@ -21,7 +21,7 @@ use crate::forward::{
     Answered, Outgoing, forward, relay_failure, remaining, text_within, total_timeout,
     upstream_list,
 };
-use crate::grow::{CHUNK_TOKENS, Gated, Grown, Growth};
+use crate::grow::{Billed, CHUNK_TOKENS, Gated, Grown, Growth, within_hold};
 use crate::upstreams::Upstream;
 
 const CHAT_PATH: &str = "/v1/chat/completions";
@@ -116,6 +116,7 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
                     .and_then(|e| e.edge_model_sha256.clone())
                     .unwrap_or_default(),
                 upstream_model: String::new(),
+                unbilled_tokens: 0,
                 tokens_in,
                 tokens_out,
                 usd: tokens_in as f64 / 1000.0 * upstream.price_in_per_1k
@@ -209,12 +210,13 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
         deadline: Deadline::after(remaining(&upstream, started))?,
         timeout_event: Some(timeout_event(&upstream)),
     };
+    let held_prices = dearest_prices(&list);
     let body = match growing {
         true => {
             let growth = Growth {
                 stub: Rc::new(budget_stub(env, &claims.ten)?),
                 hold: hold.clone(),
-                usd_per_output_token: dearest_prices(&list).1 / 1000.0,
+                usd_per_output_token: held_prices.1 / 1000.0,
                 held_out,
                 max_out: i64::from(max_tokens),
             };
@@ -234,7 +236,7 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
             (true, true, false) => "upstream_cut",
             (false, _, _) => "client_gone",
         };
-        let (tokens_in, mut tokens_out) = match t.usage {
+        let (tokens_in, tokens_out) = match t.usage {
             Some((p, c)) => (p, c),
             // No usage from the upstream: the prompt bound and the content chunks counted.
             None => (prompt_bound, t.content_chunks),
@@ -244,16 +246,30 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
             true => "budget_exhausted",
             false => outcome,
         };
+        let mut billed = Billed {
+            tokens_in,
+            tokens_out,
+            usd: tokens_in as f64 / 1000.0 * up_in + tokens_out as f64 / 1000.0 * up_out,
+            unbilled_tokens: 0,
+        };
         if growing {
-            // What was read past the hold never reached the client and is not billed.
-            tokens_out = tokens_out.min(g.held_out);
+            // What was read past the hold never reached the client; nothing past it is billed.
+            let held_usd = prompt_bound as f64 / 1000.0 * held_prices.0
+                + g.held_out as f64 / 1000.0 * held_prices.1;
+            billed = within_hold(
+                (tokens_in, tokens_out),
+                (prompt_bound, g.held_out),
+                (up_in, up_out),
+                held_usd,
+            );
         }
         let r = Record {
             upstream_model: t.model.clone(),
             outcome: outcome.into(),
-            tokens_in,
-            tokens_out,
-            usd: tokens_in as f64 / 1000.0 * up_in + tokens_out as f64 / 1000.0 * up_out,
+            tokens_in: billed.tokens_in,
+            tokens_out: billed.tokens_out,
+            usd: billed.usd,
+            unbilled_tokens: billed.unbilled_tokens,
             total_ms: now_ms() - started,
             ..base_record
         };

@@ -124,6 +124,7 @@ pub async fn verify(mut req: Request, env: &Env) -> Result<Response> {
         quality_model_version: String::new(),
         edge_model_sha256: String::new(),
         upstream_model: String::new(),
+        unbilled_tokens: 0,
         tokens_in: t_in,
         tokens_out: t_out,
         usd: t_in as f64 / 1000.0 * p.0 + t_out as f64 / 1000.0 * p.1,
