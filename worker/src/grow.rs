@@ -81,7 +81,10 @@ pub struct Gated<S> {
     queue: VecDeque<Event>,
     passed_tokens: i64,
     growth: Growth,
-    extension: Option<LocalBoxFuture<'static, bool>>,
+    /// An extension asked for: resolves to the tokens granted, 0 when refused.
+    extension: Option<LocalBoxFuture<'static, i64>>,
+    /// The budget refused an extension: the stream ends where the hold does.
+    refused: bool,
     last: Option<ChatChunk>,
     report: Rc<Cell<Grown>>,
     ending: Option<VecDeque<Vec<u8>>>,
@@ -101,17 +104,18 @@ impl<S> Gated<S> {
             passed_tokens: 0,
             growth,
             extension: None,
+            refused: false,
             last: None,
             report,
             ending: None,
         }
     }
 
-    /// Asks the budget for one more chunk, unless asked already or the request's bound is
-    /// held in full.
+    /// Asks the budget for one more chunk, unless asked already, refused, or the request's
+    /// bound is held in full.
     fn request_extension(&mut self) {
         let more = CHUNK_TOKENS.min(self.growth.max_out - self.growth.held_out);
-        if self.extension.is_some() || more <= 0 {
+        if self.extension.is_some() || self.refused || more <= 0 {
             return;
         }
         let body = Hold {
@@ -123,20 +127,31 @@ impl<S> Gated<S> {
         let stub = self.growth.stub.clone();
         self.extension = Some(
             async move {
-                let Ok(body) = serde_json::to_string(&body) else {
-                    return false;
+                let Ok(json) = serde_json::to_string(&body) else {
+                    return 0;
                 };
-                budget_call::<HoldAnswer>(&stub, Method::Post, "/extend", Some(body))
-                    .await
-                    .is_ok_and(|answer| answer.admitted)
+                let answer = budget_call::<HoldAnswer>(&stub, Method::Post, "/extend", Some(json));
+                match answer.await {
+                    Ok(a) if a.admitted => body.tokens,
+                    _ => 0,
+                }
             }
             .boxed_local(),
         );
     }
 
-    fn grant(&mut self) {
-        let more = CHUNK_TOKENS.min(self.growth.max_out - self.growth.held_out);
-        self.growth.held_out += more;
+    /// Drives the pending extension (its call to the budget starts only when polled) and
+    /// applies its answer once there is one.
+    fn poll_extension(&mut self, cx: &mut TaskContext<'_>) {
+        let Some(pending) = self.extension.as_mut() else {
+            return;
+        };
+        let Poll::Ready(granted) = pending.poll_unpin(cx) else {
+            return;
+        };
+        self.extension = None;
+        self.refused = granted == 0;
+        self.growth.held_out += granted;
         self.report.set(Grown {
             held_out: self.growth.held_out,
             exhausted: false,
@@ -193,24 +208,16 @@ impl<S> Gated<S> {
         if self.passed_tokens + tokens + CHUNK_TOKENS / 2 > self.growth.held_out {
             self.request_extension();
         }
+        self.poll_extension(cx);
         if self.passed_tokens + tokens > self.growth.held_out {
-            let Some(pending) = self.extension.as_mut() else {
-                // The request's own `max_tokens` is held in full: the upstream went past it.
-                self.exhaust();
-                return Poll::Ready(None);
-            };
-            match pending.poll_unpin(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(granted) => {
-                    self.extension = None;
-                    if !granted {
-                        self.exhaust();
-                        return Poll::Ready(None);
-                    }
-                    self.grant();
-                    return self.next_event(cx);
-                }
+            if self.extension.is_some() {
+                // Its waker is registered: the budget's answer wakes this stream.
+                return Poll::Pending;
             }
+            // Refused, or the request's own `max_tokens` is held in full and the upstream
+            // went past it.
+            self.exhaust();
+            return Poll::Ready(None);
         }
         let Some(event) = self.queue.pop_front() else {
             return Poll::Ready(None);
