@@ -81,7 +81,6 @@ const utcDay = () => new Date().toISOString().slice(0, 10);
 
 const newId = () => `chatcmpl-${crypto.randomUUID().replaceAll("-", "").slice(0, 24)}`;
 
-/** A hybrid edge–cloud client; make one with `await Straddle.create(options)`. */
 /**
  * The device's battery: `source` (an option, for pages that know better or for tests), else
  * the Battery Status API where the browser has it; `null` where neither reports one, which
@@ -97,6 +96,7 @@ async function readBattery(source) {
   }
 }
 
+/** A hybrid edge–cloud client; make one with `await Straddle.create(options)`. */
 export class Straddle {
   /**
    * Loads the wasm, starts the engine worker and loads the model (progress through

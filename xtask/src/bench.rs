@@ -464,7 +464,6 @@ stream and settles the hold with a cost record (three calls to the object); Lite
 its master key and records no spend (its budgets need a Postgres database). At 64 streams both \
 are bound by the two cores they share with the load generator and the upstream.";
 
-/// What the worker adds to a streamed request, beside LiteLLM's proxy, same upstream, same run.
 /// Runs a Node benchmark script of the `dir` package (`web`, `worker`) from that package's
 /// directory, and returns what it printed.
 fn node_bench(dir: &str, script: &str, args: &[&std::ffi::OsStr]) -> anyhow::Result<String> {
@@ -502,6 +501,7 @@ fn budget() -> anyhow::Result<()> {
     )
 }
 
+/// What the worker adds to a streamed request, beside LiteLLM's proxy, same upstream, same run.
 fn worker() -> anyhow::Result<()> {
     let tools = crate::setup::run()?;
     crate::build::worker(&tools)?;
