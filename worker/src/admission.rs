@@ -126,9 +126,10 @@ impl Caller {
         }
     }
 
-    /// Holds the worst case of `tokens_in` and `tokens_out` in the tenant's budget, priced at
-    /// the dearest upstream the request might end up on: the hold, or the refusal to send.
-    pub(crate) async fn hold_worst_case(
+    /// Holds `tokens_in` and `tokens_out` (a request's worst case, or a growing hold's first
+    /// chunk) in the tenant's budget, priced at the dearest upstream the request might end up
+    /// on: the hold, or the refusal to send.
+    pub(crate) async fn hold(
         &self,
         env: &Env,
         list: &[Upstream],
@@ -151,7 +152,7 @@ impl Caller {
                 "{started}-{:016x}",
                 (js_sys::Math::random() * 2f64.powi(53)) as u64
             ),
-            usd: tokens_in as f64 / 1000.0 * price_in + tokens_out as f64 / 1000.0 * price_out,
+            usd: cost_usd((price_in, price_out), tokens_in, tokens_out),
             tokens: tokens_in + tokens_out,
             expires_ms: started + ttl,
             now_ms: started,
@@ -190,6 +191,42 @@ pub(crate) fn dearest_prices(list: &[Upstream]) -> (f64, f64) {
     let price_in = list.iter().map(|u| u.price_in_per_1k).fold(0.0, f64::max);
     let price_out = list.iter().map(|u| u.price_out_per_1k).fold(0.0, f64::max);
     (price_in, price_out)
+}
+
+/// What `tokens_in` and `tokens_out` cost at `prices`, USD per 1,000 tokens in and out.
+pub(crate) fn cost_usd(prices: (f64, f64), tokens_in: i64, tokens_out: i64) -> f64 {
+    tokens_in as f64 / 1000.0 * prices.0 + tokens_out as f64 / 1000.0 * prices.1
+}
+
+/// What a request is billed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Billed {
+    pub tokens_in: i64,
+    pub tokens_out: i64,
+    pub usd: f64,
+    /// Used but past the hold, and so not billed.
+    pub unbilled_tokens: i64,
+}
+
+/// What was `used` (prompt, completion tokens) at the answering upstream's `prices`, but
+/// never more than was `held` at `held_prices`, in tokens or in money, so no settlement can
+/// overshoot a limit: the worker's prompt bound cannot see the tokens an upstream's chat
+/// template adds, and a growing hold holds output only as far as it streamed.
+pub(crate) fn within_hold(
+    used: (i64, i64),
+    held: (i64, i64),
+    prices: (f64, f64),
+    held_prices: (f64, f64),
+) -> Billed {
+    let tokens_out = used.1.min(held.1);
+    let tokens_in = used.0.min(held.0 + held.1 - tokens_out);
+    let usd = cost_usd(prices, tokens_in, tokens_out);
+    Billed {
+        tokens_in,
+        tokens_out,
+        usd: usd.min(cost_usd(held_prices, held.0, held.1)),
+        unbilled_tokens: used.0 + used.1 - tokens_in - tokens_out,
+    }
 }
 
 /// Replaces the hold with what was spent and writes the record.
@@ -273,5 +310,25 @@ fn refused(answer: &HoldAnswer) -> Result<Response> {
                 format!("this request's worst case exceeds {scope} {window} budget; {remaining}"),
             ))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn billing_never_passes_the_hold() {
+        // Within the hold: what was used.
+        let b = within_hold((20, 50), (26, 64), (1.0, 2.0), (1.0, 2.0));
+        assert_eq!((b.tokens_in, b.tokens_out, b.unbilled_tokens), (20, 50, 0));
+        assert!((b.usd - 0.12).abs() < 1e-12);
+        // A prompt longer than its bound is covered by unused output hold first...
+        let b = within_hold((40, 50), (26, 64), (1.0, 1.0), (1.0, 1.0));
+        assert_eq!((b.tokens_in, b.tokens_out, b.unbilled_tokens), (40, 50, 0));
+        // ...and past the whole hold it is not billed, in tokens or in money.
+        let b = within_hold((40, 64), (26, 64), (1.0, 1.0), (0.5, 0.5));
+        assert_eq!((b.tokens_in, b.tokens_out, b.unbilled_tokens), (26, 64, 14));
+        assert!((b.usd - 0.045).abs() < 1e-12);
     }
 }

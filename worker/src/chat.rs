@@ -13,7 +13,10 @@ use straddle_protocol::sse::{self, Parser};
 use straddle_protocol::{ApiError, ChatChunk, ChatRequest, ChatResponse, ErrorKind};
 use worker::{ByteStream, Context, Env, Headers, Request, Response, Result};
 
-use crate::admission::{Caller, budget_stub, caller, dearest_prices, json_body, now_ms, settle};
+use crate::admission::{
+    Billed, Caller, budget_stub, caller, cost_usd, dearest_prices, json_body, now_ms, settle,
+    within_hold,
+};
 use crate::budget::Record;
 use crate::deadline::Deadline;
 use crate::error::error_response;
@@ -21,7 +24,7 @@ use crate::forward::{
     Answered, Outgoing, forward, relay_failure, remaining, text_within, total_timeout,
     upstream_list,
 };
-use crate::grow::{Billed, CHUNK_TOKENS, Gated, Grown, Growth, within_hold};
+use crate::grow::{CHUNK_TOKENS, Gated, Grown, Growth};
 use crate::upstreams::Upstream;
 
 const CHAT_PATH: &str = "/v1/chat/completions";
@@ -78,14 +81,14 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
         true => CHUNK_TOKENS.min(i64::from(max_tokens)),
         false => i64::from(max_tokens),
     };
-    let hold = match caller
-        .hold_worst_case(env, &list, prompt_bound, held_out)
-        .await?
-    {
+    let hold = match caller.hold(env, &list, prompt_bound, held_out).await? {
         Ok(h) => h,
         Err(refusal) => return Ok(refusal),
     };
     let Caller { claims, stub, .. } = caller;
+    // Settlements bill at most this, at these prices (a growing hold's output grows).
+    let held = (prompt_bound, held_out);
+    let held_prices = dearest_prices(&list);
     let started = hold.now_ms;
     let envelope = parsed.straddle.as_ref();
 
@@ -119,8 +122,7 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
                 unbilled_tokens: 0,
                 tokens_in,
                 tokens_out,
-                usd: tokens_in as f64 / 1000.0 * upstream.price_in_per_1k
-                    + tokens_out as f64 / 1000.0 * upstream.price_out_per_1k,
+                usd: cost_usd(prices_of(upstream), tokens_in, tokens_out),
                 ttfb_ms,
                 total_ms: now_ms() - started,
                 outcome: outcome.into(),
@@ -176,22 +178,16 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
         };
         let answer = serde_json::from_str::<ChatResponse>(&text).ok();
         let usage = answer.as_ref().map(|r| r.usage).unwrap_or_default();
-        let r = record(
-            "ok",
+        let used = (
             i64::from(usage.prompt_tokens),
             i64::from(usage.completion_tokens),
-            ttfb,
         );
-        let upstream_model = answer.map(|a| a.model).unwrap_or_default();
-        settle(
-            stub,
-            hold.id.clone(),
-            Record {
-                upstream_model,
-                ..r
-            },
-        )
-        .await;
+        let r = Record {
+            upstream_model: answer.map(|a| a.model).unwrap_or_default(),
+            ..record("ok", 0, 0, ttfb)
+        };
+        let billed = within_hold(used, held, prices_of(&upstream), held_prices);
+        settle(stub, hold.id.clone(), billed_record(r, billed)).await;
         let mut out = Response::ok(text)?;
         out.headers_mut().set("content-type", "application/json")?;
         return Ok(out);
@@ -210,13 +206,12 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
         deadline: Deadline::after(remaining(&upstream, started))?,
         timeout_event: Some(timeout_event(&upstream)),
     };
-    let held_prices = dearest_prices(&list);
     let body = match growing {
         true => {
             let growth = Growth {
                 stub: Rc::new(budget_stub(env, &claims.ten)?),
                 hold: hold.clone(),
-                usd_per_output_token: held_prices.1 / 1000.0,
+                prices: held_prices,
                 held_out,
                 max_out: i64::from(max_tokens),
             };
@@ -225,7 +220,7 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
         false => Response::from_stream(counting)?,
     };
     let base_record = record("ok", 0, 0, ttfb);
-    let (up_in, up_out) = (upstream.price_in_per_1k, upstream.price_out_per_1k);
+    let prices = prices_of(&upstream);
     let hold_id = hold.id.clone();
     ctx.wait_until(async move {
         let finished = done_rx.await.is_ok();
@@ -246,39 +241,44 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
             true => "budget_exhausted",
             false => outcome,
         };
-        let mut billed = Billed {
-            tokens_in,
-            tokens_out,
-            usd: tokens_in as f64 / 1000.0 * up_in + tokens_out as f64 / 1000.0 * up_out,
-            unbilled_tokens: 0,
-        };
-        if growing {
-            // What was read past the hold never reached the client; nothing past it is billed.
-            let held_usd = prompt_bound as f64 / 1000.0 * held_prices.0
-                + g.held_out as f64 / 1000.0 * held_prices.1;
-            billed = within_hold(
-                (tokens_in, tokens_out),
-                (prompt_bound, g.held_out),
-                (up_in, up_out),
-                held_usd,
-            );
-        }
+        // A growing hold bills at most what it grew to; what was read past it never reached
+        // the client.
+        let held_out = if growing { g.held_out } else { held.1 };
+        let billed = within_hold(
+            (tokens_in, tokens_out),
+            (held.0, held_out),
+            prices,
+            held_prices,
+        );
         let r = Record {
             upstream_model: t.model.clone(),
             outcome: outcome.into(),
-            tokens_in: billed.tokens_in,
-            tokens_out: billed.tokens_out,
-            usd: billed.usd,
-            unbilled_tokens: billed.unbilled_tokens,
             total_ms: now_ms() - started,
             ..base_record
         };
+        let r = billed_record(r, billed);
         settle(stub, hold_id, r).await;
     });
     let headers = Headers::new();
     headers.set("content-type", "text/event-stream")?;
     headers.set("cache-control", "no-cache")?;
     Ok(body.with_headers(headers))
+}
+
+/// An upstream's prices per 1,000 tokens, in and out.
+fn prices_of(up: &Upstream) -> (f64, f64) {
+    (up.price_in_per_1k, up.price_out_per_1k)
+}
+
+/// `r` with what its request is billed.
+fn billed_record(r: Record, billed: Billed) -> Record {
+    Record {
+        tokens_in: billed.tokens_in,
+        tokens_out: billed.tokens_out,
+        usd: billed.usd,
+        unbilled_tokens: billed.unbilled_tokens,
+        ..r
+    }
 }
 
 /// The answer to a request no upstream may serve.

@@ -5,7 +5,7 @@
 //! when one is refused the stream ends cleanly, with `finish_reason: "length"` and
 //! `straddle.budget_exhausted`, and the upstream's body is dropped, which cancels it. What
 //! the upstream generated past the hold is at most the one network read that was parsed and
-//! not passed; it is never billed.
+//! not passed; it is never billed ([`within_hold`](crate::admission::within_hold)).
 
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -19,7 +19,7 @@ use straddle_protocol::sse::{self, Event, Parser};
 use straddle_protocol::{ChatChunk, ChunkChoice, Cost, Delta, FinishReason, Route, StraddleMeta};
 use worker::{Method, Result, Stub};
 
-use crate::admission::{budget_call, now_ms};
+use crate::admission::{budget_call, cost_usd, now_ms};
 use crate::budget::{Hold, HoldAnswer};
 
 /// Output tokens held at admission and added by each extension.
@@ -34,41 +34,12 @@ pub struct Grown {
     pub exhausted: bool,
 }
 
-/// What a growing-hold stream is billed.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Billed {
-    pub tokens_in: i64,
-    pub tokens_out: i64,
-    pub usd: f64,
-    /// Used but past the hold, and so not billed.
-    pub unbilled_tokens: i64,
-}
-
-/// What was used, at the answering upstream's prices (per 1,000 tokens), but never more than
-/// was held, in tokens or in money: the worker's prompt bound cannot see the tokens an
-/// upstream's chat template adds, and a budget must not be overshot by them.
-pub fn within_hold(
-    used: (i64, i64),
-    held: (i64, i64),
-    prices: (f64, f64),
-    held_usd: f64,
-) -> Billed {
-    let tokens_out = used.1.min(held.1);
-    let tokens_in = used.0.min(held.0 + held.1 - tokens_out);
-    let usd = tokens_in as f64 / 1000.0 * prices.0 + tokens_out as f64 / 1000.0 * prices.1;
-    Billed {
-        tokens_in,
-        tokens_out,
-        usd: usd.min(held_usd),
-        unbilled_tokens: used.0 + used.1 - tokens_in - tokens_out,
-    }
-}
-
 /// The hold a stream grows and what a chunk of output costs at the dearest upstream.
 pub struct Growth {
     pub stub: Rc<Stub>,
     pub hold: Hold,
-    pub usd_per_output_token: f64,
+    /// The dearest upstream's prices per 1,000 tokens, in and out, at which it is held.
+    pub prices: (f64, f64),
     /// Output tokens held now, and the request's `max_tokens`.
     pub held_out: i64,
     pub max_out: i64,
@@ -119,7 +90,7 @@ impl<S> Gated<S> {
             return;
         }
         let body = Hold {
-            usd: more as f64 * self.growth.usd_per_output_token,
+            usd: cost_usd(self.growth.prices, 0, more),
             tokens: more,
             now_ms: now_ms(),
             ..self.growth.hold.clone()
@@ -262,25 +233,5 @@ impl<S: Stream<Item = Result<Vec<u8>>>> Stream for Gated<S> {
                 other => return other,
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn billing_never_passes_the_hold() {
-        // Within the hold: what was used.
-        let b = within_hold((20, 50), (26, 64), (1.0, 2.0), 1.0);
-        assert_eq!((b.tokens_in, b.tokens_out, b.unbilled_tokens), (20, 50, 0));
-        assert!((b.usd - 0.12).abs() < 1e-12);
-        // A prompt longer than its bound is covered by unused output hold first...
-        let b = within_hold((40, 50), (26, 64), (1.0, 1.0), 1.0);
-        assert_eq!((b.tokens_in, b.tokens_out, b.unbilled_tokens), (40, 50, 0));
-        // ...and past the whole hold it is not billed.
-        let b = within_hold((40, 64), (26, 64), (1.0, 1.0), 0.09);
-        assert_eq!((b.tokens_in, b.tokens_out, b.unbilled_tokens), (26, 64, 14));
-        assert!((b.usd - 0.09).abs() < 1e-12);
     }
 }

@@ -5,7 +5,7 @@
 use straddle_protocol::{ApiError, ErrorKind, VerifyRequest, VerifyResponse};
 use worker::{Env, Request, Response, Result};
 
-use crate::admission::{Caller, caller, json_body, now_ms, settle};
+use crate::admission::{Caller, caller, cost_usd, json_body, now_ms, settle};
 use crate::budget::Record;
 use crate::error::error_response;
 use crate::forward::{
@@ -100,10 +100,7 @@ pub async fn verify(mut req: Request, env: &Env) -> Result<Response> {
     let tokens_in = input_tokens_bound(&parsed);
     // At most every drafted token accepted plus the verifier's own.
     let tokens_out = parsed.draft_tokens.len() as i64 + 1;
-    let hold = match caller
-        .hold_worst_case(env, &list, tokens_in, tokens_out)
-        .await?
-    {
+    let hold = match caller.hold(env, &list, tokens_in, tokens_out).await? {
         Ok(h) => h,
         Err(refusal) => return Ok(refusal),
     };
@@ -127,7 +124,7 @@ pub async fn verify(mut req: Request, env: &Env) -> Result<Response> {
         unbilled_tokens: 0,
         tokens_in: t_in,
         tokens_out: t_out,
-        usd: t_in as f64 / 1000.0 * p.0 + t_out as f64 / 1000.0 * p.1,
+        usd: cost_usd(p, t_in, t_out),
         ttfb_ms: now_ms() - started,
         total_ms: now_ms() - started,
         outcome: outcome.into(),
