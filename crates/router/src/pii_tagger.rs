@@ -387,7 +387,7 @@ fn segments(words: &[Word]) -> Vec<std::ops::Range<usize>> {
     for (i, w) in words.iter().enumerate() {
         // Title case anchors ("Kessler", "McDonald"): a run of upper-case words ("BEGIN",
         // "NASA") is more often a heading or an acronym than a name.
-        if !(w.may_tag && w.is_word && w.shape.starts_with("Xx")) {
+        if !w.title_case {
             continue;
         }
         let range = i.saturating_sub(REACH)..(i + REACH + 1).min(words.len());
@@ -576,6 +576,8 @@ struct Word {
     may_tag: bool,
     /// Letters or digits, not punctuation: only a word begins an entity.
     is_word: bool,
+    /// Title case in Latin script ([`is_title_case`]): what a segment is anchored on.
+    title_case: bool,
     /// May begin a name, place or organisation: a capitalised word, a number ("3M"), or a
     /// short lower-case particle or title ("van der Berg", "pani Szoka"), never a longer
     /// lower-case word ("beginner, Python", "mother-in-law Dolores").
@@ -596,6 +598,7 @@ impl Word {
             place_with_next: false,
             may_tag: false,
             is_word: false,
+            title_case: false,
             may_begin_name: false,
             may_continue: false,
         }
@@ -606,8 +609,9 @@ fn is_latin(c: char) -> bool {
     !c.is_alphabetic() || (c as u32) < 0x250 || ('\u{1e00}'..='\u{1eff}').contains(&c)
 }
 
-/// Whether a word anchors a segment (see [`segments`]): title case in Latin script, which is
-/// `shape` starting "Xx" without building the shape.
+/// Whether a word anchors a segment (see [`segments`]): title case ("Kessler", "McDonald",
+/// shape "Xx…") in Latin script, read off the raw word so that tokens far from any anchor
+/// need no other facts.
 fn is_title_case(raw: &str) -> bool {
     let after_capitals = raw.chars().find(|c| !c.is_uppercase());
     raw.starts_with(|c: char| c.is_uppercase() && c.is_alphanumeric())
@@ -661,6 +665,7 @@ fn words(text: &str, tokens: &[Token], gazetteer: &Bloom, near: Option<&[bool]>)
             place_with_next: false,
             may_tag: raw.chars().all(is_latin),
             is_word,
+            title_case: is_title_case(raw),
             may_begin_name: is_word
                 && (raw.starts_with(|c: char| c.is_uppercase() || c.is_numeric())
                     || raw.chars().count() <= 4),
