@@ -8,7 +8,7 @@ use straddle_protocol::{
     FinishReason, Message, Role, Usage,
 };
 
-use crate::ErrorResponse;
+use crate::error::ErrorResponse;
 use crate::scheduler::{Job, Scheduler, SeqEvent};
 
 fn now_secs() -> u64 {
@@ -196,15 +196,4 @@ where
     let (tx, rx) = tokio::sync::mpsc::channel(64);
     tokio::spawn(producer(tx));
     futures_util::StreamExt::map(tokio_stream::wrappers::ReceiverStream::new(rx), Ok)
-}
-
-pub(crate) fn engine_error(e: straddle_engine::EngineError) -> ApiError {
-    use straddle_engine::EngineError as E;
-    match e {
-        E::PromptTooLong { .. } => ApiError::new(ErrorKind::InvalidRequest, e.to_string())
-            .with_code("context_length_exceeded"),
-        // The conversation cannot be rendered (or continued) with the model's template.
-        E::EmptyPrompt | E::Template(_) => ApiError::invalid("messages", e.to_string()),
-        other => ApiError::new(ErrorKind::Internal, other.to_string()),
-    }
 }

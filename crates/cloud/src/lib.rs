@@ -3,16 +3,19 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use straddle_protocol::{ApiError, ErrorKind, ModelInfo, ModelList};
+use straddle_protocol::{ApiError, ChatRequest, ErrorKind, ModelInfo, ModelList, VerifyRequest};
 
 pub mod backend;
 mod chat;
+pub mod error;
 pub mod scheduler;
 pub mod verify;
+
+pub use error::ErrorResponse;
+use error::{AppJson, not_ready};
 
 /// What the server knows about the model it serves.
 #[derive(Debug, Clone)]
@@ -78,22 +81,6 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-/// An [`ApiError`] as an HTTP response.
-pub struct ErrorResponse(pub ApiError);
-
-impl IntoResponse for ErrorResponse {
-    fn into_response(self) -> Response {
-        let status =
-            StatusCode::from_u16(self.0.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        (
-            status,
-            [("content-type", "application/json")],
-            self.0.to_body(),
-        )
-            .into_response()
-    }
-}
-
 async fn health(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
     Json(serde_json::json!({
         "status": "ok",
@@ -116,46 +103,29 @@ async fn models(State(state): State<Arc<AppState>>) -> Json<ModelList> {
     })
 }
 
-async fn chat(State(state): State<Arc<AppState>>, body: axum::body::Bytes) -> Response {
-    let req = match serde_json::from_slice::<straddle_protocol::ChatRequest>(&body) {
-        Err(e) => return ErrorResponse(ApiError::from_json_error(&e)).into_response(),
-        Ok(req) => req,
-    };
-    if let Err(e) = req.validate() {
-        return ErrorResponse(e).into_response();
-    }
+async fn chat(
+    State(state): State<Arc<AppState>>,
+    AppJson(req): AppJson<ChatRequest>,
+) -> Result<Response, ErrorResponse> {
+    req.validate()?;
     let context = straddle_engine::generate::DEFAULT_CONTEXT;
     if req.token_limit().is_some_and(|n| n as usize >= context) {
-        return ErrorResponse(
-            ApiError::invalid(
-                "max_tokens",
-                format!("must be below the context of {context} tokens"),
-            )
-            .with_code("context_length_exceeded"),
-        )
-        .into_response();
+        let e = ApiError::invalid(
+            "max_tokens",
+            format!("must be below the context of {context} tokens"),
+        );
+        return Err(e.with_code("context_length_exceeded").into());
     }
-    let Some(scheduler) = state.scheduler.as_ref() else {
-        return ErrorResponse(
-            ApiError::new(ErrorKind::Unavailable, "no model loaded").with_code("engine_not_ready"),
-        )
-        .into_response();
-    };
-    crate::chat::complete(scheduler, state.model.id.clone(), req).await
+    let scheduler = state.scheduler.as_ref().ok_or_else(not_ready)?;
+    Ok(crate::chat::complete(scheduler, state.model.id.clone(), req).await)
 }
 
-async fn verify_route(State(state): State<Arc<AppState>>, body: axum::body::Bytes) -> Response {
-    let req = match serde_json::from_slice::<straddle_protocol::VerifyRequest>(&body) {
-        Err(e) => return ErrorResponse(ApiError::from_json_error(&e)).into_response(),
-        Ok(req) => req,
-    };
-    let Some(verifier) = state.verifier.clone() else {
-        return ErrorResponse(
-            ApiError::new(ErrorKind::Unavailable, "no model loaded").with_code("engine_not_ready"),
-        )
-        .into_response();
-    };
-    crate::verify::verify(verifier, req).await
+async fn verify_route(
+    State(state): State<Arc<AppState>>,
+    AppJson(req): AppJson<VerifyRequest>,
+) -> Result<Response, ErrorResponse> {
+    let verifier = state.verifier.clone().ok_or_else(not_ready)?;
+    Ok(crate::verify::verify(verifier, req).await)
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {

@@ -97,7 +97,7 @@ async fn main() -> anyhow::Result<()> {
                 "cpu",
             );
             serve(
-                Arc::new(straddle_cloud::backend::Cpu::new(engine)),
+                Arc::new(straddle_cloud::backend::Served::new(engine)),
                 card,
                 &args,
             )
@@ -109,7 +109,7 @@ async fn main() -> anyhow::Result<()> {
             let device = straddle_engine::Device::wgpu_options()
                 .init()
                 .map_err(|e| anyhow::anyhow!("starting wgpu: {e}"))?;
-            let mut engine = straddle_engine::DeviceEngine::load(source, context, &device)
+            let mut engine = straddle_engine::Engine::load_on(source, context, &device)
                 .with_context(|| format!("loading model {}", model.display()))?;
             if software {
                 // Barriers are context switches on a CPU adapter (see the engine's kernels).
@@ -131,7 +131,11 @@ async fn main() -> anyhow::Result<()> {
                 &engine.tokenizer.hash,
                 &format!("wgpu ({adapter})"),
             );
-            serve(Arc::new(engine), card, &args)
+            serve(
+                Arc::new(straddle_cloud::backend::Served::new(engine)),
+                card,
+                &args,
+            )
         }
     };
     let app = straddle_cloud::router(Arc::new(state));
@@ -202,8 +206,8 @@ async fn choose_backend(choice: BackendChoice) -> (Backend, String) {
 }
 
 /// The routes' state over `served`: its decode loop and its verify sessions.
-fn serve<S: straddle_cloud::backend::Served>(
-    served: Arc<S>,
+fn serve<M: straddle_cloud::backend::ServedModel>(
+    served: Arc<straddle_cloud::backend::Served<M>>,
     model: straddle_cloud::ModelCard,
     args: &Args,
 ) -> straddle_cloud::AppState {

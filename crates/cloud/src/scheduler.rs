@@ -13,7 +13,7 @@ use straddle_engine::{ChatMessage, Finish, GenerateParams, Prompt, Sequence};
 use straddle_protocol::{ApiError, ErrorKind};
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::backend::Served;
+use crate::backend::{Served, ServedModel};
 
 /// What a request's stream receives.
 #[derive(Debug)]
@@ -104,8 +104,8 @@ pub struct Scheduler {
 impl Scheduler {
     /// Starts the decode thread with a queue of `queue` waiting requests, at most `max_batch`
     /// sequences in a step and at most `prefill_chunk` prompt tokens prefilled per step.
-    pub fn spawn<S: Served>(
-        engine: Arc<S>,
+    pub fn spawn<M: ServedModel>(
+        engine: Arc<Served<M>>,
         queue: usize,
         max_batch: usize,
         prefill_chunk: usize,
@@ -153,14 +153,14 @@ struct Live<C> {
     prefix_offered: bool,
 }
 
-fn decode_loop<S: Served>(
-    engine: &S,
+fn decode_loop<M: ServedModel>(
+    engine: &Served<M>,
     rx: &mpsc::Receiver<(Job, Instant)>,
     m: &Metrics,
     max_batch: usize,
     prefill_chunk: usize,
 ) {
-    let mut live: Vec<Live<S::Cache>> = Vec::new();
+    let mut live: Vec<Live<M::Cache>> = Vec::new();
     loop {
         // Admit: block when idle, otherwise take what is waiting, up to the batch limit.
         if live.is_empty() {
@@ -210,7 +210,7 @@ fn decode_loop<S: Served>(
             .filter(|l| !l.seq.is_finished() && l.seq.prompt_unfed() == 0)
             .count() as u64;
         let unfed_before: usize = live.iter().map(|l| l.seq.prompt_unfed()).sum();
-        let mut refs: Vec<&mut Sequence<S::Cache>> = live.iter_mut().map(|l| &mut l.seq).collect();
+        let mut refs: Vec<&mut Sequence<M::Cache>> = live.iter_mut().map(|l| &mut l.seq).collect();
         if let Err(e) = engine.step(&mut refs, prefill_chunk) {
             for l in live.iter_mut() {
                 let _ = l.events.send(SeqEvent::Error(ApiError::new(
@@ -259,10 +259,10 @@ fn decode_loop<S: Served>(
     }
 }
 
-fn admit<S: Served>(
-    engine: &S,
+fn admit<M: ServedModel>(
+    engine: &Served<M>,
     (job, queued_at): (Job, Instant),
-    live: &mut Vec<Live<S::Cache>>,
+    live: &mut Vec<Live<M::Cache>>,
     m: &Metrics,
 ) {
     m.queue_depth.fetch_sub(1, Ordering::Relaxed);
@@ -290,7 +290,7 @@ fn admit<S: Served>(
         Err(e) => {
             let _ = job
                 .events
-                .send(SeqEvent::Error(crate::chat::engine_error(e)));
+                .send(SeqEvent::Error(crate::error::engine_error(e)));
         }
     }
     m.active.store(live.len() as u64, Ordering::Relaxed);

@@ -16,8 +16,8 @@ use straddle_engine::sample::Rng;
 use straddle_engine::{ChatMessage, SamplingParams};
 use straddle_protocol::{ApiError, ErrorKind, Usage, VerifyRequest, VerifyResponse};
 
-use crate::ErrorResponse;
-use crate::backend::Served;
+use crate::backend::{Served, ServedModel};
+use crate::error::ErrorResponse;
 
 /// Drafts longer than this are refused: the verify pass is one batched forward.
 const MAX_DRAFT: usize = 64;
@@ -116,19 +116,19 @@ pub trait Verify: Send + Sync + 'static {
 }
 
 /// A model and its verify sessions.
-pub struct Verifier<S: Served> {
-    served: Arc<S>,
-    sessions: Sessions<S::Cache>,
+pub struct Verifier<M: ServedModel> {
+    served: Arc<Served<M>>,
+    sessions: Sessions<M::Cache>,
 }
 
-impl<S: Served> Verifier<S> {
+impl<M: ServedModel> Verifier<M> {
     /// Verifies against `served`, keeping sessions in `sessions`.
-    pub fn new(served: Arc<S>, sessions: Sessions<S::Cache>) -> Self {
+    pub fn new(served: Arc<Served<M>>, sessions: Sessions<M::Cache>) -> Self {
         Self { served, sessions }
     }
 }
 
-impl<S: Served> Verify for Verifier<S> {
+impl<M: ServedModel> Verify for Verifier<M> {
     fn run(&self, req: VerifyRequest) -> Result<VerifyResponse, ApiError> {
         run(&*self.served, &self.sessions, req)
     }
@@ -202,9 +202,9 @@ fn session_error(code: &str, message: String) -> ApiError {
     ApiError::new(ErrorKind::Conflict, message).with_code(code)
 }
 
-fn run<S: Served>(
-    e: &S,
-    sessions: &Sessions<S::Cache>,
+fn run<M: ServedModel>(
+    e: &Served<M>,
+    sessions: &Sessions<M::Cache>,
     req: VerifyRequest,
 ) -> Result<VerifyResponse, ApiError> {
     let tokenizer = e.tokenizer();
@@ -340,7 +340,7 @@ fn run<S: Served>(
     })
 }
 
-fn prefix_tokens<S: Served>(e: &S, req: &VerifyRequest) -> Result<Vec<u32>, ApiError> {
+fn prefix_tokens<M: ServedModel>(e: &Served<M>, req: &VerifyRequest) -> Result<Vec<u32>, ApiError> {
     let prefix = match &req.prefix_tokens {
         Some(t) => t.clone(),
         None => {

@@ -22,6 +22,8 @@
 use burn::tensor::quantization::{QuantScheme, QuantStore, QuantValue};
 use burn::tensor::{DType, Device, Tensor, TensorData, activation};
 
+#[cfg(not(target_arch = "wasm32"))]
+use crate::causal_lm::ready;
 use crate::gguf::{ByteSource, Gguf, GgufError};
 use crate::kernels;
 use crate::kernels::matvec::MatvecKernel;
@@ -580,25 +582,28 @@ impl DeviceModel {
                 last_rows.push(x.clone().slice([end - 1..end, 0..d]));
             }
         }
-        Ok((!last_rows.is_empty()).then(|| self.logits(Tensor::cat(last_rows, 0))))
+        if last_rows.is_empty() {
+            return Ok(None);
+        }
+        // One sequence (a page's decode step) needs no concatenation.
+        let rows = if last_rows.len() == 1 {
+            last_rows.swap_remove(0)
+        } else {
+            Tensor::cat(last_rows, 0)
+        };
+        Ok(Some(self.logits(rows)))
     }
 
-    /// [`Self::forward_chunks`] for native callers, blocking on the readback: one entry per
-    /// chunk, the logits where they were wanted.
-    #[cfg(not(target_arch = "wasm32"))]
-    pub fn forward_chunks_blocking(
+    /// [`Self::forward_chunks`] with the logits read back: one entry per chunk, the logits
+    /// where they were wanted.
+    pub(crate) async fn forward_chunks_read(
         &self,
         chunks: &[&[u32]],
         caches: &mut [&mut DeviceCache],
         want_logits: &[bool],
     ) -> Result<Vec<Option<Vec<f32>>>, ModelError> {
         let rows = match self.forward_chunks(chunks, caches, want_logits)? {
-            Some(logits) => rows_of(
-                logits
-                    .try_into_data()
-                    .map_err(|e| ModelError::Device(format!("{e:?}")))?,
-                self.config.vocab,
-            )?,
+            Some(logits) => self.read_rows(logits).await?,
             None => Vec::new(),
         };
         let mut rows = rows.into_iter();
@@ -606,6 +611,30 @@ impl DeviceModel {
             .iter()
             .map(|&want| if want { rows.next() } else { None })
             .collect())
+    }
+
+    /// [`Self::forward_chunks`] for native callers, blocking on the readback.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn forward_chunks_blocking(
+        &self,
+        chunks: &[&[u32]],
+        caches: &mut [&mut DeviceCache],
+        want_logits: &[bool],
+    ) -> Result<Vec<Option<Vec<f32>>>, ModelError> {
+        ready(self.forward_chunks_read(chunks, caches, want_logits))
+    }
+
+    /// Reads logits `[n, vocab]` back as rows: awaited in a browser, which cannot block;
+    /// blocking elsewhere, so a native pass never waits (the model is a `BlockingLm` there).
+    async fn read_rows(&self, logits: Tensor<2>) -> Result<Vec<Vec<f32>>, ModelError> {
+        #[cfg(target_arch = "wasm32")]
+        let data = logits.into_data_async().await;
+        #[cfg(not(target_arch = "wasm32"))]
+        let data = logits.try_into_data();
+        rows_of(
+            data.map_err(|e| ModelError::Device(format!("{e:?}")))?,
+            self.config.vocab,
+        )
     }
 
     /// The output head over final hidden rows `[n, dim] → [n, vocab]`.
@@ -812,11 +841,7 @@ impl DeviceModel {
         all_logits: bool,
     ) -> Result<Vec<Vec<f32>>, ModelError> {
         let logits = self.forward(tokens, cache, all_logits)?;
-        let data = logits
-            .into_data_async()
-            .await
-            .map_err(|e| ModelError::Device(format!("{e:?}")))?;
-        rows_of(data, self.config.vocab)
+        self.read_rows(logits).await
     }
 
     /// [`Self::forward_read`] for native callers, blocking on the readback.
@@ -827,11 +852,7 @@ impl DeviceModel {
         cache: &mut DeviceCache,
         all_logits: bool,
     ) -> Result<Vec<Vec<f32>>, ModelError> {
-        let logits = self.forward(tokens, cache, all_logits)?;
-        let data = logits
-            .try_into_data()
-            .map_err(|e| ModelError::Device(format!("{e:?}")))?;
-        rows_of(data, self.config.vocab)
+        ready(self.forward_read(tokens, cache, all_logits))
     }
 
     /// cos/sin of the RoPE angles for every row of `spans` (first row, rows, first position),

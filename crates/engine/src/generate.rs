@@ -3,6 +3,7 @@
 
 use web_time::Instant;
 
+use crate::causal_lm::{BlockingLm, CausalLm, ModelCache, ready};
 use crate::gguf::{ByteSource, Gguf};
 use crate::kv::KvCache;
 use crate::model::{Model, ModelError};
@@ -126,12 +127,12 @@ impl Completion {
 /// A prompt's keys and values, kept to start later prompts that begin the same way (the
 /// chat template's system prompt, a shared document) without computing them again.
 #[derive(Debug, Clone)]
-pub struct PromptPrefix {
+pub struct PromptPrefix<C = KvCache> {
     tokens: Vec<u32>,
-    cache: KvCache,
+    cache: C,
 }
 
-impl PromptPrefix {
+impl<C> PromptPrefix<C> {
     /// Tokens covered.
     pub fn len(&self) -> usize {
         self.tokens.len()
@@ -141,14 +142,18 @@ impl PromptPrefix {
     pub fn is_empty(&self) -> bool {
         self.tokens.is_empty()
     }
+
+    /// Leading tokens of `ids` it holds, leaving `ids`' last (whose logits are needed).
+    fn shared_with(&self, ids: &[u32]) -> usize {
+        let same = self.tokens.iter().zip(ids).take_while(|(a, b)| a == b);
+        same.count().min(ids.len().saturating_sub(1))
+    }
 }
 
 /// One generation in progress: its cache (of type `C`: the CPU model's [`KvCache`] or a
 /// device model's cache), its next-token logits and what it produced.
 pub struct Sequence<C = KvCache> {
     cache: C,
-    /// Positions the cache holds.
-    capacity: usize,
     logits: Vec<f32>,
     rng: Rng,
     params: GenerateParams,
@@ -176,11 +181,10 @@ impl<C> std::fmt::Debug for Sequence<C> {
     }
 }
 
-impl<C> Sequence<C> {
+impl<C: ModelCache> Sequence<C> {
     /// A sequence whose prompt `prompt_ids` has been prefilled into `cache`, leaving `logits`.
     pub(crate) fn prefilled(
         cache: C,
-        capacity: usize,
         logits: Vec<f32>,
         prompt_ids: Vec<u32>,
         params: &GenerateParams,
@@ -188,7 +192,6 @@ impl<C> Sequence<C> {
     ) -> Self {
         Sequence {
             cache,
-            capacity,
             logits,
             rng: Rng::new(params.sampling.seed),
             params: params.clone(),
@@ -213,13 +216,8 @@ impl<C> Sequence<C> {
     }
 
     /// A sequence whose prompt is still to be prefilled (by [`Engine::step`]).
-    pub(crate) fn queued(
-        cache: C,
-        capacity: usize,
-        prompt_ids: Vec<u32>,
-        params: &GenerateParams,
-    ) -> Self {
-        let mut seq = Self::prefilled(cache, capacity, Vec::new(), prompt_ids, params, 0.0);
+    pub(crate) fn queued(cache: C, prompt_ids: Vec<u32>, params: &GenerateParams) -> Self {
+        let mut seq = Self::prefilled(cache, Vec::new(), prompt_ids, params, 0.0);
         seq.fed = 0;
         seq
     }
@@ -279,23 +277,6 @@ impl<C> Sequence<C> {
         self.out
     }
 
-    /// The token the next forward pass must feed, and the cache it extends; `None` once
-    /// finished.
-    #[cfg_attr(not(feature = "device"), allow(dead_code))] // the device model's stepping
-    pub(crate) fn pending(&mut self) -> Option<(u32, &mut C)> {
-        if self.finished {
-            return None;
-        }
-        Some((self.context.last().copied().unwrap_or(0), &mut self.cache))
-    }
-
-    /// Installs the logits of the forward pass over the pending token.
-    #[cfg_attr(not(feature = "device"), allow(dead_code))] // the device model's stepping
-    pub(crate) fn set_logits(&mut self, logits: Vec<f32>) {
-        self.logits = logits;
-        self.fed = self.context.len();
-    }
-
     /// Samples the next token from the current logits (see [`Engine::next_token`]).
     pub(crate) fn sample_next(
         &mut self,
@@ -329,7 +310,7 @@ impl<C> Sequence<C> {
         } else {
             self.out.text = full;
             // The token just sampled still needs a cache position before it can be fed.
-            let cache_full = self.context.len() > self.capacity;
+            let cache_full = self.context.len() > self.cache.room();
             if cache_full || self.out.tokens.len() >= self.params.max_tokens {
                 self.finish(Finish::Length);
             }
@@ -341,19 +322,17 @@ impl<C> Sequence<C> {
             entropy: s.entropy,
         }))
     }
-}
 
-impl Sequence<KvCache> {
     /// The prompt's keys and values, once they are all computed, to start later prompts
-    /// that share a beginning with this one.
-    pub fn prompt_prefix(&self) -> Option<PromptPrefix> {
+    /// that share a beginning with this one; `None` also where the cache is not worth copying.
+    pub fn prompt_prefix(&self) -> Option<PromptPrefix<C>> {
         let n = self.out.prompt_tokens;
-        if self.fed < n || self.cache.len() < n {
+        if self.fed < n || self.cache.filled() < n {
             return None;
         }
         Some(PromptPrefix {
             tokens: self.context[..n].to_vec(),
-            cache: self.cache.prefix(n),
+            cache: self.cache.prefix(n)?,
         })
     }
 }
@@ -416,25 +395,26 @@ pub(crate) fn encode_prompt(
     Ok(ids)
 }
 
-/// The prompt's ids with their fresh cache of `capacity` positions, if it has room after them
-/// for at least one generated token.
-pub(crate) fn with_room<C>(
-    ids: Vec<u32>,
-    cache: C,
-    capacity: usize,
-) -> Result<(Vec<u32>, C), EngineError> {
-    if ids.len() >= capacity {
+/// The prompt's ids with their cache, if it has room after them for at least one generated
+/// token.
+fn with_room<C: ModelCache>(ids: Vec<u32>, cache: C) -> Result<(Vec<u32>, C), EngineError> {
+    if ids.len() >= cache.room() {
         return Err(EngineError::PromptTooLong {
             prompt: ids.len(),
-            context: capacity,
+            context: cache.room(),
         });
     }
     Ok((ids, cache))
 }
 
-/// A loaded model with its tokenizer and chat template.
-pub struct Engine {
-    pub model: Model,
+/// A prefilled prompt: its ids, its cache, and the logits of its last position.
+pub type Prefilled<C> = (Vec<u32>, C, Vec<f32>);
+
+/// A loaded model with its tokenizer and chat template: the CPU [`Model`] (the default) or a
+/// model on a burn device (`Engine<DeviceModel>`). Everything but the forward pass is written
+/// here once, over [`CausalLm`].
+pub struct Engine<M = Model> {
+    pub model: M,
     pub tokenizer: Tokenizer,
     pub template: ChatTemplate,
     /// `general.languages` of the GGUF (empty when unspecified).
@@ -443,7 +423,7 @@ pub struct Engine {
     pub name: Option<String>,
 }
 
-impl std::fmt::Debug for Engine {
+impl<M: std::fmt::Debug> std::fmt::Debug for Engine<M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
             .field("name", &self.name)
@@ -452,12 +432,34 @@ impl std::fmt::Debug for Engine {
     }
 }
 
-impl Engine {
+impl Engine<Model> {
     /// Loads model, tokenizer and template from a GGUF source; RoPE covers `max_context`.
     pub fn load<S: ByteSource>(source: S, max_context: usize) -> Result<Self, EngineError> {
         let g = Gguf::read(source)?;
-        let text = TextParts::from_gguf(&g)?;
         let model = Model::load(&g, max_context)?;
+        Self::with_model(&g, model)
+    }
+}
+
+#[cfg(feature = "device")]
+impl Engine<crate::device_model::DeviceModel> {
+    /// Loads tokenizer and template from a GGUF source and uploads its weights to `device`;
+    /// caches hold at most `max_context` positions.
+    pub fn load_on<S: ByteSource>(
+        source: S,
+        max_context: usize,
+        device: &crate::Device,
+    ) -> Result<Self, EngineError> {
+        let g = Gguf::read(source)?;
+        let model = crate::device_model::DeviceModel::load(&g, max_context, device)?;
+        Self::with_model(&g, model)
+    }
+}
+
+impl<M: CausalLm> Engine<M> {
+    /// `model` with the tokenizer, template and identity of the GGUF it was loaded from.
+    fn with_model<S: ByteSource>(g: &Gguf<S>, model: M) -> Result<Self, EngineError> {
+        let text = TextParts::from_gguf(g)?;
         Ok(Self {
             model,
             tokenizer: text.tokenizer,
@@ -472,78 +474,29 @@ impl Engine {
         encode_prompt(&self.tokenizer, &self.template, prompt)
     }
 
-    /// Generates a completion, calling `on_token` after every token.
-    pub fn generate(
-        &self,
-        prompt: Prompt<'_>,
-        params: &GenerateParams,
-        mut on_token: impl FnMut(&TokenEvent) -> Flow,
-    ) -> Result<Completion, EngineError> {
-        let mut seq = self.start(prompt, params)?;
-        while let Some(ev) = self.next_token(&mut seq)? {
-            if (!ev.text.is_empty() || !seq.is_finished()) && on_token(&ev) == Flow::Cancel {
-                seq.cancel();
-            }
-            self.advance(&mut [&mut seq])?;
-        }
-        Ok(seq.into_completion())
-    }
-
-    /// Starts a sequence: tokenizes and prefills the prompt.
-    pub fn start(
-        &self,
-        prompt: Prompt<'_>,
-        params: &GenerateParams,
-    ) -> Result<Sequence, EngineError> {
-        let t0 = Instant::now();
-        let (prompt_ids, cache, logits) = self.prefill(prompt, params.context)?;
-        let prefill_ms = t0.elapsed().as_secs_f64() * 1000.0;
-        let capacity = cache.capacity();
-        Ok(Sequence::prefilled(
-            cache, capacity, logits, prompt_ids, params, prefill_ms,
-        ))
+    /// A fresh cache sized for `context` positions.
+    pub fn new_cache(&self, context: usize) -> M::Cache {
+        self.model.new_cache(context)
     }
 
     /// The prompt's ids and an empty cache of `context` positions with room for them and
     /// at least one generated token.
-    fn prompt_and_cache(
+    pub(crate) fn prompt_and_cache(
         &self,
         prompt: Prompt<'_>,
         context: usize,
-    ) -> Result<(Vec<u32>, KvCache), EngineError> {
-        let ids = self.prompt_tokens(prompt)?;
-        let cache = self.model.new_cache(context);
-        let capacity = cache.capacity();
-        with_room(ids, cache, capacity)
-    }
-
-    /// Tokenizes `prompt` and runs it through a fresh cache of `context` positions: the
-    /// prompt's ids, the cache, and the logits of its last position.
-    pub fn prefill(
-        &self,
-        prompt: Prompt<'_>,
-        context: usize,
-    ) -> Result<(Vec<u32>, KvCache, Vec<f32>), EngineError> {
-        let (ids, mut cache) = self.prompt_and_cache(prompt, context)?;
-        let logits = self
-            .model
-            .forward(&ids, &mut cache, false)?
-            .pop()
-            .unwrap_or_default();
-        Ok((ids, cache, logits))
+    ) -> Result<(Vec<u32>, M::Cache), EngineError> {
+        with_room(self.prompt_tokens(prompt)?, self.model.new_cache(context))
     }
 
     /// Samples the sequence's next token from its current logits. Returns the event to stream
     /// (its text may be empty while a character or a possible stop string is pending), or
     /// `None` once the sequence has finished. Does not run the model: see [`Engine::advance`].
-    pub fn next_token(&self, seq: &mut Sequence) -> Result<Option<TokenEvent>, EngineError> {
+    pub fn next_token(
+        &self,
+        seq: &mut Sequence<M::Cache>,
+    ) -> Result<Option<TokenEvent>, EngineError> {
         seq.sample_next(&self.tokenizer)
-    }
-
-    /// Runs one decode step for every unfinished sequence in one batched forward pass,
-    /// feeding each its last sampled token (and any queued prompt whole).
-    pub fn advance(&self, seqs: &mut [&mut Sequence]) -> Result<(), EngineError> {
-        self.step(seqs, usize::MAX)
     }
 
     /// Tokenizes the prompt and sets up its cache without running the model: the sequence
@@ -552,7 +505,7 @@ impl Engine {
         &self,
         prompt: Prompt<'_>,
         params: &GenerateParams,
-    ) -> Result<Sequence, EngineError> {
+    ) -> Result<Sequence<M::Cache>, EngineError> {
         self.queue_after(prompt, params, None)
     }
 
@@ -563,25 +516,125 @@ impl Engine {
         &self,
         prompt: Prompt<'_>,
         params: &GenerateParams,
-        prefix: Option<&PromptPrefix>,
-    ) -> Result<Sequence, EngineError> {
-        let (ids, mut cache) = self.prompt_and_cache(prompt, params.context)?;
-        let shared = prefix.map_or(0, |p| {
-            p.tokens
-                .iter()
-                .zip(&ids)
-                .take_while(|(a, b)| a == b)
-                .count()
-                .min(ids.len() - 1)
-        });
-        if let Some(p) = prefix.filter(|_| shared > 0) {
-            cache.start_from(&p.cache, shared);
-        }
-        let capacity = cache.capacity();
-        let mut seq = Sequence::queued(cache, capacity, ids, params);
+        prefix: Option<&PromptPrefix<M::Cache>>,
+    ) -> Result<Sequence<M::Cache>, EngineError> {
+        let ids = self.prompt_tokens(prompt)?;
+        let shared = prefix.map_or(0, |p| p.shared_with(&ids));
+        let reused = prefix
+            .filter(|_| shared > 0)
+            .and_then(|p| p.cache.prefix(shared));
+        let (cache, shared) = match reused {
+            Some(mut cache) => {
+                self.model.reserve(&mut cache, params.context);
+                (cache, shared)
+            }
+            None => (self.model.new_cache(params.context), 0),
+        };
+        let (ids, cache) = with_room(ids, cache)?;
+        let mut seq = Sequence::queued(cache, ids, params);
         seq.fed = shared;
         seq.reused = shared;
         Ok(seq)
+    }
+
+    /// [`Engine::prefill`], awaited.
+    pub async fn prefill_async(
+        &self,
+        prompt: Prompt<'_>,
+        context: usize,
+    ) -> Result<Prefilled<M::Cache>, EngineError> {
+        let (ids, mut cache) = self.prompt_and_cache(prompt, context)?;
+        let logits = self.model.forward_last(&ids, &mut cache).await?;
+        Ok((ids, cache, logits))
+    }
+
+    /// [`Engine::start`], awaited.
+    pub async fn start_async(
+        &self,
+        prompt: Prompt<'_>,
+        params: &GenerateParams,
+    ) -> Result<Sequence<M::Cache>, EngineError> {
+        let t0 = Instant::now();
+        let (prompt_ids, cache, logits) = self.prefill_async(prompt, params.context).await?;
+        let prefill_ms = t0.elapsed().as_secs_f64() * 1000.0;
+        Ok(Sequence::prefilled(
+            cache, logits, prompt_ids, params, prefill_ms,
+        ))
+    }
+
+    /// [`Engine::step`], awaited.
+    pub async fn step_async(
+        &self,
+        seqs: &mut [&mut Sequence<M::Cache>],
+        prefill_budget: usize,
+    ) -> Result<(), EngineError> {
+        let Some(feed) = Feed::plan(seqs, prefill_budget) else {
+            return Ok(());
+        };
+        let logits = {
+            let mut caches = feed.caches(seqs);
+            let chunks: Vec<&[u32]> = feed.chunks.iter().map(Vec::as_slice).collect();
+            self.model
+                .forward_chunks(&chunks, &mut caches, &feed.want)
+                .await?
+        };
+        feed.apply(seqs, logits);
+        Ok(())
+    }
+
+    /// [`Engine::generate`], awaited.
+    pub async fn generate_async(
+        &self,
+        prompt: Prompt<'_>,
+        params: &GenerateParams,
+        mut on_token: impl FnMut(&TokenEvent) -> Flow,
+    ) -> Result<Completion, EngineError> {
+        let mut seq = self.start_async(prompt, params).await?;
+        while let Some(ev) = self.next_token(&mut seq)? {
+            if (!ev.text.is_empty() || !seq.is_finished()) && on_token(&ev) == Flow::Cancel {
+                seq.cancel();
+            }
+            self.step_async(&mut [&mut seq], usize::MAX).await?;
+        }
+        Ok(seq.into_completion())
+    }
+}
+
+impl<M: BlockingLm> Engine<M> {
+    /// Generates a completion, calling `on_token` after every token; `on_token` returning
+    /// [`Flow::Cancel`] stops before the next forward pass.
+    pub fn generate(
+        &self,
+        prompt: Prompt<'_>,
+        params: &GenerateParams,
+        on_token: impl FnMut(&TokenEvent) -> Flow,
+    ) -> Result<Completion, EngineError> {
+        ready(self.generate_async(prompt, params, on_token))
+    }
+
+    /// Starts a sequence: tokenizes and prefills the prompt.
+    pub fn start(
+        &self,
+        prompt: Prompt<'_>,
+        params: &GenerateParams,
+    ) -> Result<Sequence<M::Cache>, EngineError> {
+        ready(self.start_async(prompt, params))
+    }
+
+    /// Tokenizes `prompt` and runs it through a fresh cache of `context` positions: the
+    /// prompt's ids, the cache, and the logits of its last position.
+    pub fn prefill(
+        &self,
+        prompt: Prompt<'_>,
+        context: usize,
+    ) -> Result<Prefilled<M::Cache>, EngineError> {
+        ready(self.prefill_async(prompt, context))
+    }
+
+    /// Runs one decode step for every unfinished sequence in one batched forward pass,
+    /// feeding each its last sampled token (and any queued prompt whole).
+    pub fn advance(&self, seqs: &mut [&mut Sequence<M::Cache>]) -> Result<(), EngineError> {
+        self.step(seqs, usize::MAX)
     }
 
     /// One forward pass for a batch (continuous batching): every decoding sequence feeds its
@@ -590,83 +643,80 @@ impl Engine {
     /// streams for longer than one chunk.
     pub fn step(
         &self,
-        seqs: &mut [&mut Sequence],
+        seqs: &mut [&mut Sequence<M::Cache>],
         prefill_budget: usize,
     ) -> Result<(), EngineError> {
-        step_sequences(seqs, prefill_budget, |chunks, caches, want| {
-            self.model.forward_chunks(chunks, caches, want)
-        })
-    }
-
-    /// A fresh KV cache sized for `context` positions.
-    pub fn new_cache(&self, context: usize) -> KvCache {
-        self.model.new_cache(context)
+        ready(self.step_async(seqs, prefill_budget))
     }
 }
 
-/// One continuous-batching step over `seqs` (see [`Engine::step`]) for any model: `forward`
-/// runs each fed sequence's chunk at its cache's next positions, in one pass, and returns the
-/// last logits of the chunks it is asked for.
-pub(crate) fn step_sequences<C>(
-    seqs: &mut [&mut Sequence<C>],
-    prefill_budget: usize,
-    forward: impl FnOnce(&[&[u32]], &mut [&mut C], &[bool]) -> Result<Vec<Option<Vec<f32>>>, ModelError>,
-) -> Result<(), EngineError> {
-    let mut budget = prefill_budget;
-    // (sequence, tokens fed this step) for every sequence that feeds any.
-    let mut feeds: Vec<(usize, usize)> = Vec::new();
-    for (i, s) in seqs.iter().enumerate() {
-        let unfed = s.context.len().saturating_sub(s.fed);
-        if s.finished || unfed == 0 {
-            continue;
-        }
-        let take = if s.is_decoding() {
-            unfed
-        } else {
-            let take = unfed.min(budget);
-            budget -= take;
-            take
+/// What one continuous-batching step feeds (see [`Engine::step`]): for every sequence that
+/// feeds any tokens, its index, its chunk and whether its logits are wanted.
+struct Feed {
+    seqs: Vec<usize>,
+    chunks: Vec<Vec<u32>>,
+    want: Vec<bool>,
+}
+
+impl Feed {
+    /// Decoding sequences feed their last sampled token; prefilling ones feed their prompts,
+    /// in order, up to `prefill_budget` tokens in all. `None` when nothing feeds.
+    fn plan<C: ModelCache>(seqs: &[&mut Sequence<C>], prefill_budget: usize) -> Option<Self> {
+        let mut budget = prefill_budget;
+        let mut feed = Feed {
+            seqs: Vec::new(),
+            chunks: Vec::new(),
+            want: Vec::new(),
         };
-        if take > 0 {
-            feeds.push((i, take));
+        for (i, s) in seqs.iter().enumerate() {
+            let unfed = s.context.len().saturating_sub(s.fed);
+            if s.finished || unfed == 0 {
+                continue;
+            }
+            let take = if s.is_decoding() {
+                unfed
+            } else {
+                let take = unfed.min(budget);
+                budget -= take;
+                take
+            };
+            if take > 0 {
+                feed.seqs.push(i);
+                feed.chunks.push(s.context[s.fed..s.fed + take].to_vec());
+                feed.want.push(s.fed + take == s.context.len());
+            }
         }
+        (!feed.seqs.is_empty()).then_some(feed)
     }
-    if feeds.is_empty() {
-        return Ok(());
-    }
-    let chunks: Vec<Vec<u32>> = feeds
-        .iter()
-        .map(|&(i, take)| seqs[i].context[seqs[i].fed..seqs[i].fed + take].to_vec())
-        .collect();
-    let want: Vec<bool> = feeds
-        .iter()
-        .map(|&(i, take)| seqs[i].fed + take == seqs[i].context.len())
-        .collect();
-    let mut fed_seqs: Vec<&mut Sequence<C>> = Vec::with_capacity(feeds.len());
-    let mut next = feeds.iter().map(|&(i, _)| i).peekable();
-    for (i, s) in seqs.iter_mut().enumerate() {
-        if next.peek() == Some(&i) {
-            next.next();
-            fed_seqs.push(&mut **s);
+
+    /// The fed sequences' caches, in feed order.
+    fn caches<'a, C: ModelCache>(&self, seqs: &'a mut [&mut Sequence<C>]) -> Vec<&'a mut C> {
+        let mut next = self.seqs.iter().peekable();
+        let mut caches = Vec::with_capacity(self.seqs.len());
+        for (i, s) in seqs.iter_mut().enumerate() {
+            if next.peek() == Some(&&i) {
+                next.next();
+                caches.push(&mut s.cache);
+            }
         }
+        caches
     }
-    let chunk_refs: Vec<&[u32]> = chunks.iter().map(Vec::as_slice).collect();
-    let logits = {
-        let mut caches: Vec<&mut C> = fed_seqs.iter_mut().map(|s| &mut s.cache).collect();
-        forward(&chunk_refs, &mut caches, &want)?
-    };
-    for ((s, &(_, take)), l) in fed_seqs.into_iter().zip(&feeds).zip(logits) {
-        let prefilling = !s.is_decoding();
-        s.fed += take;
-        if let Some(l) = l {
-            s.logits = l;
-            if prefilling {
-                s.out.prefill_ms = s.queued_at.elapsed().as_secs_f64() * 1000.0;
-                s.decode_started = Instant::now();
+
+    /// Marks the chunks fed and installs the logits that came back.
+    fn apply<C: ModelCache>(self, seqs: &mut [&mut Sequence<C>], logits: Vec<Option<Vec<f32>>>) {
+        for ((&i, chunk), l) in self.seqs.iter().zip(&self.chunks).zip(logits) {
+            let s = &mut *seqs[i];
+            let prefilling = !s.is_decoding();
+            s.fed += chunk.len();
+            if let Some(l) = l {
+                s.logits = l;
+                if prefilling {
+                    s.out.prefill_ms = s.queued_at.elapsed().as_secs_f64() * 1000.0;
+                    s.decode_started = Instant::now();
+                }
             }
         }
     }
-    Ok(())
 }
 
 /// How much of `text` is safe to show: up to a stop string (and whether one was found),

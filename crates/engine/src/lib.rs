@@ -4,13 +4,13 @@
 //! formats (`gguf` and `quant`, from `straddle-gguf`, re-exported here): `qmatrix` (weights
 //! kept quantized, and their products), `tokenizer`, `template` (chat templates), `model`
 //! (config, layers, forward on the CPU), `device_model` (the same model on a burn device:
-//! WebGPU, Vulkan, flex) and `kernels` (our cubecl kernels for it), `kv` (the cache), `sample` (choosing tokens), `generate` (the
-//! loop), `speculative` (draft and verify), and `bandwidth` (what the memory delivers, the
-//! bound decoding is measured against).
+//! WebGPU, Vulkan, flex) and `kernels` (our cubecl kernels for it), `kv` (the cache),
+//! `causal_lm` (what the loop needs of either model), `sample` (choosing tokens), `generate`
+//! (the loop: one `Engine<M>` over either model), `speculative` (draft and verify), and
+//! `bandwidth` (what the memory delivers, the bound decoding is measured against).
 
 pub mod bandwidth;
-#[cfg(feature = "device")]
-pub mod device_engine;
+pub mod causal_lm;
 #[cfg(feature = "device")]
 pub mod device_model;
 pub mod generate;
@@ -29,8 +29,7 @@ pub use straddle_gguf::{gguf, quant};
 
 #[cfg(feature = "device")]
 pub use burn::tensor::Device;
-#[cfg(feature = "device")]
-pub use device_engine::DeviceEngine;
+pub use causal_lm::{BlockingLm, CausalLm, ModelCache};
 #[cfg(feature = "device")]
 pub use device_model::{DeviceCache, DeviceModel};
 pub use generate::{

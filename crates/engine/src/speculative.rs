@@ -8,98 +8,21 @@
 //! otherwise draws from p with x removed, which leaves every emitted token distributed as p
 //! (the rejection rule of Leviathan et al. 2023 with q = δ_x).
 
-use std::future::Future;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
-
 use web_time::Instant;
 
+use crate::causal_lm::{BlockingLm, CausalLm, ModelCache, ready};
 use crate::generate::{Engine, EngineError, Finish, GenerateParams, Prompt, stable_text};
 use crate::kv::KvCache;
 use crate::model::{Model, ModelError};
 use crate::sample::{self, Rng, SamplingParams};
 use crate::tokenizer::Tokenizer;
 
-/// A model that drafts: the CPU [`Model`] or a `DeviceModel` (whose passes are awaited,
-/// because a browser reads GPU results back asynchronously). The drafting loop and the
-/// speculation's bookkeeping are written once over it.
-// Callers are single-threaded (a browser tab, a blocking CLI), so the futures need no `Send`.
-#[allow(async_fn_in_trait)]
-pub trait Drafter {
-    /// The model's KV cache for one sequence.
-    type Cache: DraftCache;
-
-    /// Runs `tokens` after the cache's contents and returns the last position's logits.
-    async fn forward_last(
-        &self,
-        tokens: &[u32],
-        cache: &mut Self::Cache,
-    ) -> Result<Vec<f32>, ModelError>;
-}
-
-/// What speculation needs of a cache: its length, rewinding it, its room.
-pub trait DraftCache {
-    /// Positions filled.
-    fn filled(&self) -> usize;
-    /// Forgets positions from `len` on.
-    fn rewind(&mut self, len: usize);
-    /// Positions it can hold.
-    fn room(&self) -> usize;
-}
-
-/// Both caches already have the methods under these names.
-macro_rules! draft_cache {
-    ($($cache:ty),*) => {$(
-        impl DraftCache for $cache {
-            fn filled(&self) -> usize {
-                self.len()
-            }
-            fn rewind(&mut self, len: usize) {
-                self.truncate(len);
-            }
-            fn room(&self) -> usize {
-                self.capacity()
-            }
-        }
-    )*};
-}
-draft_cache!(KvCache);
-
 #[cfg(feature = "device")]
 mod device;
 
-impl Drafter for Model {
-    type Cache = KvCache;
-
-    async fn forward_last(
-        &self,
-        tokens: &[u32],
-        cache: &mut KvCache,
-    ) -> Result<Vec<f32>, ModelError> {
-        Ok(self
-            .forward(tokens, cache, false)?
-            .pop()
-            .unwrap_or_default())
-    }
-}
-
-/// The value of a future that never waits: the CPU model's passes are synchronous, so its
-/// drafting runs the shared async code to completion in one poll.
-fn ready<F: Future>(future: F) -> F::Output {
-    let mut future = pin!(future);
-    match future
-        .as_mut()
-        .poll(&mut Context::from_waker(Waker::noop()))
-    {
-        Poll::Ready(value) => value,
-        // Only `Drafter for Model` reaches here, whose passes never wait.
-        Poll::Pending => unreachable!("a CPU pass awaited"),
-    }
-}
-
 /// Drafts `k` tokens greedily after the cache's contents, given the logits of its last
 /// position; the cache grows by every drafted token but the last.
-async fn draft_greedy<D: Drafter>(
+async fn draft_greedy<D: CausalLm>(
     model: &D,
     cache: &mut D::Cache,
     last_logits: &[f32],
@@ -127,7 +50,7 @@ async fn draft_greedy<D: Drafter>(
 /// The drafting side after a verdict: keeps the accepted draft in the cache, feeds the
 /// verifier's token, and returns the logits to draft from next. `base` is the cache length
 /// before the draft.
-async fn accept_verdict<D: Drafter>(
+async fn accept_verdict<D: CausalLm>(
     model: &D,
     cache: &mut D::Cache,
     base: usize,
@@ -223,35 +146,27 @@ impl Model {
         context: &[u32],
         rng: &mut Rng,
     ) -> Result<Verdict, ModelError> {
-        verify_after_with(
-            cache,
-            pending,
-            draft,
-            params,
-            context,
-            rng,
-            |input, cache| self.forward(input, cache, true),
-        )
+        verify_after(self, cache, pending, draft, params, context, rng)
     }
 }
 
-/// A verification after a pending token, given the model's pass returning every position's
-/// logits: one pass over the pending token and the draft, then the cache keeps the pending
-/// token and the accepted draft.
-fn verify_after_with<C: DraftCache>(
-    cache: &mut C,
+/// Verifies `draft` after a `pending` token the cache does not hold yet, on any model that
+/// can run synchronously (see [`Model::verify_after`]): one pass over the pending token and
+/// the draft, then the cache keeps the pending token and the accepted draft.
+pub fn verify_after<M: BlockingLm>(
+    model: &M,
+    cache: &mut M::Cache,
     pending: u32,
     draft: &[u32],
     params: &SamplingParams,
     context: &[u32],
     rng: &mut Rng,
-    forward_all: impl FnOnce(&[u32], &mut C) -> Result<Vec<Vec<f32>>, ModelError>,
 ) -> Result<Verdict, ModelError> {
     let start = cache.filled();
     let mut input = Vec::with_capacity(draft.len() + 1);
     input.push(pending);
     input.extend_from_slice(draft);
-    let all = forward_all(&input, cache)?;
+    let all = ready(model.forward_all(&input, cache))?;
     let verdict = judge_after(&all, pending, draft, params, context, rng);
     cache.rewind(start + 1 + verdict.accepted);
     Ok(verdict)
@@ -466,8 +381,8 @@ pub struct SpeculationStats {
 /// If the verifier fails, [`Speculation::step_alone`] goes on with the edge model alone from
 /// exactly the tokens emitted so far.
 ///
-/// `C` is the drafting model's cache: the CPU [`Engine`]'s (the methods above, synchronous) or
-/// a `DeviceEngine`'s (`*_with` methods, awaited; they take either model).
+/// `C` is the drafting model's cache. The plain methods run a [`BlockingLm`] synchronously;
+/// `start_with` and the `*_with` methods are awaited and take any model (WebGPU in a browser).
 pub struct Speculation<C = KvCache> {
     cache: C,
     /// Logits after the last emitted token (what the next draft starts from).
@@ -496,39 +411,57 @@ impl<C> std::fmt::Debug for Speculation<C> {
     }
 }
 
-impl Speculation<KvCache> {
+impl<C: ModelCache> Speculation<C> {
     /// Tokenizes and prefills `prompt` on the drafting model. Every later call takes the
     /// same `engine` (the state holds no borrow, so a wasm object can own it).
-    pub fn start(
-        engine: &Engine,
+    pub fn start<M: BlockingLm<Cache = C>>(
+        engine: &Engine<M>,
         prompt: Prompt<'_>,
         params: &GenerateParams,
         lengths: DraftLength,
     ) -> Result<Self, EngineError> {
-        let (prompt, cache, logits) = engine.prefill(prompt, params.context)?;
+        ready(Self::start_with(engine, prompt, params, lengths))
+    }
+
+    /// [`Speculation::start`] on any model, awaited.
+    pub async fn start_with<M: CausalLm<Cache = C>>(
+        engine: &Engine<M>,
+        prompt: Prompt<'_>,
+        params: &GenerateParams,
+        lengths: DraftLength,
+    ) -> Result<Self, EngineError> {
+        let (prompt, cache, logits) = engine.prefill_async(prompt, params.context).await?;
         Ok(Self::prefilled(cache, logits, prompt, params, lengths))
     }
 
     /// Drafts the next tokens to verify; `None` once finished. A draft still awaiting its
     /// verdict is returned again rather than redrafted.
-    pub fn draft(&mut self, engine: &Engine) -> Result<Option<&[u32]>, EngineError> {
+    pub fn draft<M: BlockingLm<Cache = C>>(
+        &mut self,
+        engine: &Engine<M>,
+    ) -> Result<Option<&[u32]>, EngineError> {
         ready(self.draft_with(&engine.model))
     }
 
     /// Takes the verifier's verdict on the pending draft and returns the new text to show.
-    pub fn settle(&mut self, engine: &Engine, verdict: Verdict) -> Result<String, EngineError> {
+    pub fn settle<M: BlockingLm<Cache = C>>(
+        &mut self,
+        engine: &Engine<M>,
+        verdict: Verdict,
+    ) -> Result<String, EngineError> {
         ready(self.settle_with(&engine.model, &engine.tokenizer, verdict))
     }
 
     /// One token from the edge model alone (the verifier is gone): forgets any pending draft
     /// and samples with the generation's own settings. Returns the new text, or `None` once
     /// finished.
-    pub fn step_alone(&mut self, engine: &Engine) -> Result<Option<String>, EngineError> {
+    pub fn step_alone<M: BlockingLm<Cache = C>>(
+        &mut self,
+        engine: &Engine<M>,
+    ) -> Result<Option<String>, EngineError> {
         ready(self.step_alone_with(&engine.model, &engine.tokenizer))
     }
-}
 
-impl<C: DraftCache> Speculation<C> {
     fn prefilled(
         cache: C,
         logits: Vec<f32>,
@@ -584,7 +517,7 @@ impl<C: DraftCache> Speculation<C> {
     }
 
     /// [`Speculation::draft`] with any drafting model.
-    pub async fn draft_with<D: Drafter<Cache = C>>(
+    pub async fn draft_with<D: CausalLm<Cache = C>>(
         &mut self,
         model: &D,
     ) -> Result<Option<&[u32]>, EngineError> {
@@ -605,7 +538,7 @@ impl<C: DraftCache> Speculation<C> {
     }
 
     /// [`Speculation::settle`] with any drafting model.
-    pub async fn settle_with<D: Drafter<Cache = C>>(
+    pub async fn settle_with<D: CausalLm<Cache = C>>(
         &mut self,
         model: &D,
         tokenizer: &Tokenizer,
@@ -635,7 +568,7 @@ impl<C: DraftCache> Speculation<C> {
     }
 
     /// [`Speculation::step_alone`] with any drafting model.
-    pub async fn step_alone_with<D: Drafter<Cache = C>>(
+    pub async fn step_alone_with<D: CausalLm<Cache = C>>(
         &mut self,
         model: &D,
         tokenizer: &Tokenizer,

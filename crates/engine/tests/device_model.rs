@@ -379,7 +379,7 @@ fn block_on<F: std::future::Future>(future: F) -> F::Output {
 #[test]
 fn drafting_on_the_device_gives_the_verifier_s_greedy_output() {
     use straddle_engine::speculative::{DraftLength, Speculation, Verdict};
-    use straddle_engine::{ChatMessage, DeviceEngine, GenerateParams};
+    use straddle_engine::{ChatMessage, GenerateParams};
 
     const TOKENS: usize = 14;
     let Some(path) = common::model_path() else {
@@ -389,8 +389,7 @@ fn drafting_on_the_device_gives_the_verifier_s_greedy_output() {
         return;
     };
     let cpu = Engine::load(FileSource::open(&path).expect("open"), 256).expect("cpu load");
-    let dev =
-        DeviceEngine::load(FileSource::open(&path).expect("open"), 256, &device).expect("load");
+    let dev = Engine::load_on(FileSource::open(&path).expect("open"), 256, &device).expect("load");
     let params = GenerateParams {
         max_tokens: TOKENS,
         context: 256,
@@ -426,7 +425,7 @@ fn drafting_on_the_device_gives_the_verifier_s_greedy_output() {
                 next_token,
             }
         };
-        let mut spec = block_on(Speculation::start_on_device(
+        let mut spec = block_on(Speculation::start_with(
             &dev,
             Prompt::Messages(&messages),
             &params,

@@ -7,9 +7,11 @@ use std::rc::Rc;
 
 use sha2::{Digest, Sha256};
 #[cfg(feature = "webgpu")]
-use straddle_engine::DeviceCache;
+use straddle_engine::DeviceModel;
+use straddle_engine::model::Model;
 use straddle_engine::{
-    ChatMessage, Finish, GenerateParams, Prompt, SamplingParams, Sequence, TokenEvent,
+    CausalLm, ChatMessage, Engine, EngineError, Finish, GenerateParams, Prompt, SamplingParams,
+    Sequence, TokenEvent,
 };
 use wasm_bindgen::prelude::*;
 
@@ -104,19 +106,46 @@ impl ModelBuffer {
     }
 }
 
+/// Runs `$body` with `$x` bound to what `$value` holds for the backend that runs the model
+/// (an enum with a `WebGpu` arm, behind the `webgpu` feature, and a `Cpu` arm), so each
+/// operation is written once, generically over the model.
+macro_rules! on_backend {
+    ($enum:ident, $value:expr, $x:ident => $body:expr) => {
+        match $value {
+            #[cfg(feature = "webgpu")]
+            $enum::WebGpu($x) => $body,
+            $enum::Cpu($x) => $body,
+        }
+    };
+}
+pub(crate) use on_backend;
+
+/// [`on_backend!`] into another such enum: `$body` becomes the same arm of `$to`.
+macro_rules! map_backend {
+    ($from:ident => $to:ident, $value:expr, $x:ident => $body:expr) => {
+        match $value {
+            #[cfg(feature = "webgpu")]
+            $from::WebGpu($x) => $to::WebGpu($body),
+            $from::Cpu($x) => $to::Cpu($body),
+        }
+    };
+}
+pub(crate) use map_backend;
+
 /// Where the on-device model runs.
+#[derive(Clone)]
 pub(crate) enum Backend {
     /// burn on WebGPU: the weights stay quantized in GPU memory.
     #[cfg(feature = "webgpu")]
-    WebGpu(Box<straddle_engine::DeviceEngine>),
+    WebGpu(Rc<Engine<DeviceModel>>),
     /// Our wasm-SIMD CPU kernels, for browsers without (a fast) WebGPU.
-    Cpu(Box<straddle_engine::Engine>),
+    Cpu(Rc<Engine<Model>>),
 }
 
 /// The on-device model: on WebGPU through burn when the browser has it, else on the CPU.
 #[wasm_bindgen]
 pub struct EdgeEngine {
-    pub(crate) backend: Rc<Backend>,
+    pub(crate) backend: Backend,
 }
 
 #[wasm_bindgen]
@@ -128,13 +157,13 @@ impl EdgeEngine {
         let engine = straddle_engine::Engine::load(bytes, EDGE_CONTEXT)
             .map_err(|e| JsError::new(&e.to_string()))?;
         Ok(EdgeEngine {
-            backend: Rc::new(Backend::Cpu(Box::new(engine))),
+            backend: Backend::Cpu(Rc::new(engine)),
         })
     }
 
     /// `"webgpu"` or `"cpu"`.
     pub fn backend(&self) -> String {
-        match &*self.backend {
+        match &self.backend {
             #[cfg(feature = "webgpu")]
             Backend::WebGpu(_) => "webgpu".into(),
             Backend::Cpu(_) => "cpu".into(),
@@ -143,11 +172,7 @@ impl EdgeEngine {
 
     /// Languages the model declares (GGUF `general.languages`), for the router's context.
     pub fn languages(&self) -> Vec<String> {
-        match &*self.backend {
-            #[cfg(feature = "webgpu")]
-            Backend::WebGpu(e) => e.languages.clone(),
-            Backend::Cpu(e) => e.languages.clone(),
-        }
+        on_backend!(Backend, &self.backend, e => e.languages.clone())
     }
 
     /// The longest conversation the engine holds (its KV cache), for the router's context.
@@ -159,20 +184,12 @@ impl EdgeEngine {
     /// The tokenizer's hash, to compare with the verifier's before speculating.
     #[wasm_bindgen(js_name = tokenizerHash)]
     pub fn tokenizer_hash(&self) -> String {
-        match &*self.backend {
-            #[cfg(feature = "webgpu")]
-            Backend::WebGpu(e) => e.tokenizer.hash.clone(),
-            Backend::Cpu(e) => e.tokenizer.hash.clone(),
-        }
+        on_backend!(Backend, &self.backend, e => e.tokenizer.hash.clone())
     }
 
     /// The model's name (GGUF `general.name`), for `model_versions`.
     pub fn name(&self) -> Option<String> {
-        match &*self.backend {
-            #[cfg(feature = "webgpu")]
-            Backend::WebGpu(e) => e.name.clone(),
-            Backend::Cpu(e) => e.name.clone(),
-        }
+        on_backend!(Backend, &self.backend, e => e.name.clone())
     }
 
     /// Starts a reply to `messages_json` (OpenAI-style `[{role, content}]`) with the settings
@@ -184,18 +201,11 @@ impl EdgeEngine {
             let (request, params) = parse_request(&messages_json, &params_json)
                 .map_err(|e| JsValue::from(JsError::new(&e)))?;
             let prompt = request.prompt();
-            let seq = match &*backend {
-                #[cfg(feature = "webgpu")]
-                Backend::WebGpu(e) => e.start(prompt, &params).await.map(Seq::Gpu),
-                Backend::Cpu(e) => e.start(prompt, &params).map(Seq::Cpu),
-            }
-            .map_err(|e| JsValue::from(JsError::new(&e.to_string())))?;
+            let reply = map_backend!(Backend => Reply, backend, e => Running::start(e, prompt, &params)
+                .await
+                .map_err(|e| JsValue::from(JsError::new(&e.to_string())))?);
             Ok(Generation {
-                backend,
-                state: Rc::new(RefCell::new(Slot::Idle(Box::new(State {
-                    seq,
-                    needs_forward: false,
-                })))),
+                state: Rc::new(RefCell::new(Slot::Idle(Box::new(reply)))),
             }
             .into())
         })
@@ -214,7 +224,7 @@ impl EdgeEngine {
             .init_async()
             .await
             .map_err(|e| JsError::new(&format!("WebGPU unavailable: {e}")))?;
-        let engine = straddle_engine::DeviceEngine::load(bytes, EDGE_CONTEXT, &device)
+        let engine = Engine::load_on(bytes, EDGE_CONTEXT, &device)
             .map_err(|e| JsError::new(&e.to_string()))?;
         // A software adapter runs workgroup barriers as context switches: one invocation per
         // output row is faster there (see `MatvecKernel`).
@@ -229,7 +239,7 @@ impl EdgeEngine {
             engine
         };
         Ok(EdgeEngine {
-            backend: Rc::new(Backend::WebGpu(Box::new(engine))),
+            backend: Backend::WebGpu(Rc::new(engine)),
         })
     }
 }
@@ -318,33 +328,73 @@ pub(crate) fn parse_request(
     Ok((conversation, params))
 }
 
-enum Seq {
+/// A reply on the backend that runs it: the engine and the sequence together.
+enum Reply {
     #[cfg(feature = "webgpu")]
-    Gpu(Sequence<DeviceCache>),
-    Cpu(Sequence),
+    WebGpu(Running<DeviceModel>),
+    Cpu(Running<Model>),
 }
 
 /// Where a reply stands between calls.
 enum Slot {
-    Idle(Box<State>),
-    /// A step holds the state.
+    Idle(Box<Reply>),
+    /// A step holds the reply.
     Busy,
     /// `finish` took it.
     Done,
 }
 
-struct State {
-    seq: Seq,
+/// One reply's sequence on its engine.
+struct Running<M: CausalLm> {
+    engine: Rc<Engine<M>>,
+    seq: Sequence<M::Cache>,
     /// The last sampled token has not been fed through the model yet: that forward pass
     /// runs at the start of the next `step`, so each token is handed out as soon as it is
     /// sampled.
     needs_forward: bool,
 }
 
+impl<M: CausalLm> Running<M> {
+    /// Tokenizes and prefills `prompt`.
+    async fn start(
+        engine: Rc<Engine<M>>,
+        prompt: Prompt<'_>,
+        params: &GenerateParams,
+    ) -> Result<Self, EngineError> {
+        let seq = engine.start_async(prompt, params).await?;
+        Ok(Self {
+            engine,
+            seq,
+            needs_forward: false,
+        })
+    }
+
+    /// Feeds the last sampled token, then samples the next one that completes some text;
+    /// `None` once the reply has ended.
+    async fn next_event(&mut self) -> Result<Option<TokenEvent>, EngineError> {
+        loop {
+            if std::mem::replace(&mut self.needs_forward, false) {
+                let seqs = &mut [&mut self.seq];
+                self.engine.step_async(seqs, usize::MAX).await?;
+            }
+            let Some(ev) = self.engine.next_token(&mut self.seq)? else {
+                return Ok(None);
+            };
+            self.needs_forward = true;
+            // A token whose text is still pending (half a character, a possible stop string)
+            // is not worth a round trip to JavaScript.
+            match (ev.text.is_empty(), self.seq.is_finished()) {
+                (true, false) => continue,
+                (true, true) => return Ok(None),
+                (false, _) => return Ok(Some(ev)),
+            }
+        }
+    }
+}
+
 /// One reply in progress.
 #[wasm_bindgen]
 pub struct Generation {
-    backend: Rc<Backend>,
     state: Rc<RefCell<Slot>>,
 }
 
@@ -353,10 +403,9 @@ impl Generation {
     /// Resolves to the next token as `{text, logprob, entropy}`, or `null` once the reply
     /// has ended. Calls must not overlap.
     pub fn step(&self) -> js_sys::Promise {
-        let backend = self.backend.clone();
         let state = self.state.clone();
         wasm_bindgen_futures::future_to_promise(async move {
-            let event = next_event(&backend, &state)
+            let event = next_event(&state)
                 .await
                 .map_err(|e| JsValue::from(JsError::new(&e)))?;
             Ok(match event {
@@ -376,32 +425,24 @@ impl Generation {
     /// Stops the reply; `finish` then reports it as cancelled.
     pub fn cancel(&self) {
         if let Ok(mut guard) = self.state.try_borrow_mut()
-            && let Slot::Idle(st) = &mut *guard
+            && let Slot::Idle(reply) = &mut *guard
         {
-            match &mut st.seq {
-                #[cfg(feature = "webgpu")]
-                Seq::Gpu(s) => s.cancel(),
-                Seq::Cpu(s) => s.cancel(),
-            }
+            on_backend!(Reply, &mut **reply, r => r.seq.cancel());
         }
     }
 
     /// Ends the reply and returns it as JSON: `{text, tokens, finish, prompt_tokens,
     /// prefill_ms, decode_ms, mean_logprob}`.
     pub fn finish(&self) -> Result<String, JsError> {
-        let st = match self.state.replace(Slot::Done) {
-            Slot::Idle(st) => st,
+        let reply = match self.state.replace(Slot::Done) {
+            Slot::Idle(reply) => reply,
             Slot::Busy => {
                 self.state.replace(Slot::Busy);
                 return Err(JsError::new("a step is still running"));
             }
             Slot::Done => return Err(JsError::new("this reply has already finished")),
         };
-        let c = match st.seq {
-            #[cfg(feature = "webgpu")]
-            Seq::Gpu(s) => s.into_completion(),
-            Seq::Cpu(s) => s.into_completion(),
-        };
+        let c = on_backend!(Reply, *reply, r => r.seq.into_completion());
         let finish = match c.finish {
             Finish::Stop => "stop",
             Finish::Length => "length",
@@ -422,63 +463,20 @@ impl Generation {
     }
 }
 
-async fn next_event(backend: &Backend, slot: &RefCell<Slot>) -> Result<Option<TokenEvent>, String> {
-    // The state leaves the cell for the step (which may await the GPU), so no borrow is
+async fn next_event(slot: &RefCell<Slot>) -> Result<Option<TokenEvent>, String> {
+    // The reply leaves the cell for the step (which may await the GPU), so no borrow is
     // held across an await; an overlapping call finds the slot busy.
-    let mut st = match slot.replace(Slot::Busy) {
-        Slot::Idle(st) => st,
+    let mut reply = match slot.replace(Slot::Busy) {
+        Slot::Idle(reply) => reply,
         Slot::Busy => return Err("a step is already running".into()),
         Slot::Done => {
             slot.replace(Slot::Done);
             return Ok(None);
         }
     };
-    let result = advance_and_sample(backend, &mut st).await;
-    slot.replace(Slot::Idle(st));
-    result
-}
-
-async fn advance_and_sample(
-    backend: &Backend,
-    st: &mut State,
-) -> Result<Option<TokenEvent>, String> {
-    loop {
-        let needs_forward = std::mem::replace(&mut st.needs_forward, false);
-        let event = match (backend, &mut st.seq) {
-            #[cfg(feature = "webgpu")]
-            (Backend::WebGpu(e), Seq::Gpu(s)) => {
-                if needs_forward {
-                    e.advance(s).await.map_err(|e| e.to_string())?;
-                }
-                e.next_token(s)
-            }
-            (Backend::Cpu(e), Seq::Cpu(s)) => {
-                if needs_forward {
-                    e.advance(&mut [s]).map_err(|e| e.to_string())?;
-                }
-                e.next_token(s)
-            }
-            #[cfg(feature = "webgpu")]
-            _ => return Err("a reply outlived a change of backend".into()),
-        }
-        .map_err(|e| e.to_string())?;
-        let Some(ev) = event else {
-            return Ok(None);
-        };
-        st.needs_forward = true;
-        let finished = match &st.seq {
-            #[cfg(feature = "webgpu")]
-            Seq::Gpu(s) => s.is_finished(),
-            Seq::Cpu(s) => s.is_finished(),
-        };
-        // A token whose text is still pending (half a character, a possible stop string)
-        // is not worth a round trip to JavaScript.
-        match (ev.text.is_empty(), finished) {
-            (true, false) => continue,
-            (true, true) => return Ok(None),
-            (false, _) => return Ok(Some(ev)),
-        }
-    }
+    let result = on_backend!(Reply, &mut *reply, r => r.next_event().await);
+    slot.replace(Slot::Idle(reply));
+    result.map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -3,25 +3,33 @@
 //! to [`Speculative::settle`]; if verification fails it goes on with
 //! [`Speculative::step_alone`] from exactly the tokens shown so far.
 
+use std::rc::Rc;
+
 #[cfg(feature = "webgpu")]
-use straddle_engine::DeviceCache;
-use straddle_engine::Finish;
-use straddle_engine::speculative::{DraftCache, DraftLength, Speculation, Verdict};
+use straddle_engine::DeviceModel;
+use straddle_engine::model::Model;
+use straddle_engine::speculative::{DraftLength, Speculation, Verdict};
+use straddle_engine::{CausalLm, Engine, Finish, ModelCache};
 use wasm_bindgen::prelude::*;
 
-use crate::engine::{Backend, EdgeEngine, parse_request};
+use crate::engine::{Backend, EdgeEngine, map_backend, on_backend, parse_request};
 
-/// The drafting state on the model's backend.
+/// The drafting state on the backend that holds the model.
 enum Drafting {
-    Cpu(Speculation),
     #[cfg(feature = "webgpu")]
-    Gpu(Speculation<DeviceCache>),
+    WebGpu(Drafter<DeviceModel>),
+    Cpu(Drafter<Model>),
+}
+
+/// A speculation with the engine that drafts it.
+struct Drafter<M: CausalLm> {
+    engine: Rc<Engine<M>>,
+    spec: Speculation<M::Cache>,
 }
 
 /// One speculative reply in progress.
 #[wasm_bindgen]
 pub struct Speculative {
-    backend: std::rc::Rc<Backend>,
     spec: Drafting,
 }
 
@@ -42,21 +50,14 @@ impl EdgeEngine {
         let (request, params) =
             parse_request(&messages_json, &params_json).map_err(|e| JsError::new(&e))?;
         let prompt = request.prompt();
-        let spec = match &*self.backend {
-            Backend::Cpu(e) => Drafting::Cpu(
-                Speculation::start(e, prompt, &params, DraftLength::default()).map_err(js)?,
-            ),
-            #[cfg(feature = "webgpu")]
-            Backend::WebGpu(e) => Drafting::Gpu(
-                Speculation::start_on_device(e, prompt, &params, DraftLength::default())
-                    .await
-                    .map_err(js)?,
-            ),
-        };
-        Ok(Speculative {
-            backend: self.backend.clone(),
-            spec,
-        })
+        let lengths = DraftLength::default();
+        let spec = map_backend!(Backend => Drafting, self.backend.clone(), engine => Drafter {
+            spec: Speculation::start_with(&engine, prompt, &params, lengths)
+                .await
+                .map_err(js)?,
+            engine,
+        });
+        Ok(Speculative { spec })
     }
 }
 
@@ -64,33 +65,23 @@ impl EdgeEngine {
 impl Speculative {
     /// The prompt's token ids: the first verify call's prefix.
     pub fn prompt(&self) -> Vec<u32> {
-        match &self.spec {
-            Drafting::Cpu(s) => s.prompt().to_vec(),
-            #[cfg(feature = "webgpu")]
-            Drafting::Gpu(s) => s.prompt().to_vec(),
-        }
+        on_backend!(Drafting, &self.spec, d => d.spec.prompt().to_vec())
     }
 
     /// Tokens shown so far.
     pub fn tokens(&self) -> Vec<u32> {
-        match &self.spec {
-            Drafting::Cpu(s) => s.tokens().to_vec(),
-            #[cfg(feature = "webgpu")]
-            Drafting::Gpu(s) => s.tokens().to_vec(),
-        }
+        on_backend!(Drafting, &self.spec, d => d.spec.tokens().to_vec())
     }
 
     /// Resolves to the tokens to verify next (the same draft again until it is settled), or
     /// `undefined` once the reply has ended.
     pub async fn draft(&mut self) -> Result<Option<Vec<u32>>, JsError> {
-        let draft = match (&*self.backend, &mut self.spec) {
-            (Backend::Cpu(e), Drafting::Cpu(s)) => s.draft(e).map_err(js)?,
-            #[cfg(feature = "webgpu")]
-            (Backend::WebGpu(e), Drafting::Gpu(s)) => s.draft_with(&e.model).await.map_err(js)?,
-            #[cfg(feature = "webgpu")]
-            _ => return Err(JsError::new("a reply outlived a change of backend")),
-        };
-        Ok(draft.map(<[u32]>::to_vec))
+        on_backend!(Drafting, &mut self.spec, d => Ok(d
+            .spec
+            .draft_with(&d.engine.model)
+            .await
+            .map_err(js)?
+            .map(<[u32]>::to_vec)))
     }
 
     /// Takes the verifier's verdict (`accepted` draft tokens, then its `next_token`) and
@@ -100,31 +91,22 @@ impl Speculative {
             accepted: accepted as usize,
             next_token,
         };
-        match (&*self.backend, &mut self.spec) {
-            (Backend::Cpu(e), Drafting::Cpu(s)) => s.settle(e, verdict).map_err(js),
-            #[cfg(feature = "webgpu")]
-            (Backend::WebGpu(e), Drafting::Gpu(s)) => s
-                .settle_with(&e.model, &e.tokenizer, verdict)
-                .await
-                .map_err(js),
-            #[cfg(feature = "webgpu")]
-            _ => Err(JsError::new("a reply outlived a change of backend")),
-        }
+        on_backend!(Drafting, &mut self.spec, d => d
+            .spec
+            .settle_with(&d.engine.model, &d.engine.tokenizer, verdict)
+            .await
+            .map_err(js))
     }
 
     /// One token from the edge model alone (the verifier failed): resolves to its text, or
     /// `undefined` once the reply has ended.
     #[wasm_bindgen(js_name = stepAlone)]
     pub async fn step_alone(&mut self) -> Result<Option<String>, JsError> {
-        match (&*self.backend, &mut self.spec) {
-            (Backend::Cpu(e), Drafting::Cpu(s)) => s.step_alone(e).map_err(js),
-            #[cfg(feature = "webgpu")]
-            (Backend::WebGpu(e), Drafting::Gpu(s)) => {
-                s.step_alone_with(&e.model, &e.tokenizer).await.map_err(js)
-            }
-            #[cfg(feature = "webgpu")]
-            _ => Err(JsError::new("a reply outlived a change of backend")),
-        }
+        on_backend!(Drafting, &mut self.spec, d => d
+            .spec
+            .step_alone_with(&d.engine.model, &d.engine.tokenizer)
+            .await
+            .map_err(js))
     }
 
     /// Whether speculation has stopped paying: after a few verify calls the drafts' running
@@ -132,25 +114,17 @@ impl Speculative {
     /// cloud streaming.
     #[wasm_bindgen(js_name = shouldHandOff)]
     pub fn should_hand_off(&self, threshold: f32) -> bool {
-        match &self.spec {
-            Drafting::Cpu(s) => s.lengths().should_fall_back(threshold),
-            #[cfg(feature = "webgpu")]
-            Drafting::Gpu(s) => s.lengths().should_fall_back(threshold),
-        }
+        on_backend!(Drafting, &self.spec, d => d.spec.lengths().should_fall_back(threshold))
     }
 
     /// How the reply ended and what speculation did, as JSON: `{text, tokens, finish, finished,
     /// prompt_tokens, calls, drafted, accepted, edge_alone, acceptance}`.
     pub fn summary(&self) -> String {
-        match &self.spec {
-            Drafting::Cpu(s) => summary(s),
-            #[cfg(feature = "webgpu")]
-            Drafting::Gpu(s) => summary(s),
-        }
+        on_backend!(Drafting, &self.spec, d => summary(&d.spec))
     }
 }
 
-fn summary<C: DraftCache>(spec: &Speculation<C>) -> String {
+fn summary<C: ModelCache>(spec: &Speculation<C>) -> String {
     let s = spec.stats();
     let finish = match spec.finish() {
         Some(Finish::Stop) => "stop",

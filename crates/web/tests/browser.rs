@@ -104,7 +104,7 @@ async fn real_model_on_webgpu_agrees_with_llama_cpp() {
         .init_async()
         .await
         .expect("WebGPU device");
-    let engine = straddle_engine::DeviceEngine::load(bytes, 256, &device).expect("load on WebGPU");
+    let engine = straddle_engine::Engine::load_on(bytes, 256, &device).expect("load on WebGPU");
     let mut clear_steps = 0;
     for case in reference
         .cases

@@ -1,0 +1,228 @@
+//! What generation needs of a model: a causal language model that runs chunks of tokens
+//! against caches of its own. The CPU [`Model`] and the burn `DeviceModel` implement it, so
+//! the loop, batching and speculation (`Engine<M>`, `Speculation`) are written once.
+//!
+//! Passes are `async` because a browser reads GPU results back asynchronously; everywhere
+//! else they finish without waiting, and [`BlockingLm`] marks the models whose callers may
+//! run them synchronously.
+
+use std::future::Future;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+
+use crate::kv::KvCache;
+use crate::model::{Model, ModelError};
+
+/// One sequence's keys and values, as the generation loop and speculation see them.
+pub trait ModelCache: Sized {
+    /// Positions filled.
+    fn filled(&self) -> usize;
+    /// Forgets positions from `len` on (a rejected draft, a prompt that shares only a prefix).
+    fn rewind(&mut self, len: usize);
+    /// Positions it can hold.
+    fn room(&self) -> usize;
+    /// A copy of the first `n` positions, to start later prompts that begin the same way;
+    /// `None` where computing them again costs less than the copy (a device's cache).
+    fn prefix(&self, n: usize) -> Option<Self>;
+}
+
+/// A model that runs chunks of tokens at its caches' next positions and returns logits.
+// Callers are single-threaded (a browser tab, a blocking server step), so the futures need
+// no `Send`.
+#[allow(async_fn_in_trait)]
+pub trait CausalLm {
+    /// One sequence's keys and values.
+    type Cache: ModelCache;
+
+    /// An empty cache for `positions` (capped at the context the model covers).
+    fn new_cache(&self, positions: usize) -> Self::Cache;
+
+    /// Grows `cache` to `positions` (capped likewise), keeping what it holds.
+    fn reserve(&self, cache: &mut Self::Cache, positions: usize);
+
+    /// Runs `chunks[i]` at `caches[i]`'s next positions, all in one pass (continuous
+    /// batching); one entry per chunk, the last token's logits where `want_logits[i]`.
+    async fn forward_chunks(
+        &self,
+        chunks: &[&[u32]],
+        caches: &mut [&mut Self::Cache],
+        want_logits: &[bool],
+    ) -> Result<Vec<Option<Vec<f32>>>, ModelError>;
+
+    /// Runs `tokens` after the cache's contents and returns the last position's logits.
+    async fn forward_last(
+        &self,
+        tokens: &[u32],
+        cache: &mut Self::Cache,
+    ) -> Result<Vec<f32>, ModelError>;
+
+    /// Runs `tokens` after the cache's contents and returns every position's logits (what
+    /// verifying a draft needs).
+    async fn forward_all(
+        &self,
+        tokens: &[u32],
+        cache: &mut Self::Cache,
+    ) -> Result<Vec<Vec<f32>>, ModelError>;
+}
+
+/// A model whose passes finish without waiting (the CPU model everywhere, a device model
+/// outside the browser, whose readback blocks): synchronous callers may run it.
+pub trait BlockingLm: CausalLm {
+    /// [`CausalLm::forward_last`], run to completion on this thread.
+    fn forward_last_blocking(
+        &self,
+        tokens: &[u32],
+        cache: &mut Self::Cache,
+    ) -> Result<Vec<f32>, ModelError> {
+        ready(self.forward_last(tokens, cache))
+    }
+}
+
+/// The value of a pass of a [`BlockingLm`], which never waits: the shared async code runs to
+/// completion in one poll.
+pub(crate) fn ready<F: Future>(future: F) -> F::Output {
+    let mut future = pin!(future);
+    match future
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+    {
+        Poll::Ready(value) => value,
+        // Only `BlockingLm` models are run this way, and their passes never wait.
+        Poll::Pending => unreachable!("a blocking model's pass awaited"),
+    }
+}
+
+impl ModelCache for KvCache {
+    fn filled(&self) -> usize {
+        self.len()
+    }
+
+    fn rewind(&mut self, len: usize) {
+        self.truncate(len);
+    }
+
+    fn room(&self) -> usize {
+        self.capacity()
+    }
+
+    fn prefix(&self, n: usize) -> Option<Self> {
+        Some(KvCache::prefix(self, n))
+    }
+}
+
+impl CausalLm for Model {
+    type Cache = KvCache;
+
+    fn new_cache(&self, positions: usize) -> KvCache {
+        Model::new_cache(self, positions)
+    }
+
+    fn reserve(&self, cache: &mut KvCache, positions: usize) {
+        cache.reserve(positions.min(self.max_context()));
+    }
+
+    async fn forward_chunks(
+        &self,
+        chunks: &[&[u32]],
+        caches: &mut [&mut KvCache],
+        want_logits: &[bool],
+    ) -> Result<Vec<Option<Vec<f32>>>, ModelError> {
+        Model::forward_chunks(self, chunks, caches, want_logits)
+    }
+
+    async fn forward_last(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+    ) -> Result<Vec<f32>, ModelError> {
+        Ok(self
+            .forward(tokens, cache, false)?
+            .pop()
+            .unwrap_or_default())
+    }
+
+    async fn forward_all(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+    ) -> Result<Vec<Vec<f32>>, ModelError> {
+        self.forward(tokens, cache, true)
+    }
+}
+
+impl BlockingLm for Model {}
+
+#[cfg(feature = "device")]
+mod device {
+    #[cfg(not(target_arch = "wasm32"))]
+    use super::BlockingLm;
+    use super::{CausalLm, ModelCache};
+    use crate::device_model::{DeviceCache, DeviceModel};
+    use crate::model::ModelError;
+
+    impl ModelCache for DeviceCache {
+        fn filled(&self) -> usize {
+            self.len()
+        }
+
+        fn rewind(&mut self, len: usize) {
+            self.truncate(len);
+        }
+
+        fn room(&self) -> usize {
+            self.capacity()
+        }
+
+        // A GPU prefills the template's few dozen tokens in about one step: not worth a copy
+        // of every layer's cache.
+        fn prefix(&self, _n: usize) -> Option<Self> {
+            None
+        }
+    }
+
+    impl CausalLm for DeviceModel {
+        type Cache = DeviceCache;
+
+        fn new_cache(&self, positions: usize) -> DeviceCache {
+            DeviceModel::new_cache(self, positions)
+        }
+
+        fn reserve(&self, cache: &mut DeviceCache, positions: usize) {
+            DeviceModel::reserve(self, cache, positions);
+        }
+
+        async fn forward_chunks(
+            &self,
+            chunks: &[&[u32]],
+            caches: &mut [&mut DeviceCache],
+            want_logits: &[bool],
+        ) -> Result<Vec<Option<Vec<f32>>>, ModelError> {
+            self.forward_chunks_read(chunks, caches, want_logits).await
+        }
+
+        async fn forward_last(
+            &self,
+            tokens: &[u32],
+            cache: &mut DeviceCache,
+        ) -> Result<Vec<f32>, ModelError> {
+            Ok(self
+                .forward_read(tokens, cache, false)
+                .await?
+                .pop()
+                .unwrap_or_default())
+        }
+
+        async fn forward_all(
+            &self,
+            tokens: &[u32],
+            cache: &mut DeviceCache,
+        ) -> Result<Vec<Vec<f32>>, ModelError> {
+            self.forward_read(tokens, cache, true).await
+        }
+    }
+
+    // Outside the browser the readback blocks, so the passes never wait (see
+    // `DeviceModel::read_logits`).
+    #[cfg(not(target_arch = "wasm32"))]
+    impl BlockingLm for DeviceModel {}
+}
