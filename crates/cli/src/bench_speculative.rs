@@ -10,6 +10,7 @@ use straddle_engine::speculative::DraftLength;
 use straddle_engine::{ChatMessage, GenerateParams};
 
 use crate::chat;
+use crate::cloud_client;
 use crate::delay_proxy::DelayProxy;
 use crate::speculative::{self, RemoteVerifier};
 
@@ -102,9 +103,12 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<String> {
         ..Default::default()
     };
     let timeout = Duration::from_secs(300);
-    let one = |base: &str, case: &Case| -> anyhow::Result<(chat::Streamed, speculative::Outcome)> {
+    let one = |base: &str,
+               case: &Case|
+     -> anyhow::Result<(cloud_client::Streamed, speculative::Outcome)> {
         let messages = [ChatMessage::new("user", case.prompt.clone())];
-        let plain = chat::stream_cloud(base, None, &messages, &params, timeout, false, |_| {})?;
+        let plain =
+            cloud_client::stream_cloud(base, None, &messages, &params, timeout, false, |_| {})?;
         let mut verifier = RemoteVerifier::new(base, None, &engine, &params, timeout);
         let lengths = DraftLength::new(args.draft, args.min_draft, args.max_draft);
         let spec = speculative::generate(

@@ -3,16 +3,15 @@
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
 use straddle_engine::speculative::DraftLength;
 use straddle_engine::{ChatMessage, Engine, Flow, GenerateParams, Prompt, SamplingParams};
-use straddle_protocol::sse::{DONE, Parser};
-use straddle_protocol::{ChatChunk, ChatRequest, Message, Role, StreamOptions};
 use straddle_router::policy::{self, Context as RouteContext, Policy, Target};
 use straddle_router::quality::EdgeSignals;
 
+use crate::cloud_client::stream_cloud;
 use crate::speculative::{self, RemoteVerifier};
 
 /// Where the answer comes from.
@@ -301,99 +300,4 @@ fn answer_routed(
     let c = seq.into_completion();
     edge_summary(&c);
     Ok(true)
-}
-
-/// What a plain cloud stream delivered.
-#[derive(Debug, Clone)]
-pub struct Streamed {
-    pub text: String,
-    pub completion_tokens: u32,
-    pub elapsed: Duration,
-}
-
-/// Streams an answer from `/v1/chat/completions` at `base`; with `continues`, the rest of the
-/// last message, the assistant's, instead (`continue_final_message`).
-pub fn stream_cloud(
-    base: &str,
-    token: Option<&str>,
-    messages: &[ChatMessage],
-    params: &GenerateParams,
-    timeout: Duration,
-    continues: bool,
-    mut on_text: impl FnMut(&str),
-) -> anyhow::Result<Streamed> {
-    let started = Instant::now();
-    let agent = ureq::Agent::config_builder()
-        .timeout_global(Some(timeout))
-        .http_status_as_error(false)
-        .build()
-        .new_agent();
-    let messages = messages
-        .iter()
-        .map(|m| {
-            let role = match m.role.as_str() {
-                "system" => Role::System,
-                "assistant" => Role::Assistant,
-                _ => Role::User,
-            };
-            Message::new(role, m.content.clone())
-        })
-        .collect();
-    let req = ChatRequest {
-        messages,
-        stream: true,
-        stream_options: Some(StreamOptions {
-            include_usage: true,
-        }),
-        max_tokens: Some(params.max_tokens as u32),
-        temperature: Some(params.sampling.temperature),
-        seed: Some(params.sampling.seed),
-        continue_final_message: continues.then_some(true),
-        ..Default::default()
-    };
-    let url = format!("{}/v1/chat/completions", base.trim_end_matches('/'));
-    let mut request = agent.post(&url).header("content-type", "application/json");
-    if let Some(t) = token {
-        request = request.header("authorization", &format!("Bearer {t}"));
-    }
-    let mut resp = request
-        .send(&serde_json::to_vec(&req)?[..])
-        .with_context(|| format!("POST {url}"))?;
-    let status = resp.status().as_u16();
-    if status != 200 {
-        let body = resp.body_mut().read_to_string().unwrap_or_default();
-        anyhow::bail!("{url} answered {status}: {body}");
-    }
-    let mut reader = resp.into_body().into_reader();
-    let mut parser = Parser::new(1 << 20);
-    let mut buf = [0u8; 4096];
-    let mut out = Streamed {
-        text: String::new(),
-        completion_tokens: 0,
-        elapsed: Duration::ZERO,
-    };
-    'read: loop {
-        let n = reader.read(&mut buf).context("reading the stream")?;
-        if n == 0 {
-            break;
-        }
-        for ev in parser.push(&buf[..n])? {
-            if ev.data == DONE {
-                break 'read;
-            }
-            let chunk: ChatChunk = serde_json::from_str(&ev.data)
-                .with_context(|| format!("an unreadable chunk: {}", ev.data))?;
-            if let Some(u) = &chunk.usage {
-                out.completion_tokens = u.completion_tokens;
-            }
-            for c in &chunk.choices {
-                if let Some(t) = &c.delta.content {
-                    on_text(t);
-                    out.text.push_str(t);
-                }
-            }
-        }
-    }
-    out.elapsed = started.elapsed();
-    Ok(out)
 }

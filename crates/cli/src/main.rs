@@ -2,6 +2,7 @@
 
 mod bench_speculative;
 mod chat;
+mod cloud_client;
 mod delay_proxy;
 mod edge_answers;
 mod pii;

@@ -270,7 +270,7 @@ fn continue_elsewhere(
         m
     };
     let mut more = String::new();
-    let streamed = crate::chat::stream_cloud(
+    let streamed = crate::cloud_client::stream_cloud(
         h.base,
         h.token,
         &turn(shown),
