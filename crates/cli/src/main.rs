@@ -66,10 +66,10 @@ enum Command {
         gazetteer: PathBuf,
         #[arg(long, default_value = "crates/router/data/pii-tagger.bin")]
         out: PathBuf,
-        #[arg(long, default_value_t = straddle_router::pii_tagger::TrainConfig::default().epochs)]
+        #[arg(long, default_value_t = straddle_router::pii::tagger::TrainConfig::default().epochs)]
         epochs: usize,
         /// Hash buckets of the weights (a power of two; each costs 18 bytes in the file).
-        #[arg(long, default_value_t = straddle_router::pii_tagger::TrainConfig::default().buckets)]
+        #[arg(long, default_value_t = straddle_router::pii::tagger::TrainConfig::default().buckets)]
         buckets: usize,
         /// A held-out corpus to evaluate the new tagger on after training.
         #[arg(long)]
@@ -256,7 +256,7 @@ fn main() -> anyhow::Result<()> {
             buckets,
             heldout,
         } => {
-            let config = straddle_router::pii_tagger::TrainConfig {
+            let config = straddle_router::pii::tagger::TrainConfig {
                 epochs,
                 buckets,
                 ..Default::default()
@@ -412,7 +412,7 @@ fn eval_pii(
     none: bool,
     predictions: Option<&std::path::Path>,
 ) -> anyhow::Result<()> {
-    use straddle_router::pii_tagger::{self, Tagger};
+    use straddle_router::pii::tagger::{self as pii_tagger, Tagger};
     let examples = pii::read_corpus(data)?;
     if let Some(path) = predictions {
         let report = pii::evaluate_predictions(&examples, path)?;

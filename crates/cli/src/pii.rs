@@ -8,8 +8,8 @@ use std::path::Path;
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
+use straddle_router::pii::tagger::{self as pii_tagger, Labelled, Tagger, TrainConfig};
 use straddle_router::pii::{self, EntityKind, Span};
-use straddle_router::pii_tagger::{self, Labelled, Tagger, TrainConfig};
 
 /// Classes whose presence alone identifies a person: the request-level recall counts texts
 /// with one of these.

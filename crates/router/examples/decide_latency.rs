@@ -3,8 +3,9 @@
 
 use std::time::Instant;
 
+use straddle_router::pii::tagger as pii_tagger;
 use straddle_router::policy::{self, Context, Policy};
-use straddle_router::{pii, pii_tagger, task};
+use straddle_router::{pii, task};
 
 /// A named piece of the decision, timed on its own.
 type Stage<'a> = (&'static str, Box<dyn Fn() + 'a>);

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use crate::cascade::CascadeRule;
 use crate::energy::{self, Battery, EdgeBackend, EnergyModel};
 use crate::pii::{self, EntityKind, Sensitivity};
+use crate::price::Price;
 use crate::quality::{self, EdgeSignals, Estimate, QualityError, QualityModel};
 use crate::signals;
 use crate::task::TaskType;
@@ -131,6 +132,13 @@ impl Weights {
             },
             _ => return None,
         })
+    }
+
+    /// The composite score of a target (lower wins), in one formula:
+    /// `latency · seconds + cost · cents − quality · quality + energy · joules · drain`.
+    pub fn score(&self, seconds: f64, usd: f64, quality: f64, joules: f64, drain: f64) -> f64 {
+        self.latency * seconds + self.cost * usd * 100.0 - self.quality * quality
+            + self.energy * joules * drain
     }
 }
 
@@ -257,6 +265,15 @@ impl Default for Policy {
 pub struct PolicyError(String);
 
 impl Policy {
+    /// The cloud's price of `tokens_in` input and `tokens_out` output tokens, in USD.
+    pub fn cloud_price(&self, tokens_in: f64, tokens_out: f64) -> f64 {
+        let price = Price {
+            in_per_1k: self.cloud_price_in_per_1k,
+            out_per_1k: self.cloud_price_out_per_1k,
+        };
+        price.cost(tokens_in, tokens_out)
+    }
+
     /// The scenario presets: `balanced`, `low-latency`, `high-accuracy` and `low-cost` (weight
     /// vectors), `offline` (the device only), `privacy-strict` (anything personal of medium
     /// sensitivity or more — names, e-mails, phones, addresses — stays on the device) and
@@ -423,6 +440,10 @@ pub fn decide_conversation(
 /// [`decide_conversation`] with the given quality model, or the reason there is none (the
 /// task priors then stand in). Privacy and size read the whole conversation, which is what
 /// would be uploaded; language, task and expected length read the turn being answered.
+///
+/// Three stages: [`Measured`] reads the request, [`Estimates`] prices each target, then the
+/// [`RULES`] run in order and the first that applies decides; when none does, the score (or
+/// the quality model's estimate against the policy's bar) does.
 pub fn decide_with(
     turns: &[&str],
     max_tokens: Option<u32>,
@@ -430,63 +451,194 @@ pub fn decide_with(
     policy: &Policy,
     quality: Result<&QualityModel, QualityError>,
 ) -> Decision {
-    let turn = turns.last().copied().unwrap_or_default();
-    let conversation = turns.join("\n");
-    let prompt = conversation.as_str();
-    let spans = pii::detect_personal(prompt);
-    let tagger = pii::tagger_version();
-    let mut pii: Vec<EntityKind> = spans.iter().map(|s| s.kind).collect();
-    pii.sort();
-    pii.dedup();
-    let private: Vec<EntityKind> = pii
-        .iter()
-        .copied()
-        .filter(|k| k.sensitivity() >= policy.keep_on_device_at)
-        .collect();
-    let lang = crate::language::detect(turn);
-    let read = quality::read_turn(turn, max_tokens);
-    let (task, out, text_features) = (read.task, read.output, read.features);
-    let prompt_tokens = signals::prompt_tokens_estimate(prompt);
-    let lang_ok = ctx.edge_languages.is_empty() || ctx.edge_languages.iter().any(|l| l == lang);
-
-    let edge_prefill = ctx
-        .edge_prefill_tokens_per_s
-        .filter(|s| *s > 0.0)
-        .map_or(0.0, |s| f64::from(prompt_tokens) / f64::from(s));
-    let edge_latency = if ctx.edge_tokens_per_s > 0.0 {
-        edge_prefill + f64::from(out.tokens) / f64::from(ctx.edge_tokens_per_s)
-    } else {
-        f64::INFINITY
+    let m = Measured::read(turns, max_tokens, ctx, policy);
+    let e = Estimates::of(&m, ctx, policy, &quality);
+    let facts = Facts {
+        signals: trace_signals(&m, &e, ctx, &quality),
+        m,
+        e,
+        ctx,
+        policy,
     };
-    // The prompt goes up as JSON text: about its UTF-8 length.
-    let upload = ctx
-        .bandwidth_kbps
-        .filter(|k| *k > 0.0)
-        .map_or(0.0, |k| prompt.len() as f64 * 8.0 / (f64::from(k) * 1000.0));
-    let cloud_latency = f64::from(ctx.rtt_ms) / 1000.0
-        + upload
-        + f64::from(out.tokens) / f64::from(policy.cloud_tokens_per_s.max(1.0));
-    let cloud_cost = f64::from(prompt_tokens) / 1000.0 * policy.cloud_price_in_per_1k
-        + f64::from(out.tokens) / 1000.0 * policy.cloud_price_out_per_1k;
-    // Speculative: one round trip and one cloud pass per verify call, the edge drafting every
-    // output token; the prompt and the drafts are billed as input, one token a call as output.
-    let verify_calls =
-        (f64::from(out.tokens) / f64::from(policy.speculative_tokens_per_call.max(1.0))).ceil();
-    let speculative_latency = verify_calls
-        * (f64::from(ctx.rtt_ms) / 1000.0 + 1.0 / f64::from(policy.cloud_tokens_per_s.max(1.0)))
-        + edge_latency;
-    let speculative_cost = f64::from(prompt_tokens + out.tokens) / 1000.0
-        * policy.cloud_price_in_per_1k
-        + verify_calls / 1000.0 * policy.cloud_price_out_per_1k;
-    // Energy: the edge computes every token; the cloud costs the device only its radio.
-    // Speculation drafts every token on the edge and sends them up.
-    let edge_joules = policy
-        .energy
-        .edge_joules(ctx.edge_backend, prompt_tokens, out.tokens);
-    let cloud_joules = policy.energy.cloud_joules(prompt_tokens, out.tokens);
-    let speculative_joules = edge_joules + cloud_joules;
-    let drain = energy::drain(ctx.battery);
-    // The task's priors count as much as the classifier is sure of the task.
+    match RULES
+        .iter()
+        .find_map(|(name, rule)| Some((*name, rule(&facts)?)))
+    {
+        Some((name, (target, reasons))) => facts.decision(target, Some(name), reasons, vec![]),
+        None => facts.scored(&quality),
+    }
+}
+
+/// What the request says: personal data, language, task, expected size.
+struct Measured {
+    /// The whole conversation, as it would be uploaded.
+    conversation: String,
+    pii: Vec<EntityKind>,
+    /// The kinds of personal data at or above the policy's keep-on-device level.
+    private: Vec<EntityKind>,
+    tagger: Result<String, String>,
+    lang: &'static str,
+    lang_ok: bool,
+    read: quality::Turn,
+    prompt_tokens: u32,
+    fits_edge: bool,
+}
+
+impl Measured {
+    fn read(turns: &[&str], max_tokens: Option<u32>, ctx: &Context, policy: &Policy) -> Self {
+        let turn = turns.last().copied().unwrap_or_default();
+        let conversation = turns.join("\n");
+        let mut pii: Vec<EntityKind> = pii::detect_personal(&conversation)
+            .iter()
+            .map(|s| s.kind)
+            .collect();
+        pii.sort();
+        pii.dedup();
+        let private = pii
+            .iter()
+            .copied()
+            .filter(|k| k.sensitivity() >= policy.keep_on_device_at)
+            .collect();
+        let lang = crate::language::detect(turn);
+        let read = quality::read_turn(turn, max_tokens);
+        let prompt_tokens = signals::prompt_tokens_estimate(&conversation);
+        let fits_edge = ctx
+            .edge_context_tokens
+            .is_none_or(|n| prompt_tokens + read.output.tokens <= n);
+        Self {
+            pii,
+            private,
+            tagger: pii::tagger_version().map_err(|e| e.to_string()),
+            lang,
+            lang_ok: ctx.edge_languages.is_empty() || ctx.edge_languages.iter().any(|l| l == lang),
+            read,
+            prompt_tokens,
+            fits_edge,
+            conversation,
+        }
+    }
+
+    fn output_tokens(&self) -> u32 {
+        self.read.output.tokens
+    }
+
+    fn language_warning(&self) -> Option<String> {
+        (!self.lang_ok).then(|| {
+            format!(
+                "quality warning: the edge model does not support language `{}`",
+                self.lang
+            )
+        })
+    }
+}
+
+/// What each target would cost: seconds, dollars, the device's joules, and the quality of
+/// its answer.
+struct Estimates {
+    edge_latency: f64,
+    cloud_latency: f64,
+    speculative_latency: f64,
+    cloud_cost: f64,
+    speculative_cost: f64,
+    edge_joules: f64,
+    cloud_joules: f64,
+    /// How much a joule matters now (0 on mains; see [`energy::drain`]).
+    drain: f64,
+    edge_prior: f64,
+    edge_quality: f64,
+    cloud_quality: f64,
+    estimate: Option<Estimate>,
+    edge_score: f64,
+    cloud_score: f64,
+    speculative_score: f64,
+}
+
+impl Estimates {
+    fn of(
+        m: &Measured,
+        ctx: &Context,
+        policy: &Policy,
+        quality: &Result<&QualityModel, QualityError>,
+    ) -> Self {
+        let (prompt_tokens, out) = (f64::from(m.prompt_tokens), f64::from(m.output_tokens()));
+        let edge_prefill = ctx
+            .edge_prefill_tokens_per_s
+            .filter(|s| *s > 0.0)
+            .map_or(0.0, |s| prompt_tokens / f64::from(s));
+        let edge_latency = if ctx.edge_tokens_per_s > 0.0 {
+            edge_prefill + out / f64::from(ctx.edge_tokens_per_s)
+        } else {
+            f64::INFINITY
+        };
+        // The prompt goes up as JSON text: about its UTF-8 length.
+        let upload = ctx.bandwidth_kbps.filter(|k| *k > 0.0).map_or(0.0, |k| {
+            m.conversation.len() as f64 * 8.0 / (f64::from(k) * 1000.0)
+        });
+        let rtt = f64::from(ctx.rtt_ms) / 1000.0;
+        let cloud_rate = f64::from(policy.cloud_tokens_per_s.max(1.0));
+        let cloud_latency = rtt + upload + out / cloud_rate;
+        let cloud_cost = policy.cloud_price(prompt_tokens, out);
+        // Speculative: one round trip and one cloud pass per verify call, the edge drafting
+        // every output token; the prompt and the drafts are billed as input, one token a call
+        // as output.
+        let verify_calls = (out / f64::from(policy.speculative_tokens_per_call.max(1.0))).ceil();
+        let speculative_latency = verify_calls * (rtt + 1.0 / cloud_rate) + edge_latency;
+        let speculative_cost = policy.cloud_price(prompt_tokens + out, verify_calls);
+        // Energy: the edge computes every token; the cloud costs the device only its radio.
+        // Speculation drafts every token on the edge and sends them up.
+        let edge_joules =
+            policy
+                .energy
+                .edge_joules(ctx.edge_backend, m.prompt_tokens, m.output_tokens());
+        let cloud_joules = policy
+            .energy
+            .cloud_joules(m.prompt_tokens, m.output_tokens());
+        let (edge_prior, cloud_quality) = task_priors(m, policy);
+        let estimate = quality
+            .as_ref()
+            .ok()
+            .map(|q| q.estimate(&m.read.features, None));
+        let edge_quality = estimate.as_ref().map_or(edge_prior, |e| e.p_edge_ok);
+        let edge_quality = if m.lang_ok {
+            edge_quality
+        } else {
+            edge_quality * 0.3
+        };
+        let drain = energy::drain(ctx.battery);
+        let score = |seconds, usd, quality, joules| {
+            policy.weights.score(seconds, usd, quality, joules, drain)
+        };
+        Self {
+            edge_score: score(edge_latency, 0.0, edge_quality, edge_joules),
+            cloud_score: score(cloud_latency, cloud_cost, cloud_quality, cloud_joules),
+            // The cloud's own answer either way: speculation is worth it when its latency and
+            // price beat plain streaming under the tenant's weights.
+            speculative_score: score(
+                speculative_latency,
+                speculative_cost,
+                cloud_quality,
+                edge_joules + cloud_joules,
+            ),
+            edge_latency,
+            cloud_latency,
+            speculative_latency,
+            cloud_cost,
+            speculative_cost,
+            edge_joules,
+            cloud_joules,
+            drain,
+            edge_prior,
+            edge_quality,
+            cloud_quality,
+            estimate,
+        }
+    }
+}
+
+/// The edge's and the cloud's quality priors for the turn's task, counted as much as the
+/// classifier is sure of the task.
+fn task_priors(m: &Measured, policy: &Policy) -> (f64, f64) {
+    let task = &m.read.task;
     let confidence = f64::from(task.confidence);
     let prior = policy
         .task_quality
@@ -496,57 +648,59 @@ pub fn decide_with(
             edge: policy.edge_quality,
             cloud: policy.cloud_quality,
         });
-    let cloud_quality = confidence * prior.cloud + (1.0 - confidence) * policy.cloud_quality;
-    let edge_prior = confidence * prior.edge + (1.0 - confidence) * policy.edge_quality;
-    let estimate = quality
-        .as_ref()
-        .ok()
-        .map(|m| m.estimate(&text_features, None));
-    let edge_quality = estimate.as_ref().map_or(edge_prior, |e| e.p_edge_ok);
-    let edge_quality = if lang_ok {
-        edge_quality
-    } else {
-        edge_quality * 0.3
-    };
+    let blend = |p: f64, base: f64| confidence * p + (1.0 - confidence) * base;
+    (
+        blend(prior.edge, policy.edge_quality),
+        blend(prior.cloud, policy.cloud_quality),
+    )
+}
 
+/// Every signal and estimate, named, for the trace.
+fn trace_signals(
+    m: &Measured,
+    e: &Estimates,
+    ctx: &Context,
+    quality: &Result<&QualityModel, QualityError>,
+) -> Vec<SignalValue> {
+    let task = &m.read.task;
     let mut signals = vec![
-        sig("pii", serde_json::to_value(&pii).unwrap_or_default()),
+        sig("pii", serde_json::to_value(&m.pii).unwrap_or_default()),
         sig(
             "pii_tagger",
-            tagger
+            m.tagger
                 .clone()
                 .unwrap_or_else(|e| format!("unavailable: {e}"))
                 .into(),
         ),
-        sig("language", lang.into()),
+        sig("language", m.lang.into()),
         sig("task", task.task.as_str().into()),
         sig("task_confidence", f64::from(task.confidence).into()),
-        sig("edge_quality_prior", edge_prior.into()),
+        sig("edge_quality_prior", e.edge_prior.into()),
         sig(
             "quality_model",
-            match &quality {
-                Ok(m) => m.version.clone(),
-                Err(e) => format!("unavailable ({e}); the task priors stand in"),
+            match quality {
+                Ok(q) => q.version.clone(),
+                Err(err) => format!("unavailable ({err}); the task priors stand in"),
             }
             .into(),
         ),
-        sig("edge_quality", edge_quality.into()),
+        sig("edge_quality", e.edge_quality.into()),
         sig(
             "quality_drivers",
-            serde_json::to_value(estimate.as_ref().map(|e| &e.drivers)).unwrap_or_default(),
+            serde_json::to_value(e.estimate.as_ref().map(|e| &e.drivers)).unwrap_or_default(),
         ),
-        sig("cloud_quality_prior", cloud_quality.into()),
-        sig("expected_output_tokens", out.tokens.into()),
-        sig("expected_output_basis", out.basis.into()),
-        sig("prompt_tokens_estimate", prompt_tokens.into()),
+        sig("cloud_quality_prior", e.cloud_quality.into()),
+        sig("expected_output_tokens", m.output_tokens().into()),
+        sig("expected_output_basis", m.read.output.basis.into()),
+        sig("prompt_tokens_estimate", m.prompt_tokens.into()),
         sig("online", ctx.online.into()),
         sig("edge_available", ctx.edge_available.into()),
         sig("edge_tokens_per_s", f64::from(ctx.edge_tokens_per_s).into()),
         sig("rtt_ms", f64::from(ctx.rtt_ms).into()),
         sig("cloud_verifies", ctx.cloud_verifies.into()),
-        sig("edge_energy_j", edge_joules.into()),
-        sig("cloud_energy_j", cloud_joules.into()),
-        sig("energy_drain", drain.into()),
+        sig("edge_energy_j", e.edge_joules.into()),
+        sig("cloud_energy_j", e.cloud_joules.into()),
+        sig("energy_drain", e.drain.into()),
     ];
     let optional = [
         ("bandwidth_kbps", ctx.bandwidth_kbps.map(f64::from)),
@@ -563,227 +717,261 @@ pub fn decide_with(
         // The cost model's own estimates, so a learner can correct them from feedback.
         (
             "edge_latency_s",
-            Some(edge_latency).filter(|s| s.is_finite()),
+            Some(e.edge_latency).filter(|s| s.is_finite()),
         ),
-        ("cloud_latency_s", Some(cloud_latency)),
-        ("cloud_cost_usd", Some(cloud_cost)),
+        ("cloud_latency_s", Some(e.cloud_latency)),
+        ("cloud_cost_usd", Some(e.cloud_cost)),
     ];
-    for (name, value) in optional {
+    for (name, value) in optional.into_iter() {
         if let Some(v) = value {
             signals.push(sig(name, v.into()));
         }
     }
-    let fits_edge = ctx
-        .edge_context_tokens
-        .is_none_or(|n| prompt_tokens + out.tokens <= n);
-    let decision = |target: Target,
-                    rule: Option<&str>,
-                    reasons: Vec<String>,
-                    scores: Vec<(Target, f64)>| Decision {
-        target,
-        reasons,
-        pii: pii.clone(),
-        estimated_latency_ms: 1000.0
-            * match target {
-                Target::Edge => edge_latency,
-                Target::Cloud => cloud_latency,
-                Target::Speculative => speculative_latency,
-            },
-        estimated_cost_usd: match target {
-            Target::Edge => 0.0,
-            Target::Cloud => cloud_cost,
-            Target::Speculative => speculative_cost,
-        },
-        // Only a scored edge decision may escalate: a rule that chose the edge (privacy,
-        // offline) forbids the cloud.
-        cascade: (target == Target::Edge && rule.is_none()).then(|| policy.cascade.clone()),
-        quality: None,
-        trace: DecisionTrace {
-            signals: signals.clone(),
-            rule: rule.map(str::to_string),
-            scores,
-            policy_version: policy.version.clone(),
-        },
-    };
+    signals
+}
 
-    // Rules, in order. Privacy first: it is a constraint, not a weight. A detector that did
-    // not load cannot vouch for the prompt, so it fails closed.
-    if let Err(e) = &tagger {
+/// Everything the rules and the score read.
+struct Facts<'a> {
+    m: Measured,
+    e: Estimates,
+    signals: Vec<SignalValue>,
+    ctx: &'a Context,
+    policy: &'a Policy,
+}
+
+/// A rule's ruling: the target and why.
+type Ruling = (Target, Vec<String>);
+
+/// A rule: its ruling, or `None` when it does not apply.
+type Rule = fn(&Facts) -> Option<Ruling>;
+
+/// The rules, in order; the first that applies decides. Privacy first: it is a constraint,
+/// not a weight.
+const RULES: [(&str, Rule); 8] = [
+    ("privacy", privacy),
+    ("offline", offline),
+    ("edge_unavailable", edge_unavailable),
+    ("edge_context", edge_context),
+    ("budget", budget),
+    ("language", language),
+    ("battery", battery),
+    ("long_output", long_output),
+];
+
+/// Personal data stays on the device; a detector that did not load cannot vouch for the
+/// prompt, so it fails closed.
+fn privacy(f: &Facts) -> Option<Ruling> {
+    if let Err(e) = &f.m.tagger {
         let why =
             format!("privacy: the name detector is unavailable ({e}); nothing leaves this device");
-        return decision(Target::Edge, Some("privacy"), vec![why], vec![]);
+        return Some((Target::Edge, vec![why]));
     }
-    if !private.is_empty() {
-        let names: Vec<String> = private.iter().map(|k| format!("{k:?}")).collect();
-        let mut reasons = vec![format!(
-            "privacy: {} stays on this device",
-            names.join(", ")
-        )];
-        if !lang_ok {
-            reasons.push(format!(
-                "quality warning: the edge model does not support language `{lang}`"
-            ));
-        }
-        if !fits_edge {
-            reasons.push(
-                "quality warning: the conversation is longer than the edge can hold; its \
-                 start will be cut"
-                    .into(),
-            );
-        }
-        return decision(Target::Edge, Some("privacy"), reasons, vec![]);
+    if f.m.private.is_empty() {
+        return None;
     }
-    if !ctx.online || policy.edge_only {
-        let why = if ctx.online {
-            "offline: the policy keeps every answer on this device"
-        } else {
-            "offline: only the edge can answer"
-        };
-        return decision(Target::Edge, Some("offline"), vec![why.into()], vec![]);
+    let names: Vec<String> = f.m.private.iter().map(|k| format!("{k:?}")).collect();
+    let mut reasons = vec![format!(
+        "privacy: {} stays on this device",
+        names.join(", ")
+    )];
+    reasons.extend(f.m.language_warning());
+    if !f.m.fits_edge {
+        reasons.push(
+            "quality warning: the conversation is longer than the edge can hold; its start \
+             will be cut"
+                .into(),
+        );
     }
-    if !ctx.edge_available {
-        return decision(
+    Some((Target::Edge, reasons))
+}
+
+/// Offline, or a policy that keeps everything on the device.
+fn offline(f: &Facts) -> Option<Ruling> {
+    if f.ctx.online && !f.policy.edge_only {
+        return None;
+    }
+    let why = if f.ctx.online {
+        "offline: the policy keeps every answer on this device"
+    } else {
+        "offline: only the edge can answer"
+    };
+    Some((Target::Edge, vec![why.into()]))
+}
+
+/// No edge model on this device.
+fn edge_unavailable(f: &Facts) -> Option<Ruling> {
+    (!f.ctx.edge_available).then(|| {
+        (
             Target::Cloud,
-            Some("edge_unavailable"),
             vec!["edge model not available on this device".into()],
-            vec![],
-        );
-    }
-    if !fits_edge {
-        return decision(
-            Target::Cloud,
-            Some("edge_context"),
-            vec![format!(
-                "about {} prompt and {} output tokens exceed the {} the edge can hold",
-                prompt_tokens,
-                out.tokens,
-                ctx.edge_context_tokens.unwrap_or(0)
-            )],
-            vec![],
-        );
-    }
-    if let Some(left) = ctx.budget_remaining_usd
-        && cloud_cost > left
-    {
-        let mut reasons = vec![format!(
-            "budget: the cloud would cost about ${cloud_cost:.5}, more than the ${left:.5} left"
-        )];
-        if !lang_ok {
-            reasons.push(format!(
-                "quality warning: the edge model does not support language `{lang}`"
-            ));
-        }
-        return decision(Target::Edge, Some("budget"), reasons, vec![]);
-    }
-    if !lang_ok {
-        return decision(
-            Target::Cloud,
-            Some("language"),
-            vec![format!(
-                "language `{lang}` is not supported by the edge model"
-            )],
-            vec![],
-        );
-    }
-    if policy.energy.battery_low(ctx.battery)
-        && out.tokens > policy.energy.low_battery_output_tokens
-    {
-        let level = ctx.battery.map_or(0.0, |b| b.level * 100.0);
-        return decision(
-            Target::Cloud,
-            Some("battery"),
-            vec![format!(
-                "battery: {level:.0}% and discharging; about {} output tokens would cost the \
-                 device {edge_joules:.1} J on the edge, {cloud_joules:.2} J from the cloud",
-                out.tokens
-            )],
-            vec![],
-        );
-    }
-    // The composite score of a target (lower wins), in one formula:
-    //   w.latency · seconds + w.cost · cents − w.quality · quality + w.energy · joules · drain
-    let w = policy.weights;
-    let score = |seconds: f64, usd: f64, quality: f64, joules: f64| {
-        w.latency * seconds + w.cost * usd * 100.0 - w.quality * quality + w.energy * joules * drain
-    };
-    let cloud_score = score(cloud_latency, cloud_cost, cloud_quality, cloud_joules);
-    // The cloud's own answer either way: speculation is worth it when its latency and price
-    // beat plain streaming under the tenant's weights.
-    let speculative_score = score(
-        speculative_latency,
-        speculative_cost,
-        cloud_quality,
-        speculative_joules,
-    );
-    let speculate = ctx.cloud_verifies && speculative_score < cloud_score;
-    let speculative_reason = || {
-        format!(
-            "speculative: edge drafts, cloud verifies ({speculative_score:.3} vs plain cloud \
-             {cloud_score:.3})"
         )
-    };
-    if out.tokens > policy.long_output_tokens {
-        let mut reasons = vec![format!(
-            "expected {} output tokens ({}) exceeds {}",
-            out.tokens, out.basis, policy.long_output_tokens
-        )];
-        let target = if speculate {
-            reasons.push(speculative_reason());
-            Target::Speculative
-        } else {
-            Target::Cloud
-        };
-        return decision(target, Some("long_output"), reasons, vec![]);
+    })
+}
+
+/// A conversation longer than the edge's cache.
+fn edge_context(f: &Facts) -> Option<Ruling> {
+    (!f.m.fits_edge).then(|| {
+        let why = format!(
+            "about {} prompt and {} output tokens exceed the {} the edge can hold",
+            f.m.prompt_tokens,
+            f.m.output_tokens(),
+            f.ctx.edge_context_tokens.unwrap_or(0)
+        );
+        (Target::Cloud, vec![why])
+    })
+}
+
+/// A cloud answer the remaining budget cannot pay for.
+fn budget(f: &Facts) -> Option<Ruling> {
+    let left = f.ctx.budget_remaining_usd?;
+    let cost = f.e.cloud_cost;
+    if cost <= left {
+        return None;
     }
-    let edge_score = score(edge_latency, 0.0, edge_quality, edge_joules);
-    let mut scores = vec![(Target::Edge, edge_score), (Target::Cloud, cloud_score)];
-    if ctx.cloud_verifies {
-        scores.push((Target::Speculative, speculative_score));
+    let mut reasons = vec![format!(
+        "budget: the cloud would cost about ${cost:.5}, more than the ${left:.5} left"
+    )];
+    reasons.extend(f.m.language_warning());
+    Some((Target::Edge, reasons))
+}
+
+/// A language the edge model does not speak.
+fn language(f: &Facts) -> Option<Ruling> {
+    (!f.m.lang_ok).then(|| {
+        let why = format!("language `{}` is not supported by the edge model", f.m.lang);
+        (Target::Cloud, vec![why])
+    })
+}
+
+/// A long answer on a low, discharging battery.
+fn battery(f: &Facts) -> Option<Ruling> {
+    let energy = &f.policy.energy;
+    let out = f.m.output_tokens();
+    if !energy.battery_low(f.ctx.battery) || out <= energy.low_battery_output_tokens {
+        return None;
     }
-    let elsewhere = |reasons: &mut Vec<String>| {
-        if speculate {
-            reasons.push(speculative_reason());
-            Target::Speculative
-        } else {
-            Target::Cloud
+    let level = f.ctx.battery.map_or(0.0, |b| b.level * 100.0);
+    let why = format!(
+        "battery: {level:.0}% and discharging; about {out} output tokens would cost the device \
+         {:.1} J on the edge, {:.2} J from the cloud",
+        f.e.edge_joules, f.e.cloud_joules
+    );
+    Some((Target::Cloud, vec![why]))
+}
+
+/// An answer longer than the policy lets the edge write.
+fn long_output(f: &Facts) -> Option<Ruling> {
+    let out = &f.m.read.output;
+    if out.tokens <= f.policy.long_output_tokens {
+        return None;
+    }
+    let mut reasons = vec![format!(
+        "expected {} output tokens ({}) exceeds {}",
+        out.tokens, out.basis, f.policy.long_output_tokens
+    )];
+    let target = f.in_the_cloud(&mut reasons);
+    Some((target, reasons))
+}
+
+impl Facts<'_> {
+    /// Whether the cloud's answer comes faster or cheaper by speculation than by plain
+    /// streaming.
+    fn speculate(&self) -> bool {
+        self.ctx.cloud_verifies && self.e.speculative_score < self.e.cloud_score
+    }
+
+    /// The way to the cloud's answer: speculative (with its reason) or plain.
+    fn in_the_cloud(&self, reasons: &mut Vec<String>) -> Target {
+        if !self.speculate() {
+            return Target::Cloud;
         }
-    };
-    let (Ok(model), Some(estimate)) = (&quality, estimate) else {
-        // No quality model: the composite score over the task priors decides.
+        reasons.push(format!(
+            "speculative: edge drafts, cloud verifies ({:.3} vs plain cloud {:.3})",
+            self.e.speculative_score, self.e.cloud_score
+        ));
+        Target::Speculative
+    }
+
+    /// No rule applied: the learned estimate against the policy's bar decides, or without a
+    /// quality model the composite score over the task priors.
+    fn scored(self, quality: &Result<&QualityModel, QualityError>) -> Decision {
+        let e = &self.e;
+        let mut scores = vec![(Target::Edge, e.edge_score), (Target::Cloud, e.cloud_score)];
+        if self.ctx.cloud_verifies {
+            scores.push((Target::Speculative, e.speculative_score));
+        }
+        let (Ok(model), Some(estimate)) = (quality, e.estimate.clone()) else {
+            let mut reasons = vec![format!(
+                "score: edge {:.3} vs cloud {:.3} (lower wins)",
+                e.edge_score, e.cloud_score
+            )];
+            let target = if e.edge_score <= e.cloud_score {
+                Target::Edge
+            } else {
+                self.in_the_cloud(&mut reasons)
+            };
+            return self.decision(target, None, reasons, scores);
+        };
+        // Before generation the bar is lower: the edge's first token, moments later, applies
+        // the whole bar before any text is shown, so only a request the edge is unlikely to
+        // answer well is sent away unseen.
+        let bar = self.policy.min_edge_quality;
+        let before = bar * PRE_GENERATION_BAR;
+        let p = estimate.p_edge_ok;
         let mut reasons = vec![format!(
-            "score: edge {edge_score:.3} vs cloud {cloud_score:.3} (lower wins)"
+            "quality: P(edge answer acceptable) {p:.2} before generation (bar {before:.2}; \
+             {bar:.2} at the first token)"
         )];
-        let target = if edge_score <= cloud_score {
+        let target = if p >= before {
             Target::Edge
         } else {
-            elsewhere(&mut reasons)
+            self.in_the_cloud(&mut reasons)
         };
-        return decision(target, None, reasons, scores);
-    };
-    // The learned estimate against the policy's bar. Before generation the bar is lower: the
-    // edge's first token, moments later, applies the whole bar before any text is shown, so
-    // only a request the edge is unlikely to answer well is sent away unseen.
-    let bar = policy.min_edge_quality;
-    let before = bar * PRE_GENERATION_BAR;
-    let p = estimate.p_edge_ok;
-    let mut reasons = vec![format!(
-        "quality: P(edge answer acceptable) {p:.2} before generation (bar {before:.2}; {bar:.2} \
-         at the first token)"
-    )];
-    let target = if p >= before {
-        Target::Edge
-    } else {
-        elsewhere(&mut reasons)
-    };
-    Decision {
-        quality: Some(QualityCheck {
+        let check = QualityCheck {
             model_version: model.version.clone(),
-            text_features: text_features.to_vec(),
-            edge_signals: model.knows_edge(ctx.edge_model_sha256.as_deref()),
+            text_features: self.m.read.features.to_vec(),
+            edge_signals: model.knows_edge(self.ctx.edge_model_sha256.as_deref()),
             estimate,
             bar,
-        }),
-        ..decision(target, None, reasons, scores)
+        };
+        Decision {
+            quality: Some(check),
+            ..self.decision(target, None, reasons, scores)
+        }
+    }
+
+    /// The decision for `target`, with its estimates and the trace.
+    fn decision(
+        &self,
+        target: Target,
+        rule: Option<&str>,
+        reasons: Vec<String>,
+        scores: Vec<(Target, f64)>,
+    ) -> Decision {
+        let e = &self.e;
+        let (seconds, usd) = match target {
+            Target::Edge => (e.edge_latency, 0.0),
+            Target::Cloud => (e.cloud_latency, e.cloud_cost),
+            Target::Speculative => (e.speculative_latency, e.speculative_cost),
+        };
+        Decision {
+            target,
+            reasons,
+            pii: self.m.pii.clone(),
+            estimated_latency_ms: 1000.0 * seconds,
+            estimated_cost_usd: usd,
+            // Only a scored edge decision may escalate: a rule that chose the edge (privacy,
+            // offline) forbids the cloud.
+            cascade: (target == Target::Edge && rule.is_none())
+                .then(|| self.policy.cascade.clone()),
+            quality: None,
+            trace: DecisionTrace {
+                signals: self.signals.clone(),
+                rule: rule.map(str::to_string),
+                scores,
+                policy_version: self.policy.version.clone(),
+            },
+        }
     }
 }
 

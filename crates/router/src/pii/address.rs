@@ -3,7 +3,7 @@
 //! "Hauptstraße 5", "12 rue de Rivoli", "Calle Mayor 7", "建国路88号"). One pass finds the
 //! anchors (a street word, "号") and each look-around is bounded, so the scan stays linear.
 
-use crate::pii::{EntityKind, Span};
+use super::kinds::{EntityKind, Span};
 
 /// English street types, lower-case; matched as a capitalised whole word ("Street", "St.").
 const STREET_TYPES_EN: &[&str] = &[

@@ -4,7 +4,7 @@
 //! "г. Москва, ул. Тверская, д. 7, кв. 12" (street type, name, house, flat). Each scanner
 //! starts from an anchor and looks around a bounded window, so the scan stays linear.
 
-use crate::pii::{EntityKind, Span};
+use super::kinds::{EntityKind, Span};
 
 /// Adds the Japanese, Korean and Russian street addresses in `text` to `spans`.
 pub fn detect(text: &str, spans: &mut Vec<Span>) {
@@ -232,7 +232,7 @@ fn russian(text: &str, spans: &mut Vec<Span>) {
 
 /// One to three words of a street's name: capitalised words, or an ordinal ("1-я").
 fn russian_name_words(text: &str, at: usize) -> Option<usize> {
-    crate::pii_cues::word_run(text, at, 3, |rest| {
+    super::cues::word_run(text, at, 3, |rest| {
         let first = rest.chars().next()?;
         let len = rest
             .char_indices()

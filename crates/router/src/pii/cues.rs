@@ -10,8 +10,8 @@ use std::sync::OnceLock;
 
 use aho_corasick::AhoCorasick;
 
-use crate::pii::{EntityKind, Span};
-use crate::pii_names::zh_surname_len;
+use super::kinds::{EntityKind, Span};
+use super::names::zh_surname_len;
 
 /// Cues in Latin-script languages (English, French, Spanish, German, Italian) after which
 /// one to three capitalised words are a name.
@@ -382,7 +382,7 @@ fn push(spans: &mut Vec<Span>, kind: EntityKind, start: usize, end: usize, confi
 
 /// The end of up to `max` words starting at `at`, one space apart, each measured by `word`
 /// (its length in bytes, or `None` where the run stops).
-pub(crate) fn word_run(
+pub(super) fn word_run(
     text: &str,
     at: usize,
     max: usize,
@@ -629,7 +629,7 @@ fn my_number_after(text: &str, at: usize) -> Option<(usize, usize)> {
         end += 1;
     }
     let followed_by_digit = b.get(end).is_some_and(u8::is_ascii_digit);
-    (!followed_by_digit && crate::pii::my_number_valid(&digits)).then_some((start, end))
+    (!followed_by_digit && super::checks::my_number_valid(&digits)).then_some((start, end))
 }
 
 const MONTHS: &[&str] = &[

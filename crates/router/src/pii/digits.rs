@@ -3,7 +3,8 @@
 //! (with their separators, a leading `+` or bracket and a trailing extension), then one
 //! function decides what the run's shape and check digits say it is.
 
-use crate::pii::{EntityKind, Span, cn_id_valid, is_word, luhn_valid};
+use super::checks::{cn_id_valid, is_word, luhn_valid};
+use super::kinds::{EntityKind, Span};
 
 /// Words within this many bytes before a bare run of digits that make it a phone number.
 const PHONE_CUE_WINDOW: usize = 64;

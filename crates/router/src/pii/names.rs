@@ -6,11 +6,11 @@
 use std::collections::HashSet;
 use std::sync::OnceLock;
 
-use crate::pii::{EntityKind, Span};
+use super::kinds::{EntityKind, Span};
 
-const GIVEN_EN: &str = include_str!("../data/names/given-en.txt");
-const SURNAMES_EN: &str = include_str!("../data/names/surnames-en.txt");
-const SURNAMES_ZH: &str = include_str!("../data/names/surnames-zh.txt");
+const GIVEN_EN: &str = include_str!("../../data/names/given-en.txt");
+const SURNAMES_EN: &str = include_str!("../../data/names/surnames-en.txt");
+const SURNAMES_ZH: &str = include_str!("../../data/names/surnames-zh.txt");
 
 /// Given names that are also common words, months or places ("Will", "May", "Virginia"):
 /// they count only before a listed surname.

@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
-use crate::pii::{EntityKind, Span};
+use super::kinds::{EntityKind, Span};
 use crate::rng::SplitMix;
 
 /// The tags, in weight order: outside, then begin/inside for each entity class.
@@ -42,7 +42,7 @@ const BLOOM_PROBES: u64 = 7;
 /// Longest text the tagger reads in one piece; longer prompts are tagged in windows.
 const MAX_TOKENS_PER_WINDOW: usize = 4096;
 
-const BUNDLED: &[u8] = include_bytes!("../data/pii-tagger.bin");
+const BUNDLED: &[u8] = include_bytes!("../../data/pii-tagger.bin");
 
 /// Why a tagger model could not be read.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
