@@ -1,6 +1,6 @@
 // Straddle's JS API: an OpenAI-shaped client whose every request is routed between the
 // model on this device (in a Web Worker) and the cloud behind the tenant's edge worker.
-import init, { Cascade, Learner, firstToken, piiKinds, policyPreset, redactAll, route as routeWasm, routerVersion, version } from "../pkg/straddle.js";
+import init, { Cascade, Learner, cloudCostUsd, firstToken, piiKinds, policyPreset, redactAll, route as routeWasm, routerVersion, version } from "../pkg/straddle.js";
 import { escalate, measureRtt, resolveToken } from "./cloud.js";
 import { EdgeHost } from "./edge.js";
 import { StraddleError } from "./errors.js";
@@ -361,6 +361,11 @@ export class Straddle {
     return chunks();
   }
 
+  /** What the cloud charges for these tokens at the policy's prices (the router's formula). */
+  cloudCost(tokensIn, tokensOut) {
+    return cloudCostUsd(this.policy.cloud_price_in_per_1k, this.policy.cloud_price_out_per_1k, tokensIn, tokensOut);
+  }
+
   modelName() {
     return this.edge?.name ?? "straddle";
   }
@@ -582,7 +587,7 @@ export class Straddle {
     // What the worker billed: the prompt once, every draft and each call's pending token as
     // input, one token a call as output.
     const billedIn = c.prompt_tokens + c.drafted + Math.max(0, c.calls - 1);
-    let usd = (billedIn / 1000) * this.policy.cloud_price_in_per_1k + (c.calls / 1000) * this.policy.cloud_price_out_per_1k;
+    let usd = this.cloudCost(billedIn, c.calls);
     const cost = { usd, prompt_tokens: billedIn, completion_tokens: c.calls };
     let reasons = degraded ? [...decision.reasons, "the verifier failed; the edge finished alone"] : decision.reasons;
     let tokens = c.tokens;
@@ -700,7 +705,7 @@ export class Straddle {
         }
       }
       usage ??= { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
-      const usd = (usage.prompt_tokens / 1000) * this.policy.cloud_price_in_per_1k + (usage.completion_tokens / 1000) * this.policy.cloud_price_out_per_1k;
+      const usd = this.cloudCost(usage.prompt_tokens, usage.completion_tokens);
       return {
         model, finish_reason: finish, usage,
         meta: {

@@ -4,6 +4,7 @@
 
 use straddle_protocol::token::Claims;
 use straddle_protocol::{ApiError, ErrorKind, Message};
+use straddle_router::price::Price;
 use worker::{Env, Method, Request, RequestInit, Response, Result, Stub};
 
 use crate::budget::{Hold, HoldAnswer, Record};
@@ -136,7 +137,7 @@ impl Caller {
         tokens_in: i64,
         tokens_out: i64,
     ) -> Result<std::result::Result<Hold, Response>> {
-        let (price_in, price_out) = dearest_prices(list);
+        let prices = dearest_prices(list);
         // A hold outlives its request, whose stream is cut at its upstream's total timeout;
         // a deployment's `HOLD_TTL_MS` overrides (tests use a short one).
         let longest = list.iter().map(|u| u.total_timeout_ms).max().unwrap_or(0);
@@ -152,7 +153,7 @@ impl Caller {
                 "{started}-{:016x}",
                 (js_sys::Math::random() * 2f64.powi(53)) as u64
             ),
-            usd: cost_usd((price_in, price_out), tokens_in, tokens_out),
+            usd: cost_usd(prices, tokens_in, tokens_out),
             tokens: tokens_in + tokens_out,
             expires_ms: started + ttl,
             now_ms: started,
@@ -187,15 +188,16 @@ impl Caller {
 
 /// The highest input and output prices per 1,000 tokens among `list`: a request is held at
 /// the dearest upstream it might end up on.
-pub(crate) fn dearest_prices(list: &[Upstream]) -> (f64, f64) {
-    let price_in = list.iter().map(|u| u.price_in_per_1k).fold(0.0, f64::max);
-    let price_out = list.iter().map(|u| u.price_out_per_1k).fold(0.0, f64::max);
-    (price_in, price_out)
+pub(crate) fn dearest_prices(list: &[Upstream]) -> Price {
+    Price {
+        in_per_1k: list.iter().map(|u| u.price_in_per_1k).fold(0.0, f64::max),
+        out_per_1k: list.iter().map(|u| u.price_out_per_1k).fold(0.0, f64::max),
+    }
 }
 
-/// What `tokens_in` and `tokens_out` cost at `prices`, USD per 1,000 tokens in and out.
-pub(crate) fn cost_usd(prices: (f64, f64), tokens_in: i64, tokens_out: i64) -> f64 {
-    tokens_in as f64 / 1000.0 * prices.0 + tokens_out as f64 / 1000.0 * prices.1
+/// What `tokens_in` and `tokens_out` cost at `prices`.
+pub(crate) fn cost_usd(prices: Price, tokens_in: i64, tokens_out: i64) -> f64 {
+    prices.cost(tokens_in as f64, tokens_out as f64)
 }
 
 /// What a request is billed.
@@ -215,8 +217,8 @@ pub(crate) struct Billed {
 pub(crate) fn within_hold(
     used: (i64, i64),
     held: (i64, i64),
-    prices: (f64, f64),
-    held_prices: (f64, f64),
+    prices: Price,
+    held_prices: Price,
 ) -> Billed {
     let tokens_out = used.1.min(held.1);
     let tokens_in = used.0.min(held.0 + held.1 - tokens_out);
@@ -317,17 +319,24 @@ fn refused(answer: &HoldAnswer) -> Result<Response> {
 mod tests {
     use super::*;
 
+    fn price(in_per_1k: f64, out_per_1k: f64) -> Price {
+        Price {
+            in_per_1k,
+            out_per_1k,
+        }
+    }
+
     #[test]
     fn billing_never_passes_the_hold() {
         // Within the hold: what was used.
-        let b = within_hold((20, 50), (26, 64), (1.0, 2.0), (1.0, 2.0));
+        let b = within_hold((20, 50), (26, 64), price(1.0, 2.0), price(1.0, 2.0));
         assert_eq!((b.tokens_in, b.tokens_out, b.unbilled_tokens), (20, 50, 0));
         assert!((b.usd - 0.12).abs() < 1e-12);
         // A prompt longer than its bound is covered by unused output hold first...
-        let b = within_hold((40, 50), (26, 64), (1.0, 1.0), (1.0, 1.0));
+        let b = within_hold((40, 50), (26, 64), price(1.0, 1.0), price(1.0, 1.0));
         assert_eq!((b.tokens_in, b.tokens_out, b.unbilled_tokens), (40, 50, 0));
         // ...and past the whole hold it is not billed, in tokens or in money.
-        let b = within_hold((40, 64), (26, 64), (1.0, 1.0), (0.5, 0.5));
+        let b = within_hold((40, 64), (26, 64), price(1.0, 1.0), price(0.5, 0.5));
         assert_eq!((b.tokens_in, b.tokens_out, b.unbilled_tokens), (26, 64, 14));
         assert!((b.usd - 0.045).abs() < 1e-12);
     }

@@ -11,6 +11,7 @@ use std::task::{Context as TaskContext, Poll};
 use futures_util::Stream;
 use straddle_protocol::sse::{self, Parser};
 use straddle_protocol::{ApiError, ChatChunk, ChatRequest, ChatResponse, ErrorKind};
+use straddle_router::price::Price;
 use worker::{ByteStream, Context, Env, Headers, Request, Response, Result};
 
 use crate::admission::{
@@ -266,8 +267,8 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
 }
 
 /// An upstream's prices per 1,000 tokens, in and out.
-fn prices_of(up: &Upstream) -> (f64, f64) {
-    (up.price_in_per_1k, up.price_out_per_1k)
+fn prices_of(up: &Upstream) -> Price {
+    up.price()
 }
 
 /// `r` with what its request is billed.

@@ -17,6 +17,7 @@ use futures_util::future::LocalBoxFuture;
 use futures_util::{FutureExt, Stream};
 use straddle_protocol::sse::{self, Event, Parser};
 use straddle_protocol::{ChatChunk, ChunkChoice, Cost, Delta, FinishReason, Route, StraddleMeta};
+use straddle_router::price::Price;
 use worker::{Method, Result, Stub};
 
 use crate::admission::{budget_call, cost_usd, now_ms};
@@ -39,7 +40,7 @@ pub struct Growth {
     pub stub: Rc<Stub>,
     pub hold: Hold,
     /// The dearest upstream's prices per 1,000 tokens, in and out, at which it is held.
-    pub prices: (f64, f64),
+    pub prices: Price,
     /// Output tokens held now, and the request's `max_tokens`.
     pub held_out: i64,
     pub max_out: i64,

@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use serde::Deserialize;
+use straddle_router::price::Price;
 
 /// One upstream server.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -45,6 +46,14 @@ pub struct Upstream {
 }
 
 impl Upstream {
+    /// Its prices.
+    pub fn price(&self) -> Price {
+        Price {
+            in_per_1k: self.price_in_per_1k,
+            out_per_1k: self.price_out_per_1k,
+        }
+    }
+
     /// Whether it serves the caller's `model`.
     pub fn serves(&self, model: &str) -> bool {
         self.models.is_empty() || self.models.contains_key(model)

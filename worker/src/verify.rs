@@ -3,6 +3,7 @@
 //! draft are billed as input tokens, the accepted tokens and the verifier's own as output.
 
 use straddle_protocol::{ApiError, ErrorKind, VerifyRequest, VerifyResponse};
+use straddle_router::price::Price;
 use worker::{Env, Request, Response, Result};
 
 use crate::admission::{Caller, caller, cost_usd, json_body, now_ms, settle};
@@ -107,7 +108,7 @@ pub async fn verify(mut req: Request, env: &Env) -> Result<Response> {
     let Caller { claims, stub, .. } = caller;
     let started = hold.now_ms;
 
-    let record = |upstream: &str, outcome: &str, t_in: i64, t_out: i64, p: (f64, f64)| Record {
+    let record = |upstream: &str, outcome: &str, t_in: i64, t_out: i64, p: Price| Record {
         id: hold.id.clone(),
         ts_ms: started,
         user: claims.sub.clone(),
@@ -147,17 +148,17 @@ pub async fn verify(mut req: Request, env: &Env) -> Result<Response> {
             settle(
                 stub,
                 hold.id.clone(),
-                record("none", failure.outcome(), 0, 0, (0.0, 0.0)),
+                record("none", failure.outcome(), 0, 0, Price::default()),
             )
             .await;
             return error_response(&failure.into_api_error());
         }
     };
-    let record = |outcome: &str, t_in: i64, t_out: i64, p: (f64, f64)| Record {
+    let record = |outcome: &str, t_in: i64, t_out: i64, p: Price| Record {
         degraded: failed_over,
         ..record(&upstream.name, outcome, t_in, t_out, p)
     };
-    let prices = (upstream.price_in_per_1k, upstream.price_out_per_1k);
+    let prices = upstream.price();
     let status = resp.status_code();
     if status != 200 {
         settle(

@@ -285,6 +285,18 @@ fn parse_decision(json: &str) -> Result<straddle_router::policy::Decision, Strin
 }
 
 /// The router's version, carried in every escalation's envelope and response.
+/// What the cloud charges for `tokens_in` input and `tokens_out` output tokens at the given
+/// prices per 1,000 tokens: the router's and the worker's formula, so the page's cost reports
+/// agree with the bill.
+#[wasm_bindgen(js_name = cloudCostUsd)]
+pub fn cloud_cost_usd(in_per_1k: f64, out_per_1k: f64, tokens_in: f64, tokens_out: f64) -> f64 {
+    let price = straddle_router::price::Price {
+        in_per_1k,
+        out_per_1k,
+    };
+    price.cost(tokens_in, tokens_out)
+}
+
 #[wasm_bindgen(js_name = routerVersion)]
 pub fn router_version() -> String {
     format!("straddle-router/{}", env!("CARGO_PKG_VERSION"))
