@@ -107,9 +107,17 @@ fn post_json(url: &str, body: &str, token: &str) -> Result<(u16, String), String
     Ok((status, resp.body_mut().read_to_string().unwrap_or_default()))
 }
 
-fn wait_up(svc: &mut Service, url: &str, timeout: Duration) -> anyhow::Result<()> {
+fn wait_up(
+    svc: &mut Service,
+    url: &str,
+    timeout: Duration,
+    stop: &AtomicBool,
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
+        if stop.load(Ordering::SeqCst) {
+            bail!("stopped while {} was starting", svc.name);
+        }
         if let Ok(Some(status)) = svc.child.try_wait() {
             bail!(
                 "{} exited ({status}) while starting; last log lines:\n{}",
@@ -155,12 +163,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
 
     let logs = util::target_dir().join("demo-logs");
     std::fs::create_dir_all(&logs)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = stop.clone();
-        ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
-            .context("installing the Ctrl-C handler")?;
-    }
+    let stop = stop_on_signals()?;
 
     // The demo tenant's secret lives only as long as this run; the token below is what a
     // tenant's backend would hand its page.
@@ -170,7 +173,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         let cloud_url = format!("http://127.0.0.1:{}", ports.cloud);
         let worker_url = format!("http://127.0.0.1:{}", ports.worker);
         let web_url = format!("http://127.0.0.1:{}", ports.web);
-        let mut cloud = Service::start(
+        services.push(Service::start(
             "cloud",
             Command::new(util::target_dir().join("debug/straddle-cloud"))
                 .arg("--model")
@@ -178,14 +181,13 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
                 .arg("--listen")
                 .arg(format!("127.0.0.1:{}", ports.cloud)),
             &logs,
-        )?;
-        wait_up(
-            &mut cloud,
-            &format!("{cloud_url}/health"),
-            Duration::from_secs(60),
-        )?;
-        services.push(cloud);
-        let mut worker = Service::start(
+        )?);
+        let up = |svc: Option<&mut Service>, url: String, secs| match svc {
+            Some(svc) => wait_up(svc, &url, Duration::from_secs(secs), &stop),
+            None => Ok(()),
+        };
+        up(services.last_mut(), format!("{cloud_url}/health"), 60)?;
+        services.push(Service::start(
             "worker",
             Command::new(root().join("worker/node_modules/.bin/wrangler"))
                 .args([
@@ -205,16 +207,11 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
                 .env("WRANGLER_SEND_METRICS", "false")
                 .current_dir(root().join("worker")),
             &logs,
-        )?;
-        wait_up(
-            &mut worker,
-            &format!("{worker_url}/health"),
-            Duration::from_secs(300),
-        )?;
-        services.push(worker);
+        )?);
+        up(services.last_mut(), format!("{worker_url}/health"), 300)?;
         // The page's token is bound to the page's origin, as a tenant's backend would mint it.
         let page_token = demo_token(&secret, Some(&web_url));
-        let mut web = Service::start(
+        services.push(Service::start(
             "web",
             Command::new("node")
                 .arg(root().join("web/scripts/serve.mjs"))
@@ -226,13 +223,8 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
                 // Cross-origin isolation lets the CPU model use every core (wasm threads).
                 .arg("--isolated"),
             &logs,
-        )?;
-        wait_up(
-            &mut web,
-            &format!("{web_url}/demo/"),
-            Duration::from_secs(30),
-        )?;
-        services.push(web);
+        )?);
+        up(services.last_mut(), format!("{web_url}/demo/"), 30)?;
 
         println!("\nStraddle demo is running:");
         println!("  demo page     {web_url}/demo/");
@@ -247,21 +239,56 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         }
         println!("Press Ctrl-C to stop.");
         std::io::stdout().flush()?;
-        while !stop.load(Ordering::SeqCst) {
-            for svc in services.iter_mut() {
-                if let Ok(Some(status)) = svc.child.try_wait() {
-                    bail!(
-                        "{} exited ({status}); last log lines:\n{}",
-                        svc.name,
-                        svc.tail(20)
-                    );
-                }
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        eprintln!("\ndemo: stopping");
-        Ok(())
+        supervise(&mut services, &stop)
     })();
+    for svc in services.iter_mut().rev() {
+        svc.stop();
+    }
+    result
+}
+
+/// A flag raised by Ctrl-C, SIGTERM (a process manager) or SIGHUP (a closed terminal)
+/// alike, so the children are stopped whichever way the demo is ended.
+fn stop_on_signals() -> anyhow::Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let raise = stop.clone();
+    ctrlc::set_handler(move || raise.store(true, Ordering::SeqCst))
+        .context("installing the signal handler")?;
+    Ok(stop)
+}
+
+/// Waits until `stop` is raised (`Ok`) or a service exits on its own (an error with its
+/// last log lines).
+fn supervise(services: &mut [Service], stop: &AtomicBool) -> anyhow::Result<()> {
+    while !stop.load(Ordering::SeqCst) {
+        for svc in services.iter_mut() {
+            if let Ok(Some(status)) = svc.child.try_wait() {
+                bail!(
+                    "{} exited ({status}); last log lines:\n{}",
+                    svc.name,
+                    svc.tail(20)
+                );
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("\ndemo: stopping");
+    Ok(())
+}
+
+/// `cargo xtask supervise-probe`: the demo's supervisor over one child (`sleep`), whose pid
+/// it prints, so a test can signal the supervisor and check that the child is gone.
+pub fn probe() -> anyhow::Result<()> {
+    let stop = stop_on_signals()?;
+    let logs = std::env::temp_dir();
+    let mut services = vec![Service::start(
+        "probe",
+        Command::new("sleep").arg("600"),
+        &logs,
+    )?];
+    println!("{}", services[0].child.id());
+    std::io::stdout().flush()?;
+    let result = supervise(&mut services, &stop);
     for svc in services.iter_mut().rev() {
         svc.stop();
     }

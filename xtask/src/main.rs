@@ -42,6 +42,8 @@ fn run(args: &[String]) -> anyhow::Result<()> {
         "setup" => setup::run().map(|_| ()),
         "test" => test::run(rest),
         "demo" => demo::run(rest),
+        // Not for users: the demo's supervisor over one child, for `tests/demo_signals.rs`.
+        "supervise-probe" => demo::probe(),
         "build-web" => build::web(&setup::run()?),
         "build-worker" => build::worker(&setup::run()?),
         "bench" => bench::run(rest),
