@@ -3,7 +3,7 @@
 //! burn's pure-Rust `flex` CPU backend natively.
 //!
 //! Weights stay quantized on the device. GGUF blocks map onto burn's block-quantized tensors
-//! without loss (see `../shared/NOTES-toolchain.md`):
+//! without loss (each mapping is checked against the CPU's dequantization in the tests below):
 //! - Q8_0 `x = d·q` is Q8F per block of 32 with an f32 scale;
 //! - Q4_0 `x = d·(q − 8)` is Q4F per block of 32;
 //! - Q4_1 `x = d·q + m` is `d·(q − 8) + (m + 8d)`: a Q4F tensor plus one bias per block, applied

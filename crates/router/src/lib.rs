@@ -2,13 +2,17 @@
 //!
 //! Pure: no I/O, no clock, no randomness it was not handed. Shared by the browser (which
 //! decides), the worker (which re-checks privacy) and the CLI (which evaluates).
-//! `pii` finds personal data, `language` names the prompt's language, `signals` reads the
-//! expected length, `policy`
-//! applies the ordered rules and the cost score and explains itself, `redact` replaces
-//! personal data with placeholders for upload and puts it back into the answer; `features`
-//! and `linear` are the small learned models (task type, difficulty) over hashed n-grams;
-//! `quality` estimates whether the edge model's answer will be acceptable;
-//! `eval` scores a strong/weak router with RouteLLM's metrics.
+//!
+//! - `pii` finds personal data (`pii/`: one scanner per file, and the tagger); `redact`
+//!   replaces it with placeholders for upload and puts it back into the answer;
+//! - `language` names the prompt's language, `task` its task type, `signals` the expected
+//!   length, `features` and `linear` are the small learned models over hashed n-grams;
+//! - `quality` estimates whether the edge model's answer will be acceptable, `energy` what an
+//!   answer costs the battery, `price` what the cloud charges;
+//! - `policy` applies the ordered rules and the cost score and explains itself; `cascade`
+//!   decides mid-stream escalation; `bandit` learns from feedback;
+//! - `eval` scores a strong/weak router with RouteLLM's metrics and `sim` simulates a request
+//!   stream to compare policies (both for the CLI); `rng` is the seeded generator they share.
 
 pub mod bandit;
 pub mod cascade;
