@@ -5,10 +5,11 @@
 use straddle_protocol::token::Claims;
 use straddle_protocol::{ApiError, ErrorKind, Message};
 use straddle_router::price::Price;
-use worker::{Env, Method, Request, RequestInit, Response, Result, Stub};
+use worker::{Env, Method, Request, RequestInit, Result, Stub};
 
 use crate::budget::{Hold, HoldAnswer, Record};
-use crate::error::error_response;
+use crate::error::Refusal;
+use crate::forward::Answered;
 use crate::tenant::{Tenant, deployment_origins};
 use crate::upstreams::Upstream;
 
@@ -60,19 +61,11 @@ pub(crate) struct Caller {
 
 /// The request's caller, or the response refusing it: a bad token or one that lives longer
 /// than its tenant allows (401), or a page origin its tenant does not allow (403).
-pub(crate) async fn caller(
-    req: &Request,
-    env: &Env,
-) -> Result<std::result::Result<Caller, Response>> {
-    let claims = match crate::auth::tenant(req, env) {
-        Ok(c) => c,
-        Err(e) => return error_response(&e).map(Err),
-    };
+pub(crate) async fn caller(req: &Request, env: &Env) -> std::result::Result<Caller, Refusal> {
+    let claims = crate::auth::tenant(req, env)?;
     let stub = budget_stub(env, &claims.ten)?;
     let tenant: Tenant = budget_call(&stub, Method::Get, "/tenant", None).await?;
-    if let Err(e) = crate::auth::lifetime(&claims, tenant.max_token_lifetime_s()) {
-        return error_response(&e).map(Err);
-    }
+    crate::auth::lifetime(&claims, tenant.max_token_lifetime_s())?;
     // Requests without an `Origin` come from servers, not pages: the token alone decides.
     if let Some(origin) = req.headers().get("origin")? {
         let deployment = deployment_origins(
@@ -82,21 +75,18 @@ pub(crate) async fn caller(
                 .as_deref(),
         );
         if !tenant.allows_origin(&origin, &deployment) {
-            return error_response(
-                &ApiError::new(
-                    ErrorKind::Forbidden,
-                    format!("this tenant does not allow pages at {origin}"),
-                )
-                .with_code("origin_not_allowed"),
-            )
-            .map(Err);
+            let e = ApiError::new(
+                ErrorKind::Forbidden,
+                format!("this tenant does not allow pages at {origin}"),
+            );
+            return Err(e.with_code("origin_not_allowed").into());
         }
     }
-    Ok(Ok(Caller {
+    Ok(Caller {
         claims,
         tenant,
         stub,
-    }))
+    })
 }
 
 impl Caller {
@@ -136,7 +126,7 @@ impl Caller {
         list: &[Upstream],
         tokens_in: i64,
         tokens_out: i64,
-    ) -> Result<std::result::Result<Hold, Response>> {
+    ) -> std::result::Result<Hold, Refusal> {
         let prices = dearest_prices(list);
         // A hold outlives its request, whose stream is cut at its upstream's total timeout;
         // a deployment's `HOLD_TTL_MS` overrides (tests use a short one).
@@ -180,9 +170,9 @@ impl Caller {
             answer = budget_call(&self.stub, Method::Post, "/hold", Some(body)).await?;
         }
         if !answer.admitted {
-            return refused(&answer).map(Err);
+            return Err(refused(&answer));
         }
-        Ok(Ok(hold))
+        Ok(hold)
     }
 }
 
@@ -232,11 +222,82 @@ pub(crate) fn within_hold(
 }
 
 /// Replaces the hold with what was spent and writes the record.
-pub(crate) async fn settle(stub: Stub, hold_id: String, record: Record) {
+/// One request's hold and what settling it needs: the hold's size and prices (no bill
+/// passes them) and the request's record.
+pub(crate) struct Bill {
+    pub stub: Stub,
+    pub hold: Hold,
+    /// (prompt, completion) tokens held; a growing hold's completion part grows.
+    pub held: (i64, i64),
+    pub held_prices: Price,
+    pub started: i64,
+    pub template: Record,
+}
+
+impl Bill {
+    /// The record of `tokens_in` and `tokens_out` used at the answering upstream (`None`:
+    /// none answered).
+    pub(crate) fn record(
+        &self,
+        answered: Option<&Answered>,
+        outcome: &str,
+        tokens_in: i64,
+        tokens_out: i64,
+        ttfb_ms: i64,
+    ) -> Record {
+        let (upstream, prices, degraded) = match answered {
+            Some(a) => (a.upstream.name.clone(), a.upstream.price(), a.failed_over),
+            None => ("none".to_string(), Price::default(), false),
+        };
+        Record {
+            upstream,
+            degraded,
+            tokens_in,
+            tokens_out,
+            usd: cost_usd(prices, tokens_in, tokens_out),
+            ttfb_ms,
+            total_ms: now_ms() - self.started,
+            outcome: outcome.into(),
+            ..self.template.clone()
+        }
+    }
+
+    /// `r` billed for `used` (prompt, completion) tokens at `prices`, never past what was
+    /// held (`held_out` completion tokens).
+    pub(crate) fn billed(
+        &self,
+        r: Record,
+        used: (i64, i64),
+        prices: Price,
+        held_out: i64,
+    ) -> Record {
+        let billed = within_hold(used, (self.held.0, held_out), prices, self.held_prices);
+        billed_record(r, billed)
+    }
+
+    /// Settles the hold with `r`.
+    pub(crate) async fn settle(&self, r: Record) {
+        settle(&self.stub, &self.hold.id, r).await;
+    }
+}
+
+/// `r` with what its request is billed.
+fn billed_record(r: Record, billed: Billed) -> Record {
+    Record {
+        tokens_in: billed.tokens_in,
+        tokens_out: billed.tokens_out,
+        usd: billed.usd,
+        unbilled_tokens: billed.unbilled_tokens,
+        ..r
+    }
+}
+
+/// Settles hold `hold_id` with `record` in the tenant's budget object.
+pub(crate) async fn settle(stub: &Stub, hold_id: &str, record: Record) {
     let body = serde_json::to_string(&(hold_id, record)).unwrap_or_default();
     // One retry: the record must not be lost to a transient error.
     for _ in 0..2 {
-        if budget_call::<serde_json::Value>(&stub, Method::Post, "/settle", Some(body.clone()))
+        if budget_call::<serde_json::Value>(stub, Method::Post, "/settle", Some(body.clone()))
             .await
             .is_ok()
         {
@@ -249,45 +310,41 @@ pub(crate) async fn settle(stub: Stub, hold_id: String, record: Record) {
 /// parsed value, or the error response to send.
 pub(crate) async fn json_body<T: serde::de::DeserializeOwned>(
     req: &mut Request,
-) -> Result<std::result::Result<(Vec<u8>, T), Response>> {
+) -> std::result::Result<(Vec<u8>, T), Refusal> {
     let body = req.bytes().await?;
     if body.len() > MAX_BODY {
-        return error_response(&ApiError::new(
-            ErrorKind::TooLarge,
-            format!("body over {MAX_BODY} bytes"),
-        ))
-        .map(Err);
+        let e = ApiError::new(ErrorKind::TooLarge, format!("body over {MAX_BODY} bytes"));
+        return Err(e.into());
     }
     match serde_json::from_slice(&body) {
-        Ok(parsed) => Ok(Ok((body, parsed))),
-        Err(e) => error_response(&ApiError::from_json_error(&e)).map(Err),
+        Ok(parsed) => Ok((body, parsed)),
+        Err(e) => Err(ApiError::from_json_error(&e).into()),
     }
 }
 
-fn refused(answer: &HoldAnswer) -> Result<Response> {
+/// The refusal of a hold the budget object did not admit: 429 with a `retry-after` for
+/// rates and concurrency, 402 with what is left for the budget.
+fn refused(answer: &HoldAnswer) -> Refusal {
     let scope = match answer.scope.as_deref() {
         Some("user") => "this user's",
         Some("feature") => "this feature's",
         _ => "this tenant's",
     };
     match answer.refused_for.as_deref() {
-        Some("rate") => {
-            let mut resp = error_response(&ApiError::new(
+        Some("rate") => Refusal::Client(
+            ApiError::new(
                 ErrorKind::RateLimited,
                 format!("{scope} requests or tokens per minute are used up"),
-            ))?;
-            let wait = answer.retry_after_s.unwrap_or(60).to_string();
-            resp.headers_mut().set("retry-after", &wait)?;
-            Ok(resp)
-        }
-        Some("concurrency") => {
-            let mut resp = error_response(&ApiError::new(
+            ),
+            Some(answer.retry_after_s.unwrap_or(60)),
+        ),
+        Some("concurrency") => Refusal::Client(
+            ApiError::new(
                 ErrorKind::RateLimited,
                 format!("too many of {scope} requests are in flight"),
-            ))?;
-            resp.headers_mut().set("retry-after", "1")?;
-            Ok(resp)
-        }
+            ),
+            Some(1),
+        ),
         _ => {
             let window = match answer.window.as_deref() {
                 Some("month") => "monthly",
@@ -307,10 +364,11 @@ fn refused(answer: &HoldAnswer) -> Result<Response> {
                     .remaining_tokens
                     .map_or("unlimited".into(), |v| v.to_string())
             );
-            error_response(&ApiError::new(
+            ApiError::new(
                 ErrorKind::BudgetExceeded,
                 format!("this request's worst case exceeds {scope} {window} budget; {remaining}"),
-            ))
+            )
+            .into()
         }
     }
 }

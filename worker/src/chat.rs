@@ -11,16 +11,12 @@ use std::task::{Context as TaskContext, Poll};
 use futures_util::Stream;
 use straddle_protocol::sse::{self, Parser};
 use straddle_protocol::{ApiError, ChatChunk, ChatRequest, ChatResponse, ErrorKind};
-use straddle_router::price::Price;
 use worker::{ByteStream, Context, Env, Headers, Request, Response, Result};
 
-use crate::admission::{
-    Billed, Caller, budget_stub, caller, cost_usd, dearest_prices, json_body, now_ms, settle,
-    within_hold,
-};
-use crate::budget::Record;
+use crate::admission::{Bill, Caller, budget_stub, caller, dearest_prices, json_body, now_ms};
+use crate::budget::{Hold, Record};
 use crate::deadline::Deadline;
-use crate::error::error_response;
+use crate::error::{Refusal, respond};
 use crate::forward::{
     Answered, Outgoing, forward, relay_failure, remaining, text_within, total_timeout,
     upstream_list,
@@ -43,38 +39,23 @@ fn prompt_tokens_bound(req: &ChatRequest) -> i64 {
 }
 
 /// `POST /v1/chat/completions`.
-pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response> {
-    let caller = match caller(&req, env).await? {
-        Ok(c) => c,
-        Err(refusal) => return Ok(refusal),
-    };
-    let (body, parsed) = match json_body::<ChatRequest>(&mut req).await? {
-        Ok(got) => got,
-        Err(refusal) => return Ok(refusal),
-    };
-    if let Err(e) = parsed
-        .validate()
-        .and_then(|()| caller.permits(&parsed.model, &parsed.messages))
-    {
-        return error_response(&e);
-    }
-    let list: Vec<Upstream> = match upstream_list(env) {
-        Ok(l) => l.into_iter().filter(|u| u.serves(&parsed.model)).collect(),
-        Err(message) => return error_response(&ApiError::new(ErrorKind::Unavailable, message)),
-    };
-    if list.is_empty() {
-        return error_response(&no_upstream_serves(&parsed.model));
-    }
+pub async fn chat(req: Request, env: &Env, ctx: &Context) -> Result<Response> {
+    respond(serve(req, env, ctx).await)
+}
 
-    let max_tokens = parsed.token_limit().unwrap_or(DEFAULT_MAX_TOKENS);
-    if let Some(cap) = caller.tenant.max_tokens_cap
-        && i64::from(max_tokens) > cap
-    {
-        return error_response(&ApiError::invalid(
-            "max_tokens",
-            format!("this tenant allows at most {cap}"),
-        ));
-    }
+/// Admits the request, holds its cost, forwards it and answers: whole or streamed.
+async fn serve(
+    mut req: Request,
+    env: &Env,
+    ctx: &Context,
+) -> std::result::Result<Response, Refusal> {
+    let caller = caller(&req, env).await?;
+    let (body, parsed) = json_body::<ChatRequest>(&mut req).await?;
+    parsed
+        .validate()
+        .and_then(|()| caller.permits(&parsed.model, &parsed.messages))?;
+    let list = upstreams_serving(env, &parsed.model)?;
+    let max_tokens = max_tokens(&caller, &parsed)?;
     let prompt_bound = prompt_tokens_bound(&parsed);
     // A growing hold starts with a first chunk of output; the stream extends it.
     let growing = parsed.stream && caller.tenant.growing_holds();
@@ -82,54 +63,15 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
         true => CHUNK_TOKENS.min(i64::from(max_tokens)),
         false => i64::from(max_tokens),
     };
-    let hold = match caller.hold(env, &list, prompt_bound, held_out).await? {
-        Ok(h) => h,
-        Err(refusal) => return Ok(refusal),
+    let hold = caller.hold(env, &list, prompt_bound, held_out).await?;
+    let bill = Bill {
+        held: (prompt_bound, held_out),
+        held_prices: dearest_prices(&list),
+        started: hold.now_ms,
+        template: record_template(&hold, &caller, &parsed),
+        hold,
+        stub: caller.stub,
     };
-    let Caller { claims, stub, .. } = caller;
-    // Settlements bill at most this, at these prices (a growing hold's output grows).
-    let held = (prompt_bound, held_out);
-    let held_prices = dearest_prices(&list);
-    let started = hold.now_ms;
-    let envelope = parsed.straddle.as_ref();
-
-    let record =
-        |upstream: &Upstream, outcome: &str, tokens_in: i64, tokens_out: i64, ttfb_ms: i64| {
-            Record {
-                degraded: false,
-                id: hold.id.clone(),
-                ts_ms: started,
-                user: claims.sub.clone(),
-                session: claims.sid.clone(),
-                feature: claims.feat.clone().unwrap_or_default(),
-                model: parsed.model.clone(),
-                upstream: upstream.name.clone(),
-                // What the page's router said, for the tenant's cost report (the envelope
-                // is the page's claim; the worker's own checks do not depend on it).
-                route_reason: envelope.map(|e| e.reasons.join("; ")).unwrap_or_default(),
-                router_version: envelope
-                    .and_then(|e| e.router_version.clone())
-                    .unwrap_or_default(),
-                policy_version: envelope
-                    .and_then(|e| e.policy_version.clone())
-                    .unwrap_or_default(),
-                quality_model_version: envelope
-                    .and_then(|e| e.quality_model_version.clone())
-                    .unwrap_or_default(),
-                edge_model_sha256: envelope
-                    .and_then(|e| e.edge_model_sha256.clone())
-                    .unwrap_or_default(),
-                upstream_model: String::new(),
-                unbilled_tokens: 0,
-                tokens_in,
-                tokens_out,
-                usd: cost_usd(prices_of(upstream), tokens_in, tokens_out),
-                ttfb_ms,
-                total_ms: now_ms() - started,
-                outcome: outcome.into(),
-            }
-        };
-
     let outgoing = Outgoing {
         path: CHAT_PATH,
         body: &body,
@@ -137,148 +79,178 @@ pub async fn chat(mut req: Request, env: &Env, ctx: &Context) -> Result<Response
         strip_envelope: true,
         affinity: None,
     };
-    let Answered {
-        upstream,
-        response: mut resp,
-        failed_over,
-    } = match forward(env, &list, &outgoing).await {
+    let answered = match forward(env, &list, &outgoing).await {
         Ok(answered) => answered,
         Err(failure) => {
-            let nobody = Upstream {
-                name: "none".into(),
-                ..list[0].clone()
-            };
-            settle(
-                stub,
-                hold.id.clone(),
-                record(&nobody, failure.outcome(), 0, 0, 0),
-            )
-            .await;
-            return error_response(&failure.into_api_error());
+            let r = bill.record(None, failure.outcome(), 0, 0, 0);
+            bill.settle(r).await;
+            return Err(failure.into_api_error().into());
         }
     };
-    let record = |outcome: &str, tokens_in: i64, tokens_out: i64, ttfb_ms: i64| Record {
-        degraded: failed_over,
-        ..record(&upstream, outcome, tokens_in, tokens_out, ttfb_ms)
-    };
-    let ttfb = now_ms() - started;
-    let status = resp.status_code();
-    if status != 200 {
-        settle(stub, hold.id.clone(), record("upstream_status", 0, 0, ttfb)).await;
-        return relay_failure(resp).await;
+    let ttfb = now_ms() - bill.started;
+    if answered.response.status_code() != 200 {
+        let r = bill.record(Some(&answered), "upstream_status", 0, 0, ttfb);
+        bill.settle(r).await;
+        return Ok(relay_failure(answered.response).await?);
     }
     if !parsed.stream {
-        let Some(text) = text_within(&mut resp, &upstream, started).await? else {
-            settle(
-                stub,
-                hold.id.clone(),
-                record("upstream_timeout", prompt_bound, 0, ttfb),
-            )
-            .await;
-            return error_response(&total_timeout(&upstream));
-        };
-        let answer = serde_json::from_str::<ChatResponse>(&text).ok();
-        let usage = answer.as_ref().map(|r| r.usage).unwrap_or_default();
-        let used = (
-            i64::from(usage.prompt_tokens),
-            i64::from(usage.completion_tokens),
-        );
-        let r = Record {
-            upstream_model: answer.map(|a| a.model).unwrap_or_default(),
-            ..record("ok", 0, 0, ttfb)
-        };
-        let billed = within_hold(used, held, prices_of(&upstream), held_prices);
-        settle(stub, hold.id.clone(), billed_record(r, billed)).await;
-        let mut out = Response::ok(text)?;
-        out.headers_mut().set("content-type", "application/json")?;
-        return Ok(out);
+        return whole(answered, bill, ttfb).await;
     }
-
-    // Streamed: pass the bytes through as they come, count on the way, settle at the end —
-    // or when the client goes away and the runtime drops the stream.
-    let tally = Rc::new(RefCell::new(Tally::default()));
-    let grown = Rc::new(std::cell::Cell::new(Grown::default()));
-    let (done_tx, done_rx) = futures_channel::oneshot::channel::<()>();
-    let counting = Counting {
-        inner: Box::pin(resp.stream()?),
-        parser: Parser::new(1 << 20),
-        tally: tally.clone(),
-        done: Some(done_tx),
-        deadline: Deadline::after(remaining(&upstream, started))?,
-        timeout_event: Some(timeout_event(&upstream)),
+    let stream = Streamed {
+        growing,
+        max_out: i64::from(max_tokens),
+        tenant: caller.claims.ten.clone(),
+        ttfb,
     };
-    let body = match growing {
-        true => {
-            let growth = Growth {
-                stub: Rc::new(budget_stub(env, &claims.ten)?),
-                hold: hold.clone(),
-                prices: held_prices,
-                held_out,
-                max_out: i64::from(max_tokens),
-            };
-            Response::from_stream(Gated::new(counting, growth, grown.clone()))?
-        }
-        false => Response::from_stream(counting)?,
-    };
-    let base_record = record("ok", 0, 0, ttfb);
-    let prices = prices_of(&upstream);
-    let hold_id = hold.id.clone();
-    ctx.wait_until(async move {
-        let finished = done_rx.await.is_ok();
-        let t = tally.borrow().clone();
-        let outcome = match (finished, t.cut, t.timed_out) {
-            (true, _, true) => "upstream_timeout",
-            (true, false, false) => "ok",
-            (true, true, false) => "upstream_cut",
-            (false, _, _) => "client_gone",
-        };
-        let (tokens_in, tokens_out) = match t.usage {
-            Some((p, c)) => (p, c),
-            // No usage from the upstream: the prompt bound and the content chunks counted.
-            None => (prompt_bound, t.content_chunks),
-        };
-        let g = grown.get();
-        let outcome = match growing && g.exhausted {
-            true => "budget_exhausted",
-            false => outcome,
-        };
-        // A growing hold bills at most what it grew to; what was read past it never reached
-        // the client.
-        let held_out = if growing { g.held_out } else { held.1 };
-        let billed = within_hold(
-            (tokens_in, tokens_out),
-            (held.0, held_out),
-            prices,
-            held_prices,
-        );
-        let r = Record {
-            upstream_model: t.model.clone(),
-            outcome: outcome.into(),
-            total_ms: now_ms() - started,
-            ..base_record
-        };
-        let r = billed_record(r, billed);
-        settle(stub, hold_id, r).await;
-    });
-    let headers = Headers::new();
-    headers.set("content-type", "text/event-stream")?;
-    headers.set("cache-control", "no-cache")?;
-    Ok(body.with_headers(headers))
+    stream.answer(answered, bill, env, ctx)
 }
 
-/// An upstream's prices per 1,000 tokens, in and out.
-fn prices_of(up: &Upstream) -> Price {
-    up.price()
+/// The configured upstreams that serve `model`.
+fn upstreams_serving(env: &Env, model: &str) -> std::result::Result<Vec<Upstream>, Refusal> {
+    let list: Vec<Upstream> = upstream_list(env)
+        .map_err(|message| ApiError::new(ErrorKind::Unavailable, message))?
+        .into_iter()
+        .filter(|u| u.serves(model))
+        .collect();
+    if list.is_empty() {
+        return Err(no_upstream_serves(model).into());
+    }
+    Ok(list)
 }
 
-/// `r` with what its request is billed.
-fn billed_record(r: Record, billed: Billed) -> Record {
+/// The request's `max_tokens` (a default when it gives none), within the tenant's cap.
+fn max_tokens(caller: &Caller, req: &ChatRequest) -> std::result::Result<u32, ApiError> {
+    let max_tokens = req.token_limit().unwrap_or(DEFAULT_MAX_TOKENS);
+    match caller.tenant.max_tokens_cap {
+        Some(cap) if i64::from(max_tokens) > cap => Err(ApiError::invalid(
+            "max_tokens",
+            format!("this tenant allows at most {cap}"),
+        )),
+        _ => Ok(max_tokens),
+    }
+}
+
+/// The request's cost record with nothing used yet: who asked, for what, and what the
+/// page's router said (the envelope is the page's claim, for the tenant's cost report; the
+/// worker's own checks do not depend on it).
+fn record_template(hold: &Hold, caller: &Caller, req: &ChatRequest) -> Record {
+    let envelope = req.straddle.as_ref();
+    let claim = |f: fn(&straddle_protocol::StraddleEnvelope) -> Option<String>| {
+        envelope.and_then(f).unwrap_or_default()
+    };
     Record {
-        tokens_in: billed.tokens_in,
-        tokens_out: billed.tokens_out,
-        usd: billed.usd,
-        unbilled_tokens: billed.unbilled_tokens,
-        ..r
+        id: hold.id.clone(),
+        ts_ms: hold.now_ms,
+        user: caller.claims.sub.clone(),
+        session: caller.claims.sid.clone(),
+        feature: caller.claims.feat.clone().unwrap_or_default(),
+        model: req.model.clone(),
+        route_reason: envelope.map(|e| e.reasons.join("; ")).unwrap_or_default(),
+        router_version: claim(|e| e.router_version.clone()),
+        policy_version: claim(|e| e.policy_version.clone()),
+        quality_model_version: claim(|e| e.quality_model_version.clone()),
+        edge_model_sha256: claim(|e| e.edge_model_sha256.clone()),
+        ..Record::default()
+    }
+}
+
+/// A whole (non-streamed) answer: read within the upstream's total timeout, billed from its
+/// usage.
+async fn whole(
+    mut answered: Answered,
+    bill: Bill,
+    ttfb: i64,
+) -> std::result::Result<Response, Refusal> {
+    let text = text_within(&mut answered.response, &answered.upstream, bill.started).await?;
+    let Some(text) = text else {
+        let r = bill.record(Some(&answered), "upstream_timeout", bill.held.0, 0, ttfb);
+        bill.settle(r).await;
+        return Err(total_timeout(&answered.upstream).into());
+    };
+    let answer = serde_json::from_str::<ChatResponse>(&text).ok();
+    let usage = answer.as_ref().map(|r| r.usage).unwrap_or_default();
+    let used = (
+        i64::from(usage.prompt_tokens),
+        i64::from(usage.completion_tokens),
+    );
+    let r = Record {
+        upstream_model: answer.map(|a| a.model).unwrap_or_default(),
+        ..bill.record(Some(&answered), "ok", 0, 0, ttfb)
+    };
+    let r = bill.billed(r, used, answered.upstream.price(), bill.held.1);
+    bill.settle(r).await;
+    let mut out = Response::ok(text)?;
+    out.headers_mut().set("content-type", "application/json")?;
+    Ok(out)
+}
+
+/// A streamed answer: the upstream's bytes passed through as they come, counted on the way
+/// (and for a growing hold, extended chunk by chunk), settled at the end — or when the
+/// client goes away and the runtime drops the stream.
+struct Streamed {
+    growing: bool,
+    max_out: i64,
+    tenant: String,
+    ttfb: i64,
+}
+
+impl Streamed {
+    fn answer(
+        self,
+        answered: Answered,
+        bill: Bill,
+        env: &Env,
+        ctx: &Context,
+    ) -> std::result::Result<Response, Refusal> {
+        let upstream = answered.upstream.clone();
+        let base = bill.record(Some(&answered), "ok", 0, 0, self.ttfb);
+        let tally = Rc::new(RefCell::new(Tally::default()));
+        let grown = Rc::new(std::cell::Cell::new(Grown::default()));
+        let (done_tx, done_rx) = futures_channel::oneshot::channel::<()>();
+        let mut resp = answered.response;
+        let counting = Counting {
+            inner: Box::pin(resp.stream()?),
+            parser: Parser::new(1 << 20),
+            tally: tally.clone(),
+            done: Some(done_tx),
+            deadline: Deadline::after(remaining(&upstream, bill.started))?,
+            timeout_event: Some(timeout_event(&upstream)),
+        };
+        let body = match self.growing {
+            true => {
+                let growth = Growth {
+                    stub: Rc::new(budget_stub(env, &self.tenant)?),
+                    hold: bill.hold.clone(),
+                    prices: bill.held_prices,
+                    held_out: bill.held.1,
+                    max_out: self.max_out,
+                };
+                Response::from_stream(Gated::new(counting, growth, grown.clone()))?
+            }
+            false => Response::from_stream(counting)?,
+        };
+        let growing = self.growing;
+        ctx.wait_until(async move {
+            let finished = done_rx.await.is_ok();
+            let t = tally.borrow().clone();
+            let g = grown.get();
+            // A growing hold bills at most what it grew to; what was read past it never
+            // reached the client.
+            let held_out = if growing { g.held_out } else { bill.held.1 };
+            let r = Record {
+                upstream_model: t.model.clone(),
+                outcome: t.outcome(finished, growing && g.exhausted).into(),
+                total_ms: now_ms() - bill.started,
+                ..base
+            };
+            let used = t.used(bill.held.0);
+            let r = bill.billed(r, used, upstream.price(), held_out);
+            bill.settle(r).await;
+        });
+        let headers = Headers::new();
+        headers.set("content-type", "text/event-stream")?;
+        headers.set("cache-control", "no-cache")?;
+        Ok(body.with_headers(headers))
     }
 }
 
@@ -319,6 +291,27 @@ struct Tally {
     cut: bool,
     /// The upstream's total timeout ended it.
     timed_out: bool,
+}
+
+impl Tally {
+    /// How the stream ended: `finished` unless the client went away first.
+    fn outcome(&self, finished: bool, budget_exhausted: bool) -> &'static str {
+        if budget_exhausted {
+            return "budget_exhausted";
+        }
+        match (finished, self.cut, self.timed_out) {
+            (true, _, true) => "upstream_timeout",
+            (true, false, false) => "ok",
+            (true, true, false) => "upstream_cut",
+            (false, _, _) => "client_gone",
+        }
+    }
+
+    /// (prompt, completion) tokens used: the upstream's usage, or without it the prompt
+    /// bound and the content chunks counted.
+    fn used(&self, prompt_bound: i64) -> (i64, i64) {
+        self.usage.unwrap_or((prompt_bound, self.content_chunks))
+    }
 }
 
 /// The upstream's bytes, unchanged, with a tally kept on the way, until the deadline.

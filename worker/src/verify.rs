@@ -3,15 +3,13 @@
 //! draft are billed as input tokens, the accepted tokens and the verifier's own as output.
 
 use straddle_protocol::{ApiError, ErrorKind, VerifyRequest, VerifyResponse};
-use straddle_router::price::Price;
 use worker::{Env, Request, Response, Result};
 
-use crate::admission::{Caller, caller, cost_usd, json_body, now_ms, settle};
+use crate::admission::{Bill, caller, dearest_prices, json_body, now_ms};
 use crate::budget::Record;
-use crate::error::error_response;
-use crate::forward::{
-    Answered, Outgoing, forward, relay_failure, text_within, total_timeout, upstream_list,
-};
+use crate::error::{Refusal, respond};
+use crate::forward::{Outgoing, forward, relay_failure, text_within, total_timeout, upstream_list};
+use crate::upstreams::Upstream;
 
 /// Drafts longer than this are refused: adaptive drafting stays within 16.
 const MAX_DRAFT: usize = 64;
@@ -65,72 +63,39 @@ fn check(req: &VerifyRequest) -> std::result::Result<(), ApiError> {
 }
 
 /// `POST /v1/verify`.
-pub async fn verify(mut req: Request, env: &Env) -> Result<Response> {
-    let caller = match caller(&req, env).await? {
-        Ok(c) => c,
-        Err(refusal) => return Ok(refusal),
-    };
-    let (body, parsed) = match json_body::<VerifyRequest>(&mut req).await? {
-        Ok(got) => got,
-        Err(refusal) => return Ok(refusal),
-    };
-    // Token ids cannot be scanned here; messages can, and are.
-    if let Err(e) = check(&parsed).and_then(|()| caller.permits(&parsed.model, &parsed.messages)) {
-        return error_response(&e);
-    }
-    let list: Vec<_> = match upstream_list(env) {
-        Ok(l) => l
-            .into_iter()
-            .filter(|u| u.supports_verify && u.serves(&parsed.model))
-            .collect(),
-        Err(message) => return error_response(&ApiError::new(ErrorKind::Unavailable, message)),
-    };
-    if list.is_empty() {
-        return error_response(
-            &ApiError::new(
-                ErrorKind::Unavailable,
-                format!(
-                    "no configured upstream verifies drafts of the model {:?}",
-                    parsed.model
-                ),
-            )
-            .with_code("verify_unsupported"),
-        );
-    }
+pub async fn verify(req: Request, env: &Env) -> Result<Response> {
+    respond(serve(req, env).await)
+}
 
+/// Admits the call, holds its worst case, forwards it and bills what the verifier used.
+async fn serve(mut req: Request, env: &Env) -> std::result::Result<Response, Refusal> {
+    let caller = caller(&req, env).await?;
+    let (body, parsed) = json_body::<VerifyRequest>(&mut req).await?;
+    // Token ids cannot be scanned here; messages can, and are.
+    check(&parsed).and_then(|()| caller.permits(&parsed.model, &parsed.messages))?;
+    let list = verifiers_of(env, &parsed.model)?;
     let tokens_in = input_tokens_bound(&parsed);
     // At most every drafted token accepted plus the verifier's own.
     let tokens_out = parsed.draft_tokens.len() as i64 + 1;
-    let hold = match caller.hold(env, &list, tokens_in, tokens_out).await? {
-        Ok(h) => h,
-        Err(refusal) => return Ok(refusal),
+    let hold = caller.hold(env, &list, tokens_in, tokens_out).await?;
+    let bill = Bill {
+        held: (tokens_in, tokens_out),
+        held_prices: dearest_prices(&list),
+        started: hold.now_ms,
+        template: Record {
+            id: hold.id.clone(),
+            ts_ms: hold.now_ms,
+            user: caller.claims.sub.clone(),
+            session: caller.claims.sid.clone(),
+            feature: caller.claims.feat.clone().unwrap_or_default(),
+            model: parsed.model.clone(),
+            route_reason: "speculative".into(),
+            ..Record::default()
+        },
+        hold,
+        stub: caller.stub,
     };
-    let Caller { claims, stub, .. } = caller;
-    let started = hold.now_ms;
-
-    let record = |upstream: &str, outcome: &str, t_in: i64, t_out: i64, p: Price| Record {
-        id: hold.id.clone(),
-        ts_ms: started,
-        user: claims.sub.clone(),
-        session: claims.sid.clone(),
-        feature: claims.feat.clone().unwrap_or_default(),
-        model: parsed.model.clone(),
-        upstream: upstream.into(),
-        route_reason: "speculative".into(),
-        router_version: String::new(),
-        policy_version: String::new(),
-        quality_model_version: String::new(),
-        edge_model_sha256: String::new(),
-        upstream_model: String::new(),
-        unbilled_tokens: 0,
-        tokens_in: t_in,
-        tokens_out: t_out,
-        usd: cost_usd(p, t_in, t_out),
-        ttfb_ms: now_ms() - started,
-        total_ms: now_ms() - started,
-        outcome: outcome.into(),
-        degraded: false,
-    };
+    let since = |bill: &Bill| now_ms() - bill.started;
     let outgoing = Outgoing {
         path: "/v1/verify",
         body: &body,
@@ -138,46 +103,32 @@ pub async fn verify(mut req: Request, env: &Env) -> Result<Response> {
         strip_envelope: false,
         affinity: parsed.session.as_deref(),
     };
-    let Answered {
-        upstream,
-        response: mut resp,
-        failed_over,
-    } = match forward(env, &list, &outgoing).await {
+    let mut answered = match forward(env, &list, &outgoing).await {
         Ok(answered) => answered,
         Err(failure) => {
-            settle(
-                stub,
-                hold.id.clone(),
-                record("none", failure.outcome(), 0, 0, Price::default()),
-            )
-            .await;
-            return error_response(&failure.into_api_error());
+            let r = bill.record(None, failure.outcome(), 0, 0, since(&bill));
+            bill.settle(r).await;
+            return Err(failure.into_api_error().into());
         }
     };
-    let record = |outcome: &str, t_in: i64, t_out: i64, p: Price| Record {
-        degraded: failed_over,
-        ..record(&upstream.name, outcome, t_in, t_out, p)
-    };
-    let prices = upstream.price();
-    let status = resp.status_code();
-    if status != 200 {
-        settle(
-            stub,
-            hold.id.clone(),
-            record("upstream_status", 0, 0, prices),
-        )
-        .await;
+    if answered.response.status_code() != 200 {
+        let r = bill.record(Some(&answered), "upstream_status", 0, 0, since(&bill));
+        bill.settle(r).await;
         // A 409 (the tokenizers differ) or a 400 reaches the caller as the upstream said it.
-        return relay_failure(resp).await;
+        let resp = std::mem::replace(&mut answered.response, Response::empty()?);
+        return Ok(relay_failure(resp).await?);
     }
-    let Some(text) = text_within(&mut resp, &upstream, started).await? else {
-        settle(
-            stub,
-            hold.id.clone(),
-            record("upstream_timeout", tokens_in, 0, prices),
-        )
-        .await;
-        return error_response(&total_timeout(&upstream));
+    let text = text_within(&mut answered.response, &answered.upstream, bill.started).await?;
+    let Some(text) = text else {
+        let r = bill.record(
+            Some(&answered),
+            "upstream_timeout",
+            tokens_in,
+            0,
+            since(&bill),
+        );
+        bill.settle(r).await;
+        return Err(total_timeout(&answered.upstream).into());
     };
     let (t_in, t_out) = match serde_json::from_str::<VerifyResponse>(&text) {
         Ok(v) => (
@@ -187,10 +138,28 @@ pub async fn verify(mut req: Request, env: &Env) -> Result<Response> {
         // An answer without usage is billed at the worst case held.
         Err(_) => (tokens_in, tokens_out),
     };
-    settle(stub, hold.id.clone(), record("ok", t_in, t_out, prices)).await;
+    let r = bill.record(Some(&answered), "ok", t_in, t_out, since(&bill));
+    bill.settle(r).await;
     let mut out = Response::ok(text)?;
     out.headers_mut().set("content-type", "application/json")?;
     Ok(out)
+}
+
+/// The configured upstreams that verify drafts of `model`.
+fn verifiers_of(env: &Env, model: &str) -> std::result::Result<Vec<Upstream>, Refusal> {
+    let list: Vec<Upstream> = upstream_list(env)
+        .map_err(|message| ApiError::new(ErrorKind::Unavailable, message))?
+        .into_iter()
+        .filter(|u| u.supports_verify && u.serves(model))
+        .collect();
+    if list.is_empty() {
+        let e = ApiError::new(
+            ErrorKind::Unavailable,
+            format!("no configured upstream verifies drafts of the model {model:?}"),
+        );
+        return Err(e.with_code("verify_unsupported").into());
+    }
+    Ok(list)
 }
 
 #[cfg(test)]
