@@ -57,8 +57,8 @@ pub async fn complete(scheduler: &Scheduler, model: String, req: ChatRequest) ->
             .requests
             .load(std::sync::atomic::Ordering::Relaxed)
     );
-    let include_usage = req.stream_options.as_ref().is_some_and(|o| o.include_usage);
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let reply = Reply { id, created, model };
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     if let Err(e) = scheduler.submit(Job {
         messages,
         continues: req.continue_final_message == Some(true),
@@ -70,119 +70,141 @@ pub async fn complete(scheduler: &Scheduler, model: String, req: ChatRequest) ->
             .insert("retry-after", axum::http::HeaderValue::from_static("1"));
         return resp;
     }
-    if !req.stream {
+    if req.stream {
+        let include_usage = req.stream_options.as_ref().is_some_and(|o| o.include_usage);
+        reply.streamed(rx, include_usage)
+    } else {
+        reply.whole(rx).await.into_response()
+    }
+}
+
+/// What every response or chunk of one reply carries.
+struct Reply {
+    id: String,
+    created: u64,
+    model: String,
+}
+
+impl Reply {
+    /// The whole answer once the sequence is done.
+    async fn whole(self, mut rx: Events) -> Result<axum::Json<ChatResponse>, ErrorResponse> {
         while let Some(ev) = rx.recv().await {
             match ev {
                 SeqEvent::Token(_) => {}
-                SeqEvent::Error(e) => return ErrorResponse(e).into_response(),
+                SeqEvent::Error(e) => return Err(ErrorResponse(e)),
                 SeqEvent::Done {
                     text,
                     finish,
                     prompt_tokens,
                     completion_tokens,
                 } => {
-                    return axum::Json(ChatResponse {
-                        id,
-                        object: "chat.completion".into(),
-                        created,
-                        model,
-                        choices: vec![Choice {
-                            index: 0,
-                            message: Message::new(Role::Assistant, text),
-                            finish_reason: Some(finish_reason(finish)),
-                            logprobs: None,
-                        }],
-                        usage: Usage::new(prompt_tokens, completion_tokens),
-                        straddle: None,
-                    })
-                    .into_response();
+                    let usage = Usage::new(prompt_tokens, completion_tokens);
+                    return Ok(axum::Json(self.response(text, finish, usage)));
                 }
             }
         }
-        return ErrorResponse(ApiError::new(
-            ErrorKind::Internal,
-            "generation ended without a result",
-        ))
-        .into_response();
+        let e = ApiError::new(ErrorKind::Internal, "generation ended without a result");
+        Err(ErrorResponse(e))
     }
-    let chunk = move |delta: Delta, finish: Option<FinishReason>, usage: Option<Usage>| {
+
+    /// The non-streamed response body.
+    fn response(self, text: String, finish: Finish, usage: Usage) -> ChatResponse {
+        ChatResponse {
+            id: self.id,
+            object: "chat.completion".into(),
+            created: self.created,
+            model: self.model,
+            choices: vec![Choice {
+                index: 0,
+                message: Message::new(Role::Assistant, text),
+                finish_reason: Some(finish_reason(finish)),
+                logprobs: None,
+            }],
+            usage,
+            straddle: None,
+        }
+    }
+
+    /// The answer as OpenAI's SSE chunks: the role first, a chunk a token, the finish reason,
+    /// the usage when asked for, then `[DONE]`.
+    fn streamed(self, mut rx: Events, include_usage: bool) -> Response {
+        let stream = async_stream(move |out| async move {
+            let role = Delta {
+                role: Some(Role::Assistant),
+                content: Some(String::new()),
+            };
+            let _ = out.send(self.chunk(role, None, None)).await;
+            while let Some(ev) = rx.recv().await {
+                let events = self.events_of(ev, include_usage);
+                let last = events.last().is_some_and(|(_, last)| *last);
+                for (event, _) in events {
+                    if out.send(event).await.is_err() {
+                        return;
+                    }
+                }
+                if last {
+                    break;
+                }
+            }
+            let _ = out.send(Event::default().data("[DONE]")).await;
+        });
+        Sse::new(stream).into_response()
+    }
+
+    /// The SSE events a sequence event becomes, each with whether it ends the stream.
+    fn events_of(&self, ev: SeqEvent, include_usage: bool) -> Vec<(Event, bool)> {
+        match ev {
+            SeqEvent::Token(text) => {
+                let delta = Delta {
+                    role: None,
+                    content: Some(text),
+                };
+                vec![(self.chunk(delta, None, None), false)]
+            }
+            SeqEvent::Error(e) => vec![(Event::default().data(e.to_body()), true)],
+            SeqEvent::Done {
+                finish,
+                prompt_tokens,
+                completion_tokens,
+                ..
+            } => {
+                let reason = Some(finish_reason(finish));
+                let mut events = vec![(self.chunk(Delta::default(), reason, None), true)];
+                if include_usage {
+                    let usage = Some(Usage::new(prompt_tokens, completion_tokens));
+                    events.push((self.chunk(Delta::default(), None, usage), true));
+                }
+                events
+            }
+        }
+    }
+
+    /// One chunk: a delta with its finish reason, or (with `usage`) the usage alone.
+    fn chunk(&self, delta: Delta, finish: Option<FinishReason>, usage: Option<Usage>) -> Event {
+        let choices = match usage {
+            Some(_) => vec![],
+            None => vec![ChunkChoice {
+                index: 0,
+                delta,
+                finish_reason: finish,
+                logprobs: None,
+            }],
+        };
         let c = ChatChunk {
-            id: id.clone(),
+            id: self.id.clone(),
             object: "chat.completion.chunk".into(),
-            created,
-            model: model.clone(),
-            choices: if usage.is_some() {
-                vec![]
-            } else {
-                vec![ChunkChoice {
-                    index: 0,
-                    delta,
-                    finish_reason: finish,
-                    logprobs: None,
-                }]
-            },
+            created: self.created,
+            model: self.model.clone(),
+            choices,
             usage,
             straddle: None,
         };
         Event::default().data(serde_json::to_string(&c).unwrap_or_default())
-    };
-    let stream = async_stream(move |out| async move {
-        let _ = out
-            .send(chunk(
-                Delta {
-                    role: Some(Role::Assistant),
-                    content: Some(String::new()),
-                },
-                None,
-                None,
-            ))
-            .await;
-        while let Some(ev) = rx.recv().await {
-            let done = match ev {
-                SeqEvent::Token(text) => out
-                    .send(chunk(
-                        Delta {
-                            role: None,
-                            content: Some(text),
-                        },
-                        None,
-                        None,
-                    ))
-                    .await
-                    .is_err(),
-                SeqEvent::Error(e) => {
-                    let _ = out.send(Event::default().data(e.to_body())).await;
-                    true
-                }
-                SeqEvent::Done {
-                    finish,
-                    prompt_tokens,
-                    completion_tokens,
-                    ..
-                } => {
-                    let _ = out
-                        .send(chunk(Delta::default(), Some(finish_reason(finish)), None))
-                        .await;
-                    if include_usage {
-                        let _ = out
-                            .send(chunk(
-                                Delta::default(),
-                                None,
-                                Some(Usage::new(prompt_tokens, completion_tokens)),
-                            ))
-                            .await;
-                    }
-                    true
-                }
-            };
-            if done {
-                break;
-            }
-        }
-        let _ = out.send(Event::default().data("[DONE]")).await;
-    });
-    Sse::new(stream).into_response()
+    }
 }
+
+/// The scheduler's events for one sequence.
+type Events = tokio::sync::mpsc::UnboundedReceiver<SeqEvent>;
 
 /// A stream fed by an async task; dropping the stream (client gone) drops the receiver, which
 /// closes the scheduler's channel and cancels the sequence.
