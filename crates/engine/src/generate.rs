@@ -16,6 +16,7 @@ pub const DEFAULT_CONTEXT: usize = 2048;
 
 /// Anything that can go wrong loading or running the engine.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum EngineError {
     #[error(transparent)]
     Model(#[from] ModelError),

@@ -11,6 +11,7 @@ use crate::quant::{self, QuantError};
 
 /// Why a model could not be loaded or run.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ModelError {
     #[error(transparent)]
     Gguf(#[from] GgufError),

@@ -20,6 +20,7 @@ const TOKEN_TYPE_USER_DEFINED: i64 = 4;
 
 /// Why a tokenizer could not be built or used.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TokenizerError {
     #[error(transparent)]
     Gguf(#[from] GgufError),

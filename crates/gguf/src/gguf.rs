@@ -17,6 +17,7 @@ const MAX_ARRAY_DEPTH: u32 = 2;
 
 /// What went wrong reading a GGUF file.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum GgufError {
     #[error("not a GGUF file (magic {0:#010x})")]
     BadMagic(u32),

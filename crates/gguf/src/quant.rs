@@ -28,6 +28,7 @@ pub enum TensorType {
 
 /// A type the reader knows the size of but cannot dequantize.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum QuantError {
     #[error(
         "dequantization of {0:?} is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)"
