@@ -15,6 +15,8 @@ use crate::util::{self, root};
 struct Counts {
     passed: u64,
     failed: u64,
+    /// Ignored by libtest or skipped by node's runner: shown, so a skip is never silent.
+    skipped: u64,
 }
 
 struct Suite {
@@ -59,15 +61,16 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         }
     }
     println!("\nsummary ({:.0} s):", started.elapsed().as_secs_f64());
-    let (mut passed, mut failed) = (0, 0);
+    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
     for s in &suites {
         match &s.outcome {
             Ok(c) => {
                 passed += c.passed;
                 failed += c.failed;
+                skipped += c.skipped;
                 println!(
-                    "  {:<8} ok      {:>4} passed  ({:.0} s)",
-                    s.name, c.passed, s.secs
+                    "  {:<8} ok      {:>4} passed  {:>3} skipped  ({:.0} s)",
+                    s.name, c.passed, c.skipped, s.secs
                 );
             }
             Err(e) => {
@@ -81,7 +84,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
             }
         }
     }
-    println!("{passed} passed, {failed} failed");
+    println!("{passed} passed, {failed} failed, {skipped} skipped");
     if failed > 0 || suites.iter().any(|s| s.outcome.is_err()) {
         bail!("test run failed");
     }
@@ -125,9 +128,13 @@ fn parse_counts(line: &str, c: &mut Counts) {
             .parse()
             .ok()
     };
-    if let Some(rest) = line.strip_prefix("test result: ") {
+    // A Rust test whose data is absent says so on stdout past libtest's capture.
+    if line.starts_with("skipped: ") {
+        c.skipped += 1;
+    } else if let Some(rest) = line.strip_prefix("test result: ") {
         c.passed += num_before(rest, " passed").unwrap_or(0);
         c.failed += num_before(rest, " failed").unwrap_or(0);
+        c.skipped += num_before(rest, " ignored").unwrap_or(0);
     } else if let Some(n) = line
         .strip_prefix("ℹ pass ")
         .or_else(|| line.strip_prefix("# pass "))
@@ -138,6 +145,11 @@ fn parse_counts(line: &str, c: &mut Counts) {
         .or_else(|| line.strip_prefix("# fail "))
     {
         c.failed += n.trim().parse::<u64>().unwrap_or(0);
+    } else if let Some(n) = line
+        .strip_prefix("ℹ skipped ")
+        .or_else(|| line.strip_prefix("# skipped "))
+    {
+        c.skipped += n.trim().parse::<u64>().unwrap_or(0);
     }
 }
 
@@ -150,7 +162,7 @@ fn fmt(_: &Tools) -> anyhow::Result<Counts> {
     .context("formatting differs: run `cargo fmt --all`")?;
     Ok(Counts {
         passed: 1,
-        failed: 0,
+        ..Counts::default()
     })
 }
 
@@ -186,7 +198,7 @@ fn clippy(_: &Tools) -> anyhow::Result<Counts> {
     )?;
     Ok(Counts {
         passed: 2,
-        failed: 0,
+        ..Counts::default()
     })
 }
 
@@ -285,11 +297,13 @@ mod tests {
     fn counts_cargo_and_node_summaries() {
         let mut c = Counts::default();
         parse_counts(
-            "test result: ok. 14 passed; 2 failed; 0 ignored; 0 measured",
+            "test result: ok. 14 passed; 2 failed; 1 ignored; 0 measured",
             &mut c,
         );
         parse_counts("ℹ pass 3", &mut c);
         parse_counts("# fail 1", &mut c);
-        assert_eq!((c.passed, c.failed), (17, 3));
+        parse_counts("ℹ skipped 8", &mut c);
+        parse_counts("skipped: ../shared/data is absent", &mut c);
+        assert_eq!((c.passed, c.failed, c.skipped), (17, 3, 10));
     }
 }
