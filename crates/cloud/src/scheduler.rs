@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, TryRecvError, TrySendError};
 use std::time::Instant;
 
-use straddle_engine::{ChatMessage, Finish, GenerateParams, Prompt, Sequence};
+use straddle_engine::{ChatMessage, Finish, GenerateParams, ModelCache, Prompt, Sequence};
 use straddle_protocol::{ApiError, ErrorKind};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -161,58 +161,63 @@ fn decode_loop<M: ServedModel>(
     prefill_chunk: usize,
 ) {
     let mut live: Vec<Live<M::Cache>> = Vec::new();
-    loop {
-        // Admit: block when idle, otherwise take what is waiting, up to the batch limit.
-        if live.is_empty() {
-            match rx.recv() {
-                Ok(job) => admit(engine, job, &mut live, m),
-                Err(_) => return,
-            }
-        }
-        while live.len() < max_batch {
-            match rx.try_recv() {
-                Ok(job) => admit(engine, job, &mut live, m),
-                Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) if live.is_empty() => return,
-                Err(TryRecvError::Disconnected) => break,
-            }
-        }
+    while admit_waiting(engine, rx, &mut live, m, max_batch) {
         let step_started = Instant::now();
-        for l in live.iter_mut() {
-            if l.events.is_closed() {
-                l.seq.cancel();
-                continue;
-            }
-            match engine.next_token(&mut l.seq) {
-                Ok(Some(ev)) => {
-                    m.tokens.fetch_add(1, Ordering::Relaxed);
-                    if l.first_token {
-                        l.first_token = false;
-                        m.ttft_ms_sum
-                            .fetch_add(l.queued_at.elapsed().as_millis() as u64, Ordering::Relaxed);
-                    }
-                    if !ev.text.is_empty() && l.events.send(SeqEvent::Token(ev.text)).is_err() {
-                        l.seq.cancel();
-                    }
+        sample_all(engine, &mut live, m);
+        step_all(engine, &mut live, m, prefill_chunk, step_started);
+        retire_finished(&mut live);
+        m.active.store(live.len() as u64, Ordering::Relaxed);
+    }
+}
+
+/// Admits what waits, up to the batch limit, blocking when nothing is live. `false` once
+/// the queue is closed and nothing is live: the loop ends.
+fn admit_waiting<M: ServedModel>(
+    engine: &Served<M>,
+    rx: &mpsc::Receiver<(Job, Instant)>,
+    live: &mut Vec<Live<M::Cache>>,
+    m: &Metrics,
+    max_batch: usize,
+) -> bool {
+    if live.is_empty() {
+        match rx.recv() {
+            Ok(job) => admit(engine, job, live, m),
+            Err(_) => return false,
+        }
+    }
+    while live.len() < max_batch {
+        match rx.try_recv() {
+            Ok(job) => admit(engine, job, live, m),
+            Err(TryRecvError::Empty) => break,
+            Err(TryRecvError::Disconnected) if live.is_empty() => return false,
+            Err(TryRecvError::Disconnected) => break,
+        }
+    }
+    true
+}
+
+/// Samples every live sequence's next token and streams its text; a sequence whose client
+/// went away is cancelled.
+fn sample_all<M: ServedModel>(engine: &Served<M>, live: &mut [Live<M::Cache>], m: &Metrics) {
+    for l in live.iter_mut() {
+        if l.events.is_closed() {
+            l.seq.cancel();
+            continue;
+        }
+        match engine.next_token(&mut l.seq) {
+            Ok(Some(ev)) => {
+                m.tokens.fetch_add(1, Ordering::Relaxed);
+                if l.first_token {
+                    l.first_token = false;
+                    m.ttft_ms_sum
+                        .fetch_add(l.queued_at.elapsed().as_millis() as u64, Ordering::Relaxed);
                 }
-                Ok(None) => {}
-                Err(e) => {
-                    let _ = l.events.send(SeqEvent::Error(ApiError::new(
-                        ErrorKind::Internal,
-                        e.to_string(),
-                    )));
+                if !ev.text.is_empty() && l.events.send(SeqEvent::Token(ev.text)).is_err() {
                     l.seq.cancel();
                 }
             }
-        }
-        let batch = live
-            .iter()
-            .filter(|l| !l.seq.is_finished() && l.seq.prompt_unfed() == 0)
-            .count() as u64;
-        let unfed_before: usize = live.iter().map(|l| l.seq.prompt_unfed()).sum();
-        let mut refs: Vec<&mut Sequence<M::Cache>> = live.iter_mut().map(|l| &mut l.seq).collect();
-        if let Err(e) = engine.step(&mut refs, prefill_chunk) {
-            for l in live.iter_mut() {
+            Ok(None) => {}
+            Err(e) => {
                 let _ = l.events.send(SeqEvent::Error(ApiError::new(
                     ErrorKind::Internal,
                     e.to_string(),
@@ -220,42 +225,71 @@ fn decode_loop<M: ServedModel>(
                 l.seq.cancel();
             }
         }
-        let unfed_after: usize = live.iter().map(|l| l.seq.prompt_unfed()).sum();
+    }
+}
+
+/// One batched forward pass over every live sequence (chunked prefill included), then the
+/// prompts now in their caches are offered for reuse and the step's metrics recorded.
+fn step_all<M: ServedModel>(
+    engine: &Served<M>,
+    live: &mut [Live<M::Cache>],
+    m: &Metrics,
+    prefill_chunk: usize,
+    step_started: Instant,
+) {
+    let batch = live
+        .iter()
+        .filter(|l| !l.seq.is_finished() && l.seq.prompt_unfed() == 0)
+        .count() as u64;
+    let unfed_before: usize = live.iter().map(|l| l.seq.prompt_unfed()).sum();
+    let mut refs: Vec<&mut Sequence<M::Cache>> = live.iter_mut().map(|l| &mut l.seq).collect();
+    if let Err(e) = engine.step(&mut refs, prefill_chunk) {
         for l in live.iter_mut() {
-            if !l.prefix_offered && l.seq.prompt_unfed() == 0 {
-                l.prefix_offered = true;
-                engine.offer_prefix(&l.seq);
-            }
+            let _ = l.events.send(SeqEvent::Error(ApiError::new(
+                ErrorKind::Internal,
+                e.to_string(),
+            )));
+            l.seq.cancel();
         }
-        m.prefill_tokens.fetch_add(
-            unfed_before.saturating_sub(unfed_after) as u64,
-            Ordering::Relaxed,
-        );
-        if batch > 0 {
-            m.steps.fetch_add(1, Ordering::Relaxed);
-            m.batched_tokens.fetch_add(batch, Ordering::Relaxed);
-            m.batch_size_max.fetch_max(batch, Ordering::Relaxed);
-            m.decode_ns
-                .fetch_add(step_started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+    let unfed_after: usize = live.iter().map(|l| l.seq.prompt_unfed()).sum();
+    for l in live.iter_mut() {
+        if !l.prefix_offered && l.seq.prompt_unfed() == 0 {
+            l.prefix_offered = true;
+            engine.offer_prefix(&l.seq);
         }
-        // Retire finished sequences; their slots go to the next waiting requests.
-        let mut i = 0;
-        while i < live.len() {
-            if live[i].seq.is_finished() {
-                let l = live.swap_remove(i);
-                let (prompt_tokens, completion_tokens) = l.seq.usage();
-                let c = l.seq.into_completion();
-                let _ = l.events.send(SeqEvent::Done {
-                    text: c.text,
-                    finish: c.finish,
-                    prompt_tokens: prompt_tokens as u32,
-                    completion_tokens: completion_tokens as u32,
-                });
-            } else {
-                i += 1;
-            }
+    }
+    m.prefill_tokens.fetch_add(
+        unfed_before.saturating_sub(unfed_after) as u64,
+        Ordering::Relaxed,
+    );
+    if batch > 0 {
+        m.steps.fetch_add(1, Ordering::Relaxed);
+        m.batched_tokens.fetch_add(batch, Ordering::Relaxed);
+        m.batch_size_max.fetch_max(batch, Ordering::Relaxed);
+        m.decode_ns
+            .fetch_add(step_started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+}
+
+/// Retires finished sequences with their answer; their slots go to the next waiting
+/// requests.
+fn retire_finished<C: ModelCache>(live: &mut Vec<Live<C>>) {
+    let mut i = 0;
+    while i < live.len() {
+        if live[i].seq.is_finished() {
+            let l = live.swap_remove(i);
+            let (prompt_tokens, completion_tokens) = l.seq.usage();
+            let c = l.seq.into_completion();
+            let _ = l.events.send(SeqEvent::Done {
+                text: c.text,
+                finish: c.finish,
+                prompt_tokens: prompt_tokens as u32,
+                completion_tokens: completion_tokens as u32,
+            });
+        } else {
+            i += 1;
         }
-        m.active.store(live.len() as u64, Ordering::Relaxed);
     }
 }
 

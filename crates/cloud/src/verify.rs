@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use axum::response::{IntoResponse, Response};
 use straddle_engine::sample::Rng;
+use straddle_engine::tokenizer::Tokenizer;
 use straddle_engine::{ChatMessage, SamplingParams};
 use straddle_protocol::{ApiError, ErrorKind, Usage, VerifyRequest, VerifyResponse};
 
@@ -207,74 +208,13 @@ fn run<M: ServedModel>(
     sessions: &Sessions<M::Cache>,
     req: VerifyRequest,
 ) -> Result<VerifyResponse, ApiError> {
-    let tokenizer = e.tokenizer();
-    if let Some(theirs) = req
-        .tokenizer_hash
-        .as_ref()
-        .filter(|h| **h != tokenizer.hash)
-    {
-        return Err(ApiError::new(
-            ErrorKind::Conflict,
-            format!(
-                "tokenizer mismatch: request {theirs}, server {}",
-                tokenizer.hash
-            ),
-        )
-        .with_code("tokenizer_mismatch"));
-    }
-    let vocab = tokenizer.vocab_size() as u32;
-    if let Some(bad) = req.draft_tokens.iter().find(|&&t| t >= vocab) {
-        return Err(ApiError::invalid(
-            "draft_tokens",
-            format!("token id {bad} is outside the vocabulary of {vocab}"),
-        ));
-    }
+    let vocab = check_drafts(e.tokenizer(), &req)?;
     let context = straddle_engine::generate::DEFAULT_CONTEXT;
     let draft = &req.draft_tokens;
-
-    let (mut session, fresh) = if req.continues_session() {
-        let id = req.session.as_deref().unwrap_or_default();
-        let s = sessions.take(id).ok_or_else(|| {
-            session_error(
-                "session_unknown",
-                format!("no verify session {id:?} (expired or never started): send the prefix"),
-            )
-        })?;
-        let theirs = req.session_length.unwrap_or_default() as usize;
-        if theirs != s.tokens.len() {
-            // The session is dropped: after a lost response the client's view and ours
-            // differ, and only a restart from the client's prefix is exact.
-            return Err(session_error(
-                "session_out_of_sync",
-                format!(
-                    "session holds {} tokens, request says {theirs}: send the prefix",
-                    s.tokens.len()
-                ),
-            ));
-        }
-        (s, false)
-    } else {
-        let prefix = prefix_tokens(e, &req)?;
-        if let Some(bad) = prefix.iter().find(|&&t| t >= vocab) {
-            return Err(ApiError::invalid(
-                "prefix_tokens",
-                format!("token id {bad} is outside the vocabulary of {vocab}"),
-            ));
-        }
-        let params = SamplingParams {
-            temperature: req.temperature.unwrap_or(0.0),
-            top_p: req.top_p.unwrap_or(1.0),
-            seed: req.seed.unwrap_or(0),
-            ..Default::default()
-        };
-        let session = Session {
-            tokens: prefix,
-            cache: None,
-            rng: Rng::new(params.seed),
-            params,
-            last_used: Instant::now(),
-        };
-        (session, true)
+    let fresh = !req.continues_session();
+    let mut session = match fresh {
+        true => new_session(e, &req, vocab)?,
+        false => continued_session(sessions, &req)?,
     };
     if session.tokens.len() + draft.len() + 1 > context {
         return Err(
@@ -282,7 +222,6 @@ fn run<M: ServedModel>(
                 .with_code("context_length_exceeded"),
         );
     }
-
     let needed = (session.tokens.len() + draft.len() + 1 + HEADROOM).min(context);
     // Tokens this call brings to the model (what it is billed for): the prefix of a fresh
     // session, or the pending token of a continuing one, and the draft.
@@ -297,23 +236,7 @@ fn run<M: ServedModel>(
         .tokens
         .split_last()
         .ok_or_else(|| internal("empty session"))?;
-    let mut cache = match session.cache.take() {
-        Some(c) => c,
-        None => {
-            // A fresh session, or one whose cache was dropped for memory or idleness: rebuilt
-            // from the tokens, transparently. A rebuild is not billed: the caller asked for a
-            // continuation, and a budget holds only the new tokens of one.
-            let mut c = e.new_cache(needed);
-            if !held.is_empty() {
-                e.prefill(held, &mut c).map_err(internal)?;
-            }
-            if !fresh {
-                tracing::debug!(tokens = held.len(), "verify session re-prefilled");
-            }
-            c
-        }
-    };
-    e.reserve(&mut cache, needed);
+    let mut cache = session_cache(e, session.cache.take(), held, needed, fresh)?;
     let verdict = e
         .verify_after(
             &mut cache,
@@ -338,6 +261,113 @@ fn run<M: ServedModel>(
         session_length,
         usage: Usage::new(forwarded as u32, 1),
     })
+}
+
+/// Refuses drafts made with another tokenizer (409) or ids outside the vocabulary (400);
+/// returns the vocabulary's size.
+fn check_drafts(tokenizer: &Tokenizer, req: &VerifyRequest) -> Result<u32, ApiError> {
+    if let Some(theirs) = req
+        .tokenizer_hash
+        .as_ref()
+        .filter(|h| **h != tokenizer.hash)
+    {
+        let message = format!(
+            "tokenizer mismatch: request {theirs}, server {}",
+            tokenizer.hash
+        );
+        return Err(ApiError::new(ErrorKind::Conflict, message).with_code("tokenizer_mismatch"));
+    }
+    let vocab = tokenizer.vocab_size() as u32;
+    if let Some(bad) = req.draft_tokens.iter().find(|&&t| t >= vocab) {
+        return Err(ApiError::invalid(
+            "draft_tokens",
+            format!("token id {bad} is outside the vocabulary of {vocab}"),
+        ));
+    }
+    Ok(vocab)
+}
+
+/// The session a continuing call names, if it is known and holds as many tokens as the
+/// client says.
+fn continued_session<C>(
+    sessions: &Sessions<C>,
+    req: &VerifyRequest,
+) -> Result<Session<C>, ApiError> {
+    let id = req.session.as_deref().unwrap_or_default();
+    let s = sessions.take(id).ok_or_else(|| {
+        session_error(
+            "session_unknown",
+            format!("no verify session {id:?} (expired or never started): send the prefix"),
+        )
+    })?;
+    let theirs = req.session_length.unwrap_or_default() as usize;
+    if theirs != s.tokens.len() {
+        // The session is dropped: after a lost response the client's view and ours differ,
+        // and only a restart from the client's prefix is exact.
+        return Err(session_error(
+            "session_out_of_sync",
+            format!(
+                "session holds {} tokens, request says {theirs}: send the prefix",
+                s.tokens.len()
+            ),
+        ));
+    }
+    Ok(s)
+}
+
+/// A session from the request's prefix and sampling settings, its cache still to be built.
+fn new_session<M: ServedModel>(
+    e: &Served<M>,
+    req: &VerifyRequest,
+    vocab: u32,
+) -> Result<Session<M::Cache>, ApiError> {
+    let prefix = prefix_tokens(e, req)?;
+    if let Some(bad) = prefix.iter().find(|&&t| t >= vocab) {
+        return Err(ApiError::invalid(
+            "prefix_tokens",
+            format!("token id {bad} is outside the vocabulary of {vocab}"),
+        ));
+    }
+    let params = SamplingParams {
+        temperature: req.temperature.unwrap_or(0.0),
+        top_p: req.top_p.unwrap_or(1.0),
+        seed: req.seed.unwrap_or(0),
+        ..Default::default()
+    };
+    Ok(Session {
+        tokens: prefix,
+        cache: None,
+        rng: Rng::new(params.seed),
+        params,
+        last_used: Instant::now(),
+    })
+}
+
+/// The session's cache grown to `needed`, or, for a fresh session or one whose cache was
+/// dropped for memory or idleness, one rebuilt from `held`, transparently. A rebuild is not
+/// billed: the caller asked for a continuation, and a budget holds only its new tokens.
+fn session_cache<M: ServedModel>(
+    e: &Served<M>,
+    cache: Option<M::Cache>,
+    held: &[u32],
+    needed: usize,
+    fresh: bool,
+) -> Result<M::Cache, ApiError> {
+    let mut cache = match cache {
+        Some(c) => c,
+        None => {
+            let mut c = e.new_cache(needed);
+            if !held.is_empty() {
+                e.prefill(held, &mut c).map_err(internal)?;
+            }
+            if !fresh {
+                tracing::debug!(tokens = held.len(), "verify session re-prefilled");
+            }
+            c
+        }
+    };
+    e.reserve(&mut cache, needed);
+    Ok(cache)
 }
 
 fn prefix_tokens<M: ServedModel>(e: &Served<M>, req: &VerifyRequest) -> Result<Vec<u32>, ApiError> {
