@@ -9,6 +9,7 @@
 //! (the loop: one `Engine<M>` over either model), `speculative` (draft and verify), and
 //! `bandwidth` (what the memory delivers, the bound decoding is measured against).
 
+mod attention;
 pub mod bandwidth;
 pub mod causal_lm;
 #[cfg(feature = "device")]

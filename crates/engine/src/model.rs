@@ -364,113 +364,115 @@ impl Model {
         caches: &mut [&mut KvCache],
         wanted: &[usize],
     ) -> Result<Vec<Vec<f32>>, ModelError> {
-        let c = &self.config;
-        let (d, kv_dim, hd) = (c.dim, c.kv_dim(), c.head_dim);
-        let n = tokens.len();
-        // x: [n, d]
-        let mut x = vec![0f32; n * d];
-        for (t, &tok) in tokens.iter().enumerate() {
-            if tok as usize >= c.vocab {
-                return Err(ModelError::BadToken(tok));
-            }
-            self.embed.row(tok as usize, &mut x[t * d..(t + 1) * d]);
-        }
-        let mut xn = vec![0f32; n * d];
-        let mut acts: Vec<QActs> = vec![QActs::default(); n];
-        let (mut q, mut k, mut v) = (
-            vec![0f32; n * d],
-            vec![0f32; n * kv_dim],
-            vec![0f32; n * kv_dim],
-        );
-        let mut attn = vec![0f32; n * d];
-        let mut proj = vec![0f32; n * d];
-        let (mut gate, mut up) = (vec![0f32; n * c.ffn_dim], vec![0f32; n * c.ffn_dim]);
-        let mut ffn_acts: Vec<QActs> = vec![QActs::default(); n];
-        let group = c.n_heads / c.n_kv_heads;
-        let scale = 1.0 / (hd as f32).sqrt();
-
+        let mut s = RunState::new(&self.config, tokens.len());
+        self.embed_rows(tokens, &mut s.x)?;
         for (li, layer) in self.layers.iter().enumerate() {
-            // Attention block.
-            let normed = x.chunks(d).zip(xn.chunks_mut(d)).zip(acts.iter_mut());
-            per_token(normed, |((x, xn), act)| {
-                rms_norm(x, &layer.attn_norm, c.rms_eps, xn);
-                act.fill(xn);
-            });
-            matmul_many(
-                &mut [
-                    (&layer.wq, &mut q[..]),
-                    (&layer.wk, &mut k[..]),
-                    (&layer.wv, &mut v[..]),
-                ],
-                &acts,
-            );
-            let rotated = q.chunks_mut(d).zip(k.chunks_mut(kv_dim)).zip(rows);
-            per_token(rotated, |((q, k), &(_, pos))| {
-                for head in q.chunks_mut(hd).chain(k.chunks_mut(hd)) {
-                    self.rope(head, pos);
-                }
-            });
-            for (t, &(ci, pos)) in rows.iter().enumerate() {
-                caches[ci].write(
-                    li,
-                    pos,
-                    &k[t * kv_dim..(t + 1) * kv_dim],
-                    &v[t * kv_dim..(t + 1) * kv_dim],
-                );
-            }
-            // Each (row, head) attends on its own, so the pairs are split across threads: a
-            // long prompt's attention grows with the square of its length, and even one
-            // decoded token has a head per thread to give.
-            let readonly: Vec<&KvCache> = caches.iter().map(|c| &**c).collect();
-            let attend = |(i, out): (usize, &mut [f32])| {
-                let (t, h) = (i / c.n_heads, i % c.n_heads);
-                let (ci, pos) = rows[t];
-                let cache = readonly[ci];
-                let kvh = h / group;
-                let qh = &q[t * d + h * hd..t * d + (h + 1) * hd];
-                let mut sc = vec![0f32; pos + 1];
-                attention_scores(qh, |i| cache.key_row(li, kvh * hd + i), scale, &mut sc);
-                softmax(&mut sc);
-                weighted_values(&sc, |p| &cache.value(li, p)[kvh * hd..(kvh + 1) * hd], out);
-            };
-            crate::parallel::for_each(attn.chunks_mut(hd).enumerate().collect(), attend);
-            per_token(acts.iter_mut().zip(attn.chunks(d)), |(act, row)| {
-                act.fill(row);
-            });
-            layer.wo.matmul(&acts, &mut proj);
-            x.iter_mut().zip(&proj).for_each(|(a, b)| *a += b);
-
-            // MLP block: down(silu(gate(x)) · up(x)).
-            let normed = x.chunks(d).zip(xn.chunks_mut(d)).zip(acts.iter_mut());
-            per_token(normed, |((x, xn), act)| {
-                rms_norm(x, &layer.ffn_norm, c.rms_eps, xn);
-                act.fill(xn);
-            });
-            matmul_many(
-                &mut [(&layer.w_gate, &mut gate[..]), (&layer.w_up, &mut up[..])],
-                &acts,
-            );
-            let f = c.ffn_dim;
-            let gated = gate.chunks(f).zip(up.chunks(f)).zip(ffn_acts.iter_mut());
-            per_token(gated, |((gate, up), act)| {
-                let h: Vec<f32> = gate.iter().zip(up).map(|(&g, &u)| silu(g) * u).collect();
-                act.fill(&h);
-            });
-            layer.w_down.matmul(&ffn_acts, &mut proj);
-            x.iter_mut().zip(&proj).for_each(|(a, b)| *a += b);
+            self.attention(li, layer, rows, caches, &mut s);
+            self.mlp(layer, &mut s);
         }
         for &(ci, _) in rows {
             caches[ci].advance(1);
         }
+        Ok(self.head_logits(&mut s, wanted))
+    }
+
+    /// The embedding of every row's token into `x` (`[n, d]`).
+    fn embed_rows(&self, tokens: &[u32], x: &mut [f32]) -> Result<(), ModelError> {
+        let d = self.config.dim;
+        for (t, &tok) in tokens.iter().enumerate() {
+            if tok as usize >= self.config.vocab {
+                return Err(ModelError::BadToken(tok));
+            }
+            self.embed.row(tok as usize, &mut x[t * d..(t + 1) * d]);
+        }
+        Ok(())
+    }
+
+    /// The attention block of layer `li`: RMSNorm, the Q/K/V products, RoPE, the new keys
+    /// and values into the caches, attention per (row, head), the output product, residual.
+    fn attention(
+        &self,
+        li: usize,
+        layer: &Layer,
+        rows: &[(usize, usize)],
+        caches: &mut [&mut KvCache],
+        s: &mut RunState,
+    ) {
+        let c = &self.config;
+        let (d, kv_dim, hd) = (c.dim, c.kv_dim(), c.head_dim);
+        norm_rows(&s.x, &layer.attn_norm, c, &mut s.xn, &mut s.acts);
+        matmul_many(
+            &mut [
+                (&layer.wq, &mut s.q[..]),
+                (&layer.wk, &mut s.k[..]),
+                (&layer.wv, &mut s.v[..]),
+            ],
+            &s.acts,
+        );
+        let rotated = s.q.chunks_mut(d).zip(s.k.chunks_mut(kv_dim)).zip(rows);
+        per_token(rotated, |((q, k), &(_, pos))| {
+            for head in q.chunks_mut(hd).chain(k.chunks_mut(hd)) {
+                self.rope(head, pos);
+            }
+        });
+        for (t, &(ci, pos)) in rows.iter().enumerate() {
+            let span = t * kv_dim..(t + 1) * kv_dim;
+            caches[ci].write(li, pos, &s.k[span.clone()], &s.v[span]);
+        }
+        let readonly: Vec<&KvCache> = caches.iter().map(|c| &**c).collect();
+        crate::attention::attend_rows(c, li, &s.q, rows, &readonly, &mut s.attn);
+        per_token(s.acts.iter_mut().zip(s.attn.chunks(d)), |(act, row)| {
+            act.fill(row);
+        });
+        layer.wo.matmul(&s.acts, &mut s.proj);
+        s.x.iter_mut().zip(&s.proj).for_each(|(a, b)| *a += b);
+    }
+
+    /// The MLP block: RMSNorm, then down(silu(gate(x)) · up(x)), residual.
+    fn mlp(&self, layer: &Layer, s: &mut RunState) {
+        let c = &self.config;
+        norm_rows(&s.x, &layer.ffn_norm, c, &mut s.xn, &mut s.acts);
+        matmul_many(
+            &mut [
+                (&layer.w_gate, &mut s.gate[..]),
+                (&layer.w_up, &mut s.up[..]),
+            ],
+            &s.acts,
+        );
+        let f = c.ffn_dim;
+        let gated = s
+            .gate
+            .chunks_mut(f)
+            .zip(s.up.chunks(f))
+            .zip(s.ffn_acts.iter_mut());
+        per_token(gated, |((gate, up), act)| {
+            gate.iter_mut()
+                .zip(up)
+                .for_each(|(g, &u)| *g = silu(*g) * u);
+            act.fill(gate);
+        });
+        layer.w_down.matmul(&s.ffn_acts, &mut s.proj);
+        s.x.iter_mut().zip(&s.proj).for_each(|(a, b)| *a += b);
+    }
+
+    /// The final RMSNorm and the output head over the `wanted` rows.
+    fn head_logits(&self, s: &mut RunState, wanted: &[usize]) -> Vec<Vec<f32>> {
+        let c = &self.config;
+        let d = c.dim;
         let head = self.head.as_ref().unwrap_or(&self.embed);
         let mut head_acts = Vec::with_capacity(wanted.len());
         for &t in wanted {
-            rms_norm(&x[t * d..(t + 1) * d], &self.norm, c.rms_eps, &mut xn[..d]);
-            head_acts.push(QActs::quantize(&xn[..d]));
+            rms_norm(
+                &s.x[t * d..(t + 1) * d],
+                &self.norm,
+                c.rms_eps,
+                &mut s.xn[..d],
+            );
+            head_acts.push(QActs::quantize(&s.xn[..d]));
         }
         let mut logits = vec![0f32; wanted.len() * c.vocab];
         head.matmul(&head_acts, &mut logits);
-        Ok(logits.chunks_exact(c.vocab).map(<[f32]>::to_vec).collect())
+        logits.chunks_exact(c.vocab).map(<[f32]>::to_vec).collect()
     }
 
     /// Rotates adjacent pairs of one head's vector by the angles of `pos`.
@@ -486,120 +488,55 @@ impl Model {
     }
 }
 
-/// Positions summed in registers at a time by [`attention_scores`] (four AVX vectors; more
-/// spilled, fewer left the adds' latency exposed: 2.4 µs for 512 positions against 2.6 µs one
-/// dimension at a time, 3.0 µs with 64 and 3.6 µs with 16).
-const SCORE_BLOCK: usize = 32;
-
-/// Dimensions summed in registers at a time by [`weighted_values`] (eight AVX vectors: one
-/// head of 64; 1.8 µs for 512 positions against 2.9 µs one position at a time).
-const VALUE_BLOCK: usize = 64;
-
-/// `out[p] = (q · key(p)) × scale` for every position `p`, given the keys dimension by
-/// dimension (`key_row(i)[p]` is dimension `i` of position `p`).
-///
-/// The positions are independent lanes, so the loop runs vector-wide, and a block of them
-/// stays in registers across all of q's dimensions (each position stored once, not once per
-/// dimension), while each sum still adds its products in order from −0.0, exactly as
-/// `iter().sum()` over one position's key does — the scores are bit-identical to one position
-/// at a time (the golden tests pin logits that a reordered sum would move).
-fn attention_scores<'a>(
-    q: &[f32],
-    key_row: impl Fn(usize) -> &'a [f32],
-    scale: f32,
-    out: &mut [f32],
-) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the feature was detected just now.
-        return unsafe { scores_avx2(q, key_row, scale, out) };
-    }
-    scores(q, key_row, scale, out);
+/// The buffers of one forward pass over `n` rows, allocated once per pass and reused by
+/// every layer (llama2.c's `RunState`).
+struct RunState {
+    /// The residual stream, `[n, d]`.
+    x: Vec<f32>,
+    /// Its normalised copy, and the same rounded to 8 bits for the products.
+    xn: Vec<f32>,
+    acts: Vec<QActs>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    /// Attention's output per row, `[n, d]`.
+    attn: Vec<f32>,
+    /// A block's output product, added to `x`.
+    proj: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    ffn_acts: Vec<QActs>,
 }
 
-/// [`scores`] compiled for AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn scores_avx2<'a>(q: &[f32], key_row: impl Fn(usize) -> &'a [f32], scale: f32, out: &mut [f32]) {
-    scores(q, key_row, scale, out);
-}
-
-/// The body of [`attention_scores`], inlined into a copy per instruction set: the default
-/// x86-64 target has SSE2's four lanes only (512 positions: 2.5 µs, 1.8 with AVX2; an
-/// AVX-512 copy was no faster, with 32 or 128 positions a block, and 64 spilled). Rust never
-/// fuses a multiply and an add on its own, so every copy gives the same bits.
-#[inline(always)]
-fn scores<'a>(q: &[f32], key_row: impl Fn(usize) -> &'a [f32], scale: f32, out: &mut [f32]) {
-    let blocks = out.len() / SCORE_BLOCK * SCORE_BLOCK;
-    for (b, chunk) in out[..blocks].chunks_exact_mut(SCORE_BLOCK).enumerate() {
-        let start = b * SCORE_BLOCK;
-        let mut acc = [-0.0f32; SCORE_BLOCK];
-        for (i, &qi) in q.iter().enumerate() {
-            let row = &key_row(i)[start..start + SCORE_BLOCK];
-            for (a, &k) in acc.iter_mut().zip(row) {
-                *a += qi * k;
-            }
-        }
-        for (o, a) in chunk.iter_mut().zip(acc) {
-            *o = a * scale;
+impl RunState {
+    fn new(c: &Config, n: usize) -> Self {
+        let (d, kv_dim, f) = (c.dim, c.kv_dim(), c.ffn_dim);
+        Self {
+            x: vec![0.0; n * d],
+            xn: vec![0.0; n * d],
+            acts: vec![QActs::default(); n],
+            q: vec![0.0; n * d],
+            k: vec![0.0; n * kv_dim],
+            v: vec![0.0; n * kv_dim],
+            attn: vec![0.0; n * d],
+            proj: vec![0.0; n * d],
+            gate: vec![0.0; n * f],
+            up: vec![0.0; n * f],
+            ffn_acts: vec![QActs::default(); n],
         }
     }
-    let tail = &mut out[blocks..];
-    tail.fill(-0.0);
-    for (i, &qi) in q.iter().enumerate() {
-        let row = &key_row(i)[blocks..blocks + tail.len()];
-        for (o, &k) in tail.iter_mut().zip(row) {
-            *o += qi * k;
-        }
-    }
-    for o in tail.iter_mut() {
-        *o *= scale;
-    }
 }
 
-/// `out = Σ_p weights[p] · value(p)`: a block of dimensions stays in registers across all
-/// positions (one store per dimension), each dimension summed over the positions in order.
-fn weighted_values<'a>(weights: &[f32], value: impl Fn(usize) -> &'a [f32], out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the feature was detected just now.
-        return unsafe { values_avx2(weights, value, out) };
-    }
-    values(weights, value, out);
-}
-
-/// [`values`] compiled for AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn values_avx2<'a>(weights: &[f32], value: impl Fn(usize) -> &'a [f32], out: &mut [f32]) {
-    values(weights, value, out);
-}
-
-/// The body of [`weighted_values`], inlined into a copy per instruction set, as [`scores`]
-/// (512 positions: 1.9 µs with SSE2, 1.3 with AVX2).
-#[inline(always)]
-fn values<'a>(weights: &[f32], value: impl Fn(usize) -> &'a [f32], out: &mut [f32]) {
-    for (b, chunk) in out.chunks_mut(VALUE_BLOCK).enumerate() {
-        let start = b * VALUE_BLOCK;
-        if chunk.len() == VALUE_BLOCK {
-            let mut acc = [0f32; VALUE_BLOCK];
-            for (p, &w) in weights.iter().enumerate() {
-                let v = &value(p)[start..start + VALUE_BLOCK];
-                for (a, &x) in acc.iter_mut().zip(v) {
-                    *a += w * x;
-                }
-            }
-            chunk.copy_from_slice(&acc);
-        } else {
-            chunk.fill(0.0);
-            for (p, &w) in weights.iter().enumerate() {
-                let v = &value(p)[start..start + chunk.len()];
-                for (o, &x) in chunk.iter_mut().zip(v) {
-                    *o += w * x;
-                }
-            }
-        }
-    }
+/// RMSNorm of every row of `x` by `weight` into `xn`, and its 8-bit rounding into `acts`.
+fn norm_rows(x: &[f32], weight: &[f32], c: &Config, xn: &mut [f32], acts: &mut [QActs]) {
+    let normed = x
+        .chunks(c.dim)
+        .zip(xn.chunks_mut(c.dim))
+        .zip(acts.iter_mut());
+    per_token(normed, |((x, xn), act)| {
+        rms_norm(x, weight, c.rms_eps, xn);
+        act.fill(xn);
+    });
 }
 
 fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
@@ -633,75 +570,4 @@ fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
 }
 
-/// In-place softmax.
-pub fn softmax(x: &mut [f32]) {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0.0;
-    for v in x.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v;
-    }
-    for v in x.iter_mut() {
-        *v /= sum;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Deterministic values spread over magnitudes, so reordered sums would differ.
-    fn spread_values(mut seed: u32) -> impl FnMut() -> f32 {
-        move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 17;
-            seed ^= seed << 5;
-            (seed as f32 / u32::MAX as f32 - 0.5) * 10f32.powi((seed % 7) as i32 - 3)
-        }
-    }
-
-    #[test]
-    fn attention_scores_by_dimension_are_bit_identical_to_one_position_at_a_time() {
-        let mut next = spread_values(0x9E37_79B9);
-        let hd = 64;
-        for positions in [1, 7, 8, 9, 63, 64, 65, 128, 200] {
-            let q: Vec<f32> = (0..hd).map(|_| next()).collect();
-            let keys: Vec<f32> = (0..positions * hd).map(|_| next()).collect();
-            let key = |p: usize| &keys[p * hd..(p + 1) * hd];
-            // The same keys dimension by dimension, as the cache holds them.
-            let rows: Vec<Vec<f32>> = (0..hd)
-                .map(|i| (0..positions).map(|p| keys[p * hd + i]).collect())
-                .collect();
-            let mut fast = vec![0f32; positions];
-            attention_scores(&q, |i| &rows[i], 0.125, &mut fast);
-            for (p, got) in fast.iter().enumerate() {
-                let want = q.iter().zip(key(p)).map(|(a, b)| a * b).sum::<f32>() * 0.125;
-                assert_eq!(got.to_bits(), want.to_bits(), "position {p} of {positions}");
-            }
-        }
-    }
-
-    #[test]
-    fn weighted_values_in_blocks_are_bit_identical_to_one_position_at_a_time() {
-        let mut next = spread_values(0x1234_5678);
-        for (hd, positions) in [(64, 1), (64, 77), (128, 300), (80, 5)] {
-            let weights: Vec<f32> = (0..positions).map(|_| next()).collect();
-            let values: Vec<f32> = (0..positions * hd).map(|_| next()).collect();
-            let value = |p: usize| &values[p * hd..(p + 1) * hd];
-            let mut got = vec![f32::NAN; hd];
-            weighted_values(&weights, value, &mut got);
-            let mut want = vec![0f32; hd];
-            for (p, &w) in weights.iter().enumerate() {
-                for (o, &x) in want.iter_mut().zip(value(p)) {
-                    *o += w * x;
-                }
-            }
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(
-                bits(&got),
-                bits(&want),
-                "head size {hd}, {positions} positions"
-            );
-        }
-    }
-}
+pub use crate::attention::softmax;
