@@ -92,18 +92,25 @@ pub(crate) fn ready<F: Future>(future: F) -> F::Output {
     }
 }
 
+/// [`ModelCache`]'s sizes for a cache that has them as `len`, `truncate` and `capacity`.
+macro_rules! cache_sizes {
+    () => {
+        fn filled(&self) -> usize {
+            self.len()
+        }
+
+        fn rewind(&mut self, len: usize) {
+            self.truncate(len);
+        }
+
+        fn room(&self) -> usize {
+            self.capacity()
+        }
+    };
+}
+
 impl ModelCache for KvCache {
-    fn filled(&self) -> usize {
-        self.len()
-    }
-
-    fn rewind(&mut self, len: usize) {
-        self.truncate(len);
-    }
-
-    fn room(&self) -> usize {
-        self.capacity()
-    }
+    cache_sizes!();
 
     fn prefix(&self, n: usize) -> Option<Self> {
         Some(KvCache::prefix(self, n))
@@ -161,17 +168,7 @@ mod device {
     use crate::model::ModelError;
 
     impl ModelCache for DeviceCache {
-        fn filled(&self) -> usize {
-            self.len()
-        }
-
-        fn rewind(&mut self, len: usize) {
-            self.truncate(len);
-        }
-
-        fn room(&self) -> usize {
-            self.capacity()
-        }
+        cache_sizes!();
 
         // A GPU prefills the template's few dozen tokens in about one step: not worth a copy
         // of every layer's cache.
