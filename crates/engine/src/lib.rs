@@ -3,11 +3,12 @@
 //! One file per idea, in the order a reader meets them, after the container and its block
 //! formats (`gguf` and `quant`, from `straddle-gguf`, re-exported here): `qmatrix` (weights
 //! kept quantized, and their products), `tokenizer`, `template` (chat templates), `model`
-//! (config, layers, forward on the CPU), `device_model` (the same model on a burn device:
-//! WebGPU, Vulkan, flex) and `kernels` (our cubecl kernels for it), `kv` (the cache),
-//! `causal_lm` (what the loop needs of either model), `sample` (choosing tokens), `generate`
-//! (the loop: one `Engine<M>` over either model), `speculative` (draft and verify), and
-//! `bandwidth` (what the memory delivers, the bound decoding is measured against).
+//! (config, layers, forward on the CPU) with `attention` (its attention kernels),
+//! `device_model` (the same model on a burn device: WebGPU, Vulkan, flex) and `kernels` (our
+//! cubecl kernels for it), `kv` (the cache), `causal_lm` (what the loop needs of either
+//! model), `sample` (choosing tokens), `generate` (the loop: one `Engine<M>` over either
+//! model), `speculative` (draft and verify), and `bandwidth` (what the memory delivers, the
+//! bound decoding is measured against).
 
 mod attention;
 pub mod bandwidth;
