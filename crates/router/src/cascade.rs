@@ -35,7 +35,7 @@ impl Default for CascadeRule {
 /// What the monitor says after a token.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "verdict", rename_all = "snake_case")]
-pub enum Verdict {
+pub enum Escalation {
     /// Not enough evidence yet.
     Undecided,
     /// The edge answer may run to the end.
@@ -68,7 +68,7 @@ pub struct CascadeMonitor {
     entropy_sum: f64,
     /// The answer so far, lower-cased, for the refusal phrases.
     text: String,
-    verdict: Verdict,
+    call: Escalation,
 }
 
 impl CascadeMonitor {
@@ -80,19 +80,19 @@ impl CascadeMonitor {
             logprob_sum: 0.0,
             entropy_sum: 0.0,
             text: String::new(),
-            verdict: Verdict::Undecided,
+            call: Escalation::Undecided,
         }
     }
 
-    /// The verdict so far.
-    pub fn verdict(&self) -> &Verdict {
-        &self.verdict
+    /// The monitor's call so far.
+    pub fn escalation(&self) -> &Escalation {
+        &self.call
     }
 
-    /// Feeds one generated token; the verdict, once `Escalate`, stays.
-    pub fn push(&mut self, token_text: &str, logprob: f32, entropy: f32) -> &Verdict {
-        if matches!(self.verdict, Verdict::Escalate { .. }) {
-            return &self.verdict;
+    /// Feeds one generated token; the call, once `Escalate`, stays.
+    pub fn push(&mut self, token_text: &str, logprob: f32, entropy: f32) -> &Escalation {
+        if matches!(self.call, Escalation::Escalate { .. }) {
+            return &self.call;
         }
         self.tokens += 1;
         // A NaN or infinite statistic is no evidence of confidence.
@@ -111,34 +111,34 @@ impl CascadeMonitor {
             self.text.push_str(&token_text.to_lowercase());
             let normalised = self.text.replace('’', "'");
             if let Some(p) = REFUSALS.iter().find(|p| normalised.contains(*p)) {
-                self.verdict = Verdict::Escalate {
+                self.call = Escalation::Escalate {
                     reason: format!("the edge model said \"{p}\""),
                 };
-                return &self.verdict;
+                return &self.call;
             }
         }
-        if self.tokens == self.rule.window.max(1) && self.verdict == Verdict::Undecided {
+        if self.tokens == self.rule.window.max(1) && self.call == Escalation::Undecided {
             let n = self.tokens as f64;
             let (mean_lp, mean_h) = (self.logprob_sum / n, self.entropy_sum / n);
-            self.verdict = if mean_lp < f64::from(self.rule.min_mean_logprob) {
-                Verdict::Escalate {
+            self.call = if mean_lp < f64::from(self.rule.min_mean_logprob) {
+                Escalation::Escalate {
                     reason: format!(
                         "low confidence: mean log-prob {mean_lp:.2} over the first {} tokens (< {})",
                         self.tokens, self.rule.min_mean_logprob
                     ),
                 }
             } else if mean_h > f64::from(self.rule.max_mean_entropy) {
-                Verdict::Escalate {
+                Escalation::Escalate {
                     reason: format!(
                         "uncertain: mean entropy {mean_h:.2} nats over the first {} tokens (> {})",
                         self.tokens, self.rule.max_mean_entropy
                     ),
                 }
             } else {
-                Verdict::Continue
+                Escalation::Continue
             };
         }
-        &self.verdict
+        &self.call
     }
 }
 
@@ -146,31 +146,33 @@ impl CascadeMonitor {
 mod tests {
     use super::*;
 
-    fn run(tokens: &[(&str, f32, f32)]) -> Verdict {
+    fn run(tokens: &[(&str, f32, f32)]) -> Escalation {
         let mut m = CascadeMonitor::new(CascadeRule::default());
         for (t, lp, h) in tokens {
             m.push(t, *lp, *h);
         }
-        m.verdict().clone()
+        m.escalation().clone()
     }
 
     #[test]
     fn confident_tokens_continue_after_the_window() {
         let confident = [("The", -0.4, 1.0); 8];
-        assert_eq!(run(&confident[..7]), Verdict::Undecided);
-        assert_eq!(run(&confident), Verdict::Continue);
+        assert_eq!(run(&confident[..7]), Escalation::Undecided);
+        assert_eq!(run(&confident), Escalation::Continue);
     }
 
     #[test]
     fn guessing_or_spread_out_distributions_escalate() {
         let guessing = [("x", -4.0, 2.0); 8];
         assert!(
-            matches!(run(&guessing), Verdict::Escalate { reason } if reason.contains("log-prob"))
+            matches!(run(&guessing), Escalation::Escalate { reason } if reason.contains("log-prob"))
         );
         let spread = [("x", -1.0, 5.0); 8];
-        assert!(matches!(run(&spread), Verdict::Escalate { reason } if reason.contains("entropy")));
+        assert!(
+            matches!(run(&spread), Escalation::Escalate { reason } if reason.contains("entropy"))
+        );
         let broken = [("x", f32::NAN, 1.0); 8];
-        assert!(matches!(run(&broken), Verdict::Escalate { .. }));
+        assert!(matches!(run(&broken), Escalation::Escalate { .. }));
     }
 
     #[test]
@@ -182,16 +184,16 @@ mod tests {
             (" know", -0.1, 0.5),
         ];
         assert!(
-            matches!(run(&tokens), Verdict::Escalate { reason } if reason.contains("i don't know"))
+            matches!(run(&tokens), Escalation::Escalate { reason } if reason.contains("i don't know"))
         );
         assert!(matches!(
             run(&[("我不", -0.1, 0.5), ("知道", -0.1, 0.5)]),
-            Verdict::Escalate { .. }
+            Escalation::Escalate { .. }
         ));
         // After the watch window a phrase in a long answer is content, not a refusal.
         let mut long: Vec<(&str, f32, f32)> = vec![("ok ", -0.3, 1.0); 20];
         long.push(("I don't know", -0.3, 1.0));
-        assert_eq!(run(&long), Verdict::Continue);
+        assert_eq!(run(&long), Escalation::Continue);
     }
 
     #[test]

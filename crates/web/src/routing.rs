@@ -336,10 +336,10 @@ impl Cascade {
 
     /// Feeds one token; returns the reason to escalate, or `undefined` to go on.
     pub fn push(&mut self, text: &str, logprob: f32, entropy: f32) -> Option<String> {
-        use straddle_router::cascade::Verdict;
+        use straddle_router::cascade::Escalation;
         match self.monitor.push(text, logprob, entropy) {
-            Verdict::Escalate { reason } => Some(reason.clone()),
-            Verdict::Undecided | Verdict::Continue => None,
+            Escalation::Escalate { reason } => Some(reason.clone()),
+            Escalation::Undecided | Escalation::Continue => None,
         }
     }
 }
