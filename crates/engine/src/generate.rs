@@ -482,7 +482,7 @@ impl<M: CausalLm> Engine<M> {
 
     /// The prompt's ids and an empty cache of `context` positions with room for them and
     /// at least one generated token.
-    pub(crate) fn prompt_and_cache(
+    fn prompt_and_cache(
         &self,
         prompt: Prompt<'_>,
         context: usize,
