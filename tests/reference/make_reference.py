@@ -4,8 +4,10 @@ Regenerate (builds llama.cpp through llama-cpp-python, about 6 minutes the first
     python3 -m venv tests/reference/.venv
     CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON" \
         tests/reference/.venv/bin/pip install llama-cpp-python==0.3.36
-    tests/reference/.venv/bin/python tests/reference/make_reference.py \
+    tests/reference/.venv/bin/python tests/reference/make_reference.py smollm2 \
         ~/.cache/straddle/models/smollm2-135m-instruct-q4_1.gguf > tests/reference/smollm2-135m-q4_1.json
+    tests/reference/.venv/bin/python tests/reference/make_reference.py gemma3 \
+        ~/.cache/straddle/models/gemma-3-270m-q4_k_m.gguf > tests/reference/gemma-3-270m-q4_k_m.json
 
 (GGML_NATIVE=ON built a binary that died with SIGILL on this machine's AVX-512 CPU.)
 For each prompt: the prompt's token ids, the greedy continuation of up to 32 tokens (ending
@@ -27,7 +29,7 @@ def chat(*turns):
     return out + "<|im_start|>assistant\n"
 
 
-PROMPTS = [
+SMOLLM2 = [
     ("en-capital", chat(("user", "What is the capital of France?"))),
     ("en-story", "Once upon a time, in a small village by the sea,"),
     ("en-list", chat(("user", "List three primary colors."))),
@@ -38,14 +40,33 @@ PROMPTS = [
     ("conversation", chat(("user", "My favourite fruit is mango."), ("assistant", "Mangoes are delicious!"), ("user", "What is my favourite fruit?"))),
 ]
 
+# Gemma 3 270M is a base model: mostly plain continuations, in several of its languages, and
+# one turn in Gemma's chat format (its control tokens).
+GEMMA3 = [
+    ("en-story", "Once upon a time, in a small village by the sea,"),
+    ("en-fact", "The capital of France is"),
+    ("de-text", "Die Hauptstadt von Deutschland ist"),
+    ("ja-text", "日本の首都は"),
+    ("zh-text", "北京是中国的首都，"),
+    ("code-python", "def fibonacci(n):\n    \"\"\""),
+    ("list", "Three primary colors:\n1."),
+    ("chat-turn", "<start_of_turn>user\nWhat is the capital of Italy?<end_of_turn>\n<start_of_turn>model\n"),
+]
 
-def main(model_path):
+MODELS = {
+    "smollm2": ("SmolLM2-135M-Instruct.Q4_1.gguf", SMOLLM2, False),
+    "gemma3": ("gemma-3-270m-q4_k_m.gguf", GEMMA3, True),
+}
+
+
+def main(which, model_path):
+    file_name, prompts, add_bos = MODELS[which]
     llm = Llama(model_path=model_path, n_ctx=512, n_threads=2, logits_all=True, verbose=False)
-    eos = {2}
+    eos = {llm.token_eos()}
     cases = []
-    for name, text in PROMPTS:
+    for name, text in prompts:
         llm.reset()
-        toks = llm.tokenize(text.encode(), add_bos=False, special=True)
+        toks = llm.tokenize(text.encode(), add_bos=add_bos, special=True)
         llm.eval(toks)
         gen, steps = [], []
         for _ in range(32):
@@ -58,8 +79,8 @@ def main(model_path):
                 break
             llm.eval([tok])
         cases.append({"name": name, "prompt": text, "prompt_tokens": toks, "greedy": gen, "top5": steps})
-    json.dump({"model": "SmolLM2-135M-Instruct.Q4_1.gguf", "generator": "llama-cpp-python 0.3.36, n_threads=2", "cases": cases}, sys.stdout, ensure_ascii=False, indent=1)
+    json.dump({"model": file_name, "generator": "llama-cpp-python 0.3.36, n_threads=2", "cases": cases}, sys.stdout, ensure_ascii=False, indent=1)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2])

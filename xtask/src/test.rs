@@ -207,6 +207,7 @@ fn native(tools: &Tools) -> anyhow::Result<Counts> {
         util::cargo()
             .args(["test", "--workspace"])
             .env("STRADDLE_TEST_MODEL", &tools.model)
+            .env("STRADDLE_TEST_GEMMA", &tools.gemma)
             // Setup installs lavapipe: a wgpu test that cannot get an adapter fails, not skips.
             .env("STRADDLE_REQUIRE_WGPU", "1")
             .current_dir(root()),

@@ -8,8 +8,9 @@ use std::cell::RefCell;
 use crate::kv::KvCache;
 use crate::model::Config;
 
-/// Attention of layer `li` for every row's query heads in `q` (`[n, d]`), against the cache
-/// of its sequence: `rows[t]` is row `t`'s (sequence, position). Writes `out` (`[n, d]`).
+/// Attention of layer `li` for every row's query heads in `q` (`[n, q_dim]`), against the
+/// cache of its sequence: `rows[t]` is row `t`'s (sequence, position). A sliding-window layer
+/// sees only the last `window` positions. Writes `out` (`[n, q_dim]`).
 pub(crate) fn attend_rows(
     c: &Config,
     li: usize,
@@ -18,24 +19,28 @@ pub(crate) fn attend_rows(
     caches: &[&KvCache],
     out: &mut [f32],
 ) {
-    let (d, hd) = (c.dim, c.head_dim);
+    let (qd, hd) = (c.q_dim(), c.head_dim);
     let group = c.n_heads / c.n_kv_heads;
     let scale = 1.0 / (hd as f32).sqrt();
+    let window = c.window(li);
     // Each (row, head) attends on its own, so the pairs are split across threads: a long
     // prompt's attention grows with the square of its length, and even one decoded token has
     // a head per thread to give.
     let attend = |(i, out): (usize, &mut [f32])| {
         let (t, h) = (i / c.n_heads, i % c.n_heads);
         let (ci, pos) = rows[t];
+        let first = window.map_or(0, |w| (pos + 1).saturating_sub(w));
         let cache = caches[ci];
         let kvh = h / group;
-        let qh = &q[t * d + h * hd..t * d + (h + 1) * hd];
+        let qh = &q[t * qd + h * hd..t * qd + (h + 1) * hd];
         SCORES.with_borrow_mut(|sc| {
             sc.clear();
-            sc.resize(pos + 1, 0.0);
-            attention_scores(qh, |i| cache.key_row(li, kvh * hd + i), scale, sc);
+            sc.resize(pos + 1 - first, 0.0);
+            let key_row = |i| &cache.key_row(li, kvh * hd + i)[first..];
+            attention_scores(qh, key_row, scale, sc);
             softmax(sc);
-            weighted_values(sc, |p| &cache.value(li, p)[kvh * hd..(kvh + 1) * hd], out);
+            let value = |p| &cache.value(li, first + p)[kvh * hd..(kvh + 1) * hd];
+            weighted_values(sc, value, out);
         });
     };
     crate::parallel::for_each(out.chunks_mut(hd).enumerate().collect(), attend);

@@ -27,7 +27,7 @@ use crate::causal_lm::ready;
 use crate::gguf::{ByteSource, Gguf, GgufError};
 use crate::kernels;
 use crate::kernels::matvec::MatvecKernel;
-use crate::model::{Config, ModelError};
+use crate::model::{Arch, Config, ModelError};
 use crate::qmatrix::QMatrix;
 use crate::quant::{self, TensorType};
 
@@ -401,6 +401,9 @@ impl DeviceModel {
         device: &Device,
     ) -> Result<Self, ModelError> {
         let c = Config::from_gguf(g)?;
+        if c.arch != Arch::Llama {
+            return Err(ModelError::UnsupportedOnDevice(c.arch.name()));
+        }
         let (d, kv, f) = (c.dim, c.kv_dim(), c.ffn_dim);
         let mut layers = Vec::with_capacity(c.n_layers);
         for i in 0..c.n_layers {

@@ -46,14 +46,22 @@ pub use template::ChatMessage;
 /// File name of the default edge model in the model cache.
 pub const DEFAULT_MODEL_FILE: &str = "smollm2-135m-instruct-q4_1.gguf";
 
-/// Where `cargo xtask setup` puts the default model: `$STRADDLE_CACHE/models/`, else
+/// File name of the second model `cargo xtask setup` fetches: Gemma 3 270M (base), Q4_K_M.
+pub const GEMMA3_MODEL_FILE: &str = "gemma-3-270m-q4_k_m.gguf";
+
+/// Where `cargo xtask setup` puts the models: `$STRADDLE_CACHE/models/`, else
 /// `~/.cache/straddle/models/`.
-pub fn default_model_path() -> std::path::PathBuf {
+pub fn model_dir() -> std::path::PathBuf {
     let cache = std::env::var_os("STRADDLE_CACHE")
         .map(std::path::PathBuf::from)
         .or_else(|| {
             std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache/straddle"))
         })
         .unwrap_or_else(|| std::path::PathBuf::from(".cache/straddle"));
-    cache.join("models").join(DEFAULT_MODEL_FILE)
+    cache.join("models")
+}
+
+/// Where `cargo xtask setup` puts the default model.
+pub fn default_model_path() -> std::path::PathBuf {
+    model_dir().join(DEFAULT_MODEL_FILE)
 }

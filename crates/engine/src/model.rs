@@ -17,7 +17,7 @@ pub enum ModelError {
     Gguf(#[from] GgufError),
     #[error(transparent)]
     Quant(#[from] QuantError),
-    #[error("architecture `{0}` is not supported (supported: llama)")]
+    #[error("architecture `{0}` is not supported (supported: llama, gemma3)")]
     UnsupportedArch(String),
     #[error("tensor `{name}` has shape {got:?}, expected {want:?}")]
     Shape {
@@ -29,15 +29,65 @@ pub enum ModelError {
     Config(String),
     #[error("context full: {needed} positions needed, cache holds {capacity}")]
     ContextFull { needed: usize, capacity: usize },
+    #[error("architecture `{0}` runs on the CPU only so far (the device model is llama's)")]
+    UnsupportedOnDevice(&'static str),
     #[error("token id {0} is outside the vocabulary")]
     BadToken(u32),
     #[error("device error: {0}")]
     Device(String),
 }
 
+/// The transformer families the engine runs: each differs from Llama in a few named ways.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Arch {
+    /// Llama, SmolLM, Mistral: SwiGLU, RoPE over adjacent pairs (GGUF permutes Q/K for it).
+    Llama,
+    /// Gemma 3: GELU-gated MLP, RMSNorm on each query and key head and after each block, the
+    /// embedding scaled by √d, RoPE over head halves, and five sliding-window layers (with
+    /// their own RoPE base) to each global one.
+    Gemma3,
+}
+
+impl Arch {
+    /// Every architecture, for error messages.
+    pub const ALL: [Arch; 2] = [Arch::Llama, Arch::Gemma3];
+
+    /// The name `general.architecture` gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Gemma3 => "gemma3",
+        }
+    }
+
+    fn from_name(name: &str) -> Result<Self, ModelError> {
+        Self::ALL
+            .into_iter()
+            .find(|a| a.name() == name)
+            .ok_or_else(|| ModelError::UnsupportedArch(name.into()))
+    }
+
+    /// Whether RoPE rotates element `i` with `i + head/2` (GPT-NeoX's layout), not `i + 1`.
+    fn rope_halves(self) -> bool {
+        self == Arch::Gemma3
+    }
+
+    /// Whether the MLP's gate is GELU (tanh approximation) rather than SiLU.
+    fn gelu_gate(self) -> bool {
+        self == Arch::Gemma3
+    }
+
+    /// Whether the model has Gemma's extra norms (on Q/K heads, and after each block).
+    fn extra_norms(self) -> bool {
+        self == Arch::Gemma3
+    }
+}
+
 /// Hyper-parameters read from the GGUF metadata.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
+    pub arch: Arch,
     pub n_layers: usize,
     pub dim: usize,
     pub ffn_dim: usize,
@@ -46,59 +96,118 @@ pub struct Config {
     pub head_dim: usize,
     pub vocab: usize,
     pub rope_theta: f32,
+    /// RoPE base of the sliding-window layers.
+    pub rope_theta_local: f32,
+    /// Positions a sliding-window layer attends to; `None` when every layer is global.
+    pub sliding_window: Option<usize>,
     pub rms_eps: f32,
     pub context_length: usize,
 }
 
+/// Gemma 3's layers repeat five sliding-window layers then a global one (llama.cpp's
+/// "SWA pattern" of 6; the GGUF does not record it).
+const GEMMA3_GLOBAL_EVERY: usize = 6;
+/// Gemma 3's local RoPE base, which its GGUF does not record either.
+const GEMMA3_LOCAL_ROPE_THETA: f32 = 10_000.0;
+
 impl Config {
-    /// Reads the config of a `llama`-architecture GGUF.
+    /// Reads the config of a GGUF of one of the [`Arch`]s.
     pub fn from_gguf<S: ByteSource>(g: &Gguf<S>) -> Result<Self, ModelError> {
-        let arch = g.get_str("general.architecture")?;
-        if arch != "llama" {
-            return Err(ModelError::UnsupportedArch(arch.into()));
-        }
-        let key = |k: &str| format!("{arch}.{k}");
+        let name = g.get_str("general.architecture")?;
+        let arch = Arch::from_name(name)?;
+        let key = |k: &str| format!("{name}.{k}");
         let u = |k: &str| -> Result<usize, ModelError> {
             usize::try_from(g.get_u64(&key(k))?).map_err(|_| ModelError::Config(k.into()))
         };
         let n_heads = u("attention.head_count")?;
         let dim = u("embedding_length")?;
         let n_kv_heads = u("attention.head_count_kv").unwrap_or(n_heads);
+        let head_dim = match u("attention.key_length") {
+            Ok(k) => k,
+            Err(_) => dim.checked_div(n_heads).unwrap_or(0),
+        };
+        if u("attention.value_length").is_ok_and(|v| v != head_dim) {
+            return Err(ModelError::Config(
+                "keys and values of different lengths are not supported".into(),
+            ));
+        }
         let vocab = g
             .tensor("token_embd.weight")
             .and_then(|t| t.shape.get(1))
             .copied()
             .ok_or_else(|| GgufError::MissingTensor("token_embd.weight".into()))?;
+        let rope_theta = g.get_f64(&key("rope.freq_base")).unwrap_or(10_000.0) as f32;
+        let gemma = arch == Arch::Gemma3;
         let cfg = Config {
+            arch,
             n_layers: u("block_count")?,
             dim,
             ffn_dim: u("feed_forward_length")?,
             n_heads,
             n_kv_heads,
-            head_dim: dim.checked_div(n_heads).unwrap_or(0),
+            head_dim,
             vocab: vocab as usize,
-            rope_theta: g.get_f64(&key("rope.freq_base")).unwrap_or(10_000.0) as f32,
+            rope_theta,
+            rope_theta_local: if gemma {
+                GEMMA3_LOCAL_ROPE_THETA
+            } else {
+                rope_theta
+            },
+            sliding_window: if gemma {
+                Some(u("attention.sliding_window")?)
+            } else {
+                None
+            },
             rms_eps: g
                 .get_f64(&key("attention.layer_norm_rms_epsilon"))
                 .unwrap_or(1e-5) as f32,
             context_length: u("context_length").unwrap_or(2048),
         };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Refuses hyper-parameters no tensor layout could follow, before anything is allocated.
+    fn validate(&self) -> Result<(), ModelError> {
         let bad = |why: &str| Err(ModelError::Config(why.into()));
-        if cfg.n_layers == 0 || cfg.n_layers > 1024 {
+        let (heads, kv_heads) = (self.n_heads, self.n_kv_heads);
+        if self.n_layers == 0 || self.n_layers > 1024 {
             return bad("block_count must be 1..=1024");
         }
-        if n_heads == 0 || n_kv_heads == 0 || n_heads % n_kv_heads != 0 || dim % n_heads != 0 {
-            return bad("head counts must divide the embedding length and each other");
+        if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 || heads > 1024 {
+            return bad("the head count must be 1..=1024 and a multiple of the KV head count");
         }
-        if !cfg.head_dim.is_multiple_of(2) || dim % 32 != 0 || !cfg.ffn_dim.is_multiple_of(32) {
-            return bad("dimensions must be multiples of 32 with an even head size");
+        if self.head_dim == 0 || self.head_dim > 1024 || !self.head_dim.is_multiple_of(2) {
+            return bad("the head size must be even and 2..=1024");
         }
-        Ok(cfg)
+        // These are the input widths of some product, whose blocks hold 32 values.
+        let inputs = [self.dim, self.ffn_dim, self.q_dim()];
+        if inputs
+            .iter()
+            .any(|w| *w == 0 || !w.is_multiple_of(32) || *w > 1 << 20)
+        {
+            return bad("the model, FFN and query widths must be multiples of 32, at most 2^20");
+        }
+        if self.sliding_window == Some(0) {
+            return bad("a sliding window must hold at least one position");
+        }
+        Ok(())
+    }
+
+    /// Width of the query projection (all heads).
+    pub fn q_dim(&self) -> usize {
+        self.n_heads * self.head_dim
     }
 
     /// Width of the key/value projections.
     pub fn kv_dim(&self) -> usize {
         self.n_kv_heads * self.head_dim
+    }
+
+    /// The window layer `layer` attends within, if it is a sliding-window layer.
+    pub fn window(&self, layer: usize) -> Option<usize> {
+        let global = (layer + 1).is_multiple_of(GEMMA3_GLOBAL_EVERY);
+        self.sliding_window.filter(|_| !global)
     }
 }
 
@@ -112,6 +221,45 @@ struct Layer {
     w_gate: QMatrix,
     w_up: QMatrix,
     w_down: QMatrix,
+    /// Gemma's extra norms, where the architecture has them.
+    extra: Option<ExtraNorms>,
+}
+
+/// Gemma's norms: on each query and key head before RoPE, and on each block's output
+/// before the residual.
+struct ExtraNorms {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    post_attention: Vec<f32>,
+    post_ffn: Vec<f32>,
+}
+
+/// RoPE's angles for every position of one base: `cos[pos · half + i]`, `sin` alike.
+struct RopeTable {
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+}
+
+impl RopeTable {
+    /// angle(pos, i) = pos · θ^(−2i/head_dim) for `positions` positions.
+    fn new(theta: f32, head_dim: usize, positions: usize) -> Self {
+        let half = head_dim / 2;
+        let freqs: Vec<f32> = (0..half)
+            .map(|i| theta.powf(-2.0 * i as f32 / head_dim as f32))
+            .collect();
+        let (mut cos, mut sin) = (
+            Vec::with_capacity(positions * half),
+            Vec::with_capacity(positions * half),
+        );
+        for pos in 0..positions {
+            for &freq in &freqs {
+                let a = pos as f32 * freq;
+                cos.push(a.cos());
+                sin.push(a.sin());
+            }
+        }
+        Self { cos, sin }
+    }
 }
 
 /// The loaded model: weights stay in their quantized block format.
@@ -121,8 +269,9 @@ pub struct Model {
     layers: Vec<Layer>,
     norm: Vec<f32>,
     head: Option<QMatrix>,
-    rope_cos: Vec<f32>,
-    rope_sin: Vec<f32>,
+    rope_global: RopeTable,
+    /// The sliding-window layers' table, where their base differs.
+    rope_local: Option<RopeTable>,
 }
 
 impl std::fmt::Debug for Model {
@@ -172,53 +321,58 @@ fn vector<S: ByteSource>(g: &Gguf<S>, name: &str, len: usize) -> Result<Vec<f32>
     Ok(quant::dequantize(t.ty, &g.tensor_bytes(name)?)?)
 }
 
+/// Layer `i`'s weights, each checked against the shape the config implies.
+fn load_layer<S: ByteSource>(g: &Gguf<S>, c: &Config, i: usize) -> Result<Layer, ModelError> {
+    let (d, q, kv, f) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim);
+    let n = |s: &str| format!("blk.{i}.{s}.weight");
+    let extra = match c.arch.extra_norms() {
+        true => Some(ExtraNorms {
+            q: vector(g, &n("attn_q_norm"), c.head_dim)?,
+            k: vector(g, &n("attn_k_norm"), c.head_dim)?,
+            post_attention: vector(g, &n("post_attention_norm"), d)?,
+            post_ffn: vector(g, &n("post_ffw_norm"), d)?,
+        }),
+        false => None,
+    };
+    Ok(Layer {
+        attn_norm: vector(g, &n("attn_norm"), d)?,
+        wq: matrix(g, &n("attn_q"), q, d)?,
+        wk: matrix(g, &n("attn_k"), kv, d)?,
+        wv: matrix(g, &n("attn_v"), kv, d)?,
+        wo: matrix(g, &n("attn_output"), d, q)?,
+        ffn_norm: vector(g, &n("ffn_norm"), d)?,
+        w_gate: matrix(g, &n("ffn_gate"), f, d)?,
+        w_up: matrix(g, &n("ffn_up"), f, d)?,
+        w_down: matrix(g, &n("ffn_down"), d, f)?,
+        extra,
+    })
+}
+
 impl Model {
-    /// Loads the weights of a Llama-family GGUF; RoPE tables cover `max_context` positions.
+    /// Loads the weights of a GGUF of one of the [`Arch`]s; RoPE tables cover `max_context`
+    /// positions.
     pub fn load<S: ByteSource>(g: &Gguf<S>, max_context: usize) -> Result<Self, ModelError> {
         let c = Config::from_gguf(g)?;
-        let (d, kv, f) = (c.dim, c.kv_dim(), c.ffn_dim);
-        let mut layers = Vec::with_capacity(c.n_layers);
-        for i in 0..c.n_layers {
-            let n = |s: &str| format!("blk.{i}.{s}.weight");
-            layers.push(Layer {
-                attn_norm: vector(g, &n("attn_norm"), d)?,
-                wq: matrix(g, &n("attn_q"), d, d)?,
-                wk: matrix(g, &n("attn_k"), kv, d)?,
-                wv: matrix(g, &n("attn_v"), kv, d)?,
-                wo: matrix(g, &n("attn_output"), d, d)?,
-                ffn_norm: vector(g, &n("ffn_norm"), d)?,
-                w_gate: matrix(g, &n("ffn_gate"), f, d)?,
-                w_up: matrix(g, &n("ffn_up"), f, d)?,
-                w_down: matrix(g, &n("ffn_down"), d, f)?,
-            });
-        }
-        let embed = matrix(g, "token_embd.weight", c.vocab, d)?;
+        let layers = (0..c.n_layers)
+            .map(|i| load_layer(g, &c, i))
+            .collect::<Result<_, _>>()?;
+        let embed = matrix(g, "token_embd.weight", c.vocab, c.dim)?;
         let head = match g.tensor("output.weight") {
-            Some(_) => Some(matrix(g, "output.weight", c.vocab, d)?),
+            Some(_) => Some(matrix(g, "output.weight", c.vocab, c.dim)?),
             None => None,
         };
-        let norm = vector(g, "output_norm.weight", d)?;
-        // RoPE tables: angle(pos, i) = pos · θ^(−2i/head_dim), for adjacent pairs (GGUF's
-        // llama layout has Q/K rows permuted for this "normal" mode).
-        let half = c.head_dim / 2;
-        let mut rope_cos = Vec::with_capacity(max_context * half);
-        let mut rope_sin = Vec::with_capacity(max_context * half);
-        for pos in 0..max_context {
-            for i in 0..half {
-                let freq = c.rope_theta.powf(-2.0 * i as f32 / c.head_dim as f32);
-                let a = pos as f32 * freq;
-                rope_cos.push(a.cos());
-                rope_sin.push(a.sin());
-            }
-        }
+        let norm = vector(g, "output_norm.weight", c.dim)?;
+        let rope_global = RopeTable::new(c.rope_theta, c.head_dim, max_context);
+        let rope_local = (c.sliding_window.is_some() && c.rope_theta_local != c.rope_theta)
+            .then(|| RopeTable::new(c.rope_theta_local, c.head_dim, max_context));
         Ok(Self {
             config: c,
             embed,
             layers,
             norm,
             head,
-            rope_cos,
-            rope_sin,
+            rope_global,
+            rope_local,
         })
     }
 
@@ -233,6 +387,9 @@ impl Model {
                     .map(|m| m.bytes())
                     .sum::<usize>()
                     + 4 * (l.attn_norm.len() + l.ffn_norm.len())
+                    + l.extra.as_ref().map_or(0, |e| {
+                        4 * (e.q.len() + e.k.len() + e.post_attention.len() + e.post_ffn.len())
+                    })
             })
             .sum();
         l + self.embed.bytes() + self.head.as_ref().map_or(0, QMatrix::bytes)
@@ -240,7 +397,7 @@ impl Model {
 
     /// Largest context the RoPE tables cover.
     pub fn max_context(&self) -> usize {
-        self.rope_cos.len() / (self.config.head_dim / 2).max(1)
+        self.rope_global.cos.len() / (self.config.head_dim / 2).max(1)
     }
 
     /// A KV cache for `capacity` positions.
@@ -383,13 +540,19 @@ impl Model {
             if tok as usize >= self.config.vocab {
                 return Err(ModelError::BadToken(tok));
             }
-            self.embed.row(tok as usize, &mut x[t * d..(t + 1) * d]);
+            let row = &mut x[t * d..(t + 1) * d];
+            self.embed.row(tok as usize, row);
+            if self.config.arch == Arch::Gemma3 {
+                let scale = (d as f32).sqrt();
+                row.iter_mut().for_each(|v| *v *= scale);
+            }
         }
         Ok(())
     }
 
-    /// The attention block of layer `li`: RMSNorm, the Q/K/V products, RoPE, the new keys
-    /// and values into the caches, attention per (row, head), the output product, residual.
+    /// The attention block of layer `li`: RMSNorm, the Q/K/V products, (Gemma: a norm per
+    /// query and key head), RoPE, the new keys and values into the caches, attention per
+    /// (row, head), the output product, (Gemma: its norm), residual.
     fn attention(
         &self,
         li: usize,
@@ -399,7 +562,7 @@ impl Model {
         s: &mut RunState,
     ) {
         let c = &self.config;
-        let (d, kv_dim, hd) = (c.dim, c.kv_dim(), c.head_dim);
+        let (qd, kv_dim, hd) = (c.q_dim(), c.kv_dim(), c.head_dim);
         norm_rows(&s.x, &layer.attn_norm, c, &mut s.xn, &mut s.acts);
         matmul_many(
             &mut [
@@ -409,10 +572,16 @@ impl Model {
             ],
             &s.acts,
         );
-        let rotated = s.q.chunks_mut(d).zip(s.k.chunks_mut(kv_dim)).zip(rows);
+        let rotated = s.q.chunks_mut(qd).zip(s.k.chunks_mut(kv_dim)).zip(rows);
         per_token(rotated, |((q, k), &(_, pos))| {
+            if let Some(e) = &layer.extra {
+                q.chunks_mut(hd)
+                    .for_each(|h| rms_norm_in_place(h, &e.q, c.rms_eps));
+                k.chunks_mut(hd)
+                    .for_each(|h| rms_norm_in_place(h, &e.k, c.rms_eps));
+            }
             for head in q.chunks_mut(hd).chain(k.chunks_mut(hd)) {
-                self.rope(head, pos);
+                self.rope(li, head, pos);
             }
         });
         for (t, &(ci, pos)) in rows.iter().enumerate() {
@@ -421,14 +590,16 @@ impl Model {
         }
         let readonly: Vec<&KvCache> = caches.iter().map(|c| &**c).collect();
         crate::attention::attend_rows(c, li, &s.q, rows, &readonly, &mut s.attn);
-        per_token(s.acts.iter_mut().zip(s.attn.chunks(d)), |(act, row)| {
+        per_token(s.acts.iter_mut().zip(s.attn.chunks(qd)), |(act, row)| {
             act.fill(row);
         });
         layer.wo.matmul(&s.acts, &mut s.proj);
-        s.x.iter_mut().zip(&s.proj).for_each(|(a, b)| *a += b);
+        let post = layer.extra.as_ref().map(|e| &e.post_attention[..]);
+        add_residual(&mut s.x, &mut s.proj, post, c);
     }
 
-    /// The MLP block: RMSNorm, then down(silu(gate(x)) · up(x)), residual.
+    /// The MLP block: RMSNorm, then down(act(gate(x)) · up(x)) with SiLU or GELU, (Gemma: its
+    /// norm), residual.
     fn mlp(&self, layer: &Layer, s: &mut RunState) {
         let c = &self.config;
         norm_rows(&s.x, &layer.ffn_norm, c, &mut s.xn, &mut s.acts);
@@ -445,14 +616,16 @@ impl Model {
             .chunks_mut(f)
             .zip(s.up.chunks(f))
             .zip(s.ffn_acts.iter_mut());
+        let activation = if c.arch.gelu_gate() { gelu } else { silu };
         per_token(gated, |((gate, up), act)| {
             gate.iter_mut()
                 .zip(up)
-                .for_each(|(g, &u)| *g = silu(*g) * u);
+                .for_each(|(g, &u)| *g = activation(*g) * u);
             act.fill(gate);
         });
         layer.w_down.matmul(&s.ffn_acts, &mut s.proj);
-        s.x.iter_mut().zip(&s.proj).for_each(|(a, b)| *a += b);
+        let post = layer.extra.as_ref().map(|e| &e.post_ffn[..]);
+        add_residual(&mut s.x, &mut s.proj, post, c);
     }
 
     /// The final RMSNorm and the output head over the `wanted` rows.
@@ -475,15 +648,23 @@ impl Model {
         logits.chunks_exact(c.vocab).map(<[f32]>::to_vec).collect()
     }
 
-    /// Rotates adjacent pairs of one head's vector by the angles of `pos`.
-    fn rope(&self, x: &mut [f32], pos: usize) {
+    /// Rotates one head's vector by the angles of `pos` in layer `li`'s RoPE: pairs of
+    /// adjacent elements, or (GPT-NeoX's layout) element `i` with `i + half`.
+    fn rope(&self, li: usize, x: &mut [f32], pos: usize) {
         let half = x.len() / 2;
-        let cos = &self.rope_cos[pos * half..(pos + 1) * half];
-        let sin = &self.rope_sin[pos * half..(pos + 1) * half];
+        let local = self.config.window(li).and(self.rope_local.as_ref());
+        let table = local.unwrap_or(&self.rope_global);
+        let cos = &table.cos[pos * half..(pos + 1) * half];
+        let sin = &table.sin[pos * half..(pos + 1) * half];
+        let (step, pair) = if self.config.arch.rope_halves() {
+            (1, half)
+        } else {
+            (2, 1)
+        };
         for i in 0..half {
-            let (a, b) = (x[2 * i], x[2 * i + 1]);
-            x[2 * i] = a * cos[i] - b * sin[i];
-            x[2 * i + 1] = a * sin[i] + b * cos[i];
+            let (a, b) = (x[step * i], x[step * i + pair]);
+            x[step * i] = a * cos[i] - b * sin[i];
+            x[step * i + pair] = a * sin[i] + b * cos[i];
         }
     }
 }
@@ -499,7 +680,7 @@ struct RunState {
     q: Vec<f32>,
     k: Vec<f32>,
     v: Vec<f32>,
-    /// Attention's output per row, `[n, d]`.
+    /// Attention's output per row, `[n, q_dim]`.
     attn: Vec<f32>,
     /// A block's output product, added to `x`.
     proj: Vec<f32>,
@@ -510,15 +691,15 @@ struct RunState {
 
 impl RunState {
     fn new(c: &Config, n: usize) -> Self {
-        let (d, kv_dim, f) = (c.dim, c.kv_dim(), c.ffn_dim);
+        let (d, qd, kv_dim, f) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim);
         Self {
             x: vec![0.0; n * d],
             xn: vec![0.0; n * d],
             acts: vec![QActs::default(); n],
-            q: vec![0.0; n * d],
+            q: vec![0.0; n * qd],
             k: vec![0.0; n * kv_dim],
             v: vec![0.0; n * kv_dim],
-            attn: vec![0.0; n * d],
+            attn: vec![0.0; n * qd],
             proj: vec![0.0; n * d],
             gate: vec![0.0; n * f],
             up: vec![0.0; n * f],
@@ -540,11 +721,22 @@ fn norm_rows(x: &[f32], weight: &[f32], c: &Config, xn: &mut [f32], acts: &mut [
 }
 
 fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
-    let ms = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
-    let inv = 1.0 / (ms + eps).sqrt();
+    let inv = inverse_rms(x, eps);
     for ((o, &xi), &wi) in out.iter_mut().zip(x).zip(w) {
         *o = xi * inv * wi;
     }
+}
+
+fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
+    let inv = inverse_rms(x, eps);
+    for (xi, &wi) in x.iter_mut().zip(w) {
+        *xi = *xi * inv * wi;
+    }
+}
+
+fn inverse_rms(x: &[f32], eps: f32) -> f32 {
+    let ms = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
+    1.0 / (ms + eps).sqrt()
 }
 
 /// Tokens from which a prompt's per-token work (norms, rotations, quantizing activations,
@@ -566,8 +758,24 @@ where
     }
 }
 
+/// `x += proj`, with `proj` RMS-normalised by `post_norm` first where the block has one.
+fn add_residual(x: &mut [f32], proj: &mut [f32], post_norm: Option<&[f32]>, c: &Config) {
+    if let Some(w) = post_norm {
+        per_token(proj.chunks_mut(c.dim), |row| {
+            rms_norm_in_place(row, w, c.rms_eps)
+        });
+    }
+    x.iter_mut().zip(&*proj).for_each(|(a, b)| *a += b);
+}
+
 fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
+}
+
+/// GELU's tanh approximation, as ggml and Gemma use it.
+fn gelu(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044_715 * x * x)).tanh())
 }
 
 pub use crate::attention::softmax;

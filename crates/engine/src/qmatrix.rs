@@ -258,6 +258,17 @@ impl QMatrix {
                 }
                 QMatrix::Q4_0 { rows, cols, d, qs }
             }
+            // x = d·(q − 16) with q − 16 in −16..16 is a Q8_0 block with the same scale, so
+            // the Q8_0 kernels run it exactly (at 36 bytes per block instead of 22).
+            TensorType::Q5_0 if cols.is_multiple_of(BLOCK) => {
+                let (mut d, mut qs) = (Vec::with_capacity(nb), Vec::with_capacity(nb * 32));
+                for b in bytes.chunks_exact(ty.block_bytes() as usize) {
+                    let (scale, q) = quant::unpack_q5_0(b);
+                    d.push(scale);
+                    qs.extend_from_slice(&q);
+                }
+                QMatrix::Q8_0 { rows, cols, d, qs }
+            }
             TensorType::Q8_0 if cols.is_multiple_of(BLOCK) => {
                 let (mut d, mut qs) = (Vec::with_capacity(nb), Vec::with_capacity(nb * 32));
                 for b in bytes.chunks_exact(34) {

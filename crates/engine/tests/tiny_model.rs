@@ -139,3 +139,82 @@ fn batched_decode_across_sequences_equals_decoding_each_alone() {
         vec![4, 2, 6]
     );
 }
+
+#[test]
+fn gemma3_batched_prefill_equals_token_by_token_decode() {
+    let tokens = [3u32, 17, 5, 39, 0, 22, 9, 31, 14];
+    // Seven layers: six sliding-window ones around the sixth, global, one.
+    let g = Gguf::read(tiny::gemma3(TensorType::Q5_0, 7, 3)).expect("tiny gemma3");
+    let m = Model::load(&g, 64).expect("load");
+    assert_eq!(m.config.window(0), Some(3));
+    assert_eq!(m.config.window(5), None);
+    let mut batch_cache = m.new_cache(64);
+    let batched = m.forward(&tokens, &mut batch_cache, true).expect("prefill");
+    let mut step_cache = m.new_cache(64);
+    for (t, &tok) in tokens.iter().enumerate() {
+        let step = m.forward(&[tok], &mut step_cache, false).expect("decode");
+        let diff = max_diff(&step[0], &batched[t]);
+        assert!(diff < 1e-4, "position {t}: diff {diff}");
+    }
+}
+
+#[test]
+fn gemma3_sliding_window_forgets_what_fell_out_of_it() {
+    // Two sliding-window layers of 3 positions: position 8 sees back to position 4 at most,
+    // so a different first token cannot change its logits; it must change position 2's.
+    let g = Gguf::read(tiny::gemma3(TensorType::Q8_0, 2, 3)).expect("tiny gemma3");
+    let m = Model::load(&g, 64).expect("load");
+    let logits = |first: u32| {
+        let tokens = [first, 17, 5, 39, 0, 22, 9, 31, 14];
+        m.forward(&tokens, &mut m.new_cache(64), true)
+            .expect("forward")
+    };
+    let (a, b) = (logits(3), logits(30));
+    assert_eq!(a[8], b[8], "position 8 saw a token outside its window");
+    assert!(
+        max_diff(&a[2], &b[2]) > 1e-3,
+        "position 2 must see position 0"
+    );
+}
+
+#[test]
+fn gemma3_with_a_lying_head_size_is_a_typed_error() {
+    let mut bytes = tiny::gemma3(TensorType::Q8_0, 2, 3);
+    // Claim heads of 64: the Q/K norms (32 values) and projections no longer agree.
+    let key = b"gemma3.attention.key_length";
+    let at = bytes
+        .windows(key.len())
+        .position(|w| w == key)
+        .expect("key")
+        + key.len()
+        + 4;
+    bytes[at..at + 4].copy_from_slice(&64u32.to_le_bytes());
+    let value = b"gemma3.attention.value_length";
+    let at = bytes
+        .windows(value.len())
+        .position(|w| w == value)
+        .expect("key")
+        + value.len()
+        + 4;
+    bytes[at..at + 4].copy_from_slice(&64u32.to_le_bytes());
+    let err = Model::load(&Gguf::read(bytes).expect("still a valid GGUF"), 64).unwrap_err();
+    assert!(matches!(&err, ModelError::Shape { .. }), "{err}");
+}
+
+#[test]
+fn an_unknown_architecture_is_named_with_the_supported_ones() {
+    let mut bytes = tiny::model(TensorType::F32, 4, 4, false);
+    let arch = b"llama";
+    let at = bytes
+        .windows(arch.len())
+        .position(|w| w == arch)
+        .expect("arch");
+    bytes[at..at + 5].copy_from_slice(b"mamba");
+    let err = Model::load(&Gguf::read(bytes).expect("still a valid GGUF"), 64).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(&err, ModelError::UnsupportedArch(a) if a == "mamba"),
+        "{text}"
+    );
+    assert!(text.contains("llama, gemma3"), "{text}");
+}

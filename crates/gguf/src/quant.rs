@@ -31,7 +31,7 @@ pub enum TensorType {
 #[non_exhaustive]
 pub enum QuantError {
     #[error(
-        "dequantization of {0:?} is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)"
+        "dequantization of {0:?} is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)"
     )]
     Unsupported(TensorType),
     #[error("{ty:?} data of {bytes} bytes is not a whole number of {block}-byte blocks")]
@@ -145,6 +145,9 @@ pub fn dequantize(ty: TensorType, bytes: &[u8]) -> Result<Vec<f32>, QuantError> 
         TensorType::Q8_0 => blocks.for_each(|(b, o)| dequant_q8_0(b, o)),
         TensorType::Q4_0 => blocks.for_each(|(b, o)| dequant_q4_0(b, o)),
         TensorType::Q4_1 => blocks.for_each(|(b, o)| dequant_q4_1(b, o)),
+        TensorType::Q5_0 => blocks.for_each(|(b, o)| dequant_q5_0(b, o)),
+        TensorType::Q5_1 => blocks.for_each(|(b, o)| dequant_q5_1(b, o)),
+        TensorType::Q5_K => blocks.for_each(|(b, o)| dequant_q5_k(b, o)),
         TensorType::Q4_K => blocks.for_each(|(b, o)| dequant_q4_k(b, o)),
         TensorType::Q6_K => blocks.for_each(|(b, o)| dequant_q6_k(b, o)),
         other => return Err(QuantError::Unsupported(other)),
@@ -176,6 +179,42 @@ pub fn dequant_q4_1(b: &[u8], out: &mut [f32]) {
     for (j, &q) in b[4..20].iter().enumerate() {
         out[j] = d * f32::from(q & 0x0F) + m;
         out[j + 16] = d * f32::from(q >> 4) + m;
+    }
+}
+
+/// The 32 five-bit values of a Q5_0/Q5_1 block's `qh` (4 bytes, bit `j` the high bit of
+/// element `j`) and `qs` (16 bytes of nibbles, low nibbles elements 0–15), in `0..32`.
+fn five_bits(qh: &[u8], qs: &[u8]) -> [u8; 32] {
+    let qh = u32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]);
+    let mut q = [0u8; 32];
+    for (j, &byte) in qs[..16].iter().enumerate() {
+        let high = |bit: usize| (((qh >> bit) & 1) as u8) << 4;
+        q[j] = (byte & 0x0F) | high(j);
+        q[j + 16] = (byte >> 4) | high(j + 16);
+    }
+    q
+}
+
+/// A Q5_0 block unpacked: `x[i] = d · q[i]`, with `q` in `−16..16`.
+pub fn unpack_q5_0(b: &[u8]) -> (f32, [i8; 32]) {
+    let q = five_bits(&b[2..6], &b[6..22]);
+    (f16_at(b, 0), q.map(|v| v as i8 - 16))
+}
+
+/// Q5_0: f16 scale `d`, 32 high bits, 16 bytes of nibbles; x = d·(q−16).
+pub fn dequant_q5_0(b: &[u8], out: &mut [f32]) {
+    let (d, q) = unpack_q5_0(b);
+    for (o, &v) in out.iter_mut().zip(&q) {
+        *o = d * f32::from(v);
+    }
+}
+
+/// Q5_1: f16 scale `d`, f16 minimum `m`, 32 high bits, 16 bytes of nibbles; x = d·q + m.
+pub fn dequant_q5_1(b: &[u8], out: &mut [f32]) {
+    let (d, m) = (f16_at(b, 0), f16_at(b, 2));
+    let q = five_bits(&b[4..8], &b[8..24]);
+    for (o, &v) in out.iter_mut().zip(&q) {
+        *o = d * f32::from(v) + m;
     }
 }
 
@@ -232,6 +271,28 @@ pub fn dequant_q4_k(b: &[u8], out: &mut [f32]) {
     let block = unpack_q4_k(b);
     for (i, o) in out.iter_mut().enumerate().take(256) {
         *o = block.scale[i / 32] * f32::from(block.q[i]) - block.min[i / 32];
+    }
+}
+
+/// Q5_K: Q4_K's layout with a fifth bit per value in 32 bytes of `qh` (bit `j` of byte `l`
+/// is the high bit of element `l` of sub-block `j`).
+pub fn dequant_q5_k(b: &[u8], out: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let dmin = f16_at(b, 2);
+    let (scales, qh, qs) = (&b[4..16], &b[16..48], &b[48..176]);
+    for j in 0..8 {
+        let (sc, m) = scale_min_k4(j, scales);
+        let (scale, min) = (d * sc, dmin * m);
+        let low = &qs[32 * (j / 2)..32 * (j / 2) + 32];
+        for l in 0..32 {
+            let nibble = if j % 2 == 0 {
+                low[l] & 0x0F
+            } else {
+                low[l] >> 4
+            };
+            let q = nibble | (((qh[l] >> j) & 1) << 4);
+            out[32 * j + l] = scale * f32::from(q) - min;
+        }
     }
 }
 
@@ -320,6 +381,34 @@ pub mod encode {
             out.extend_from_slice(&d.to_le_bytes());
             let q = |v: f32| ((v * inv + 8.5) as i32).clamp(0, 15) as u8;
             out.extend((0..16).map(|j| q(block[j]) | (q(block[j + 16]) << 4)));
+        }
+        out
+    }
+
+    /// f32 → Q5_0 blocks (`values.len()` a multiple of 32), ggml's reference rounding.
+    pub fn q5_0(values: &[f32]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for block in values.chunks_exact(32) {
+            let max = block
+                .iter()
+                .fold(0f32, |a, &v| if v.abs() > a.abs() { v } else { a });
+            let d = f16::from_f32(max / -16.0);
+            let inv = if d.to_f32() == 0.0 {
+                0.0
+            } else {
+                1.0 / d.to_f32()
+            };
+            let q: Vec<u32> = block
+                .iter()
+                .map(|&v| ((v * inv + 16.5) as i32).clamp(0, 31) as u32)
+                .collect();
+            let qh = q
+                .iter()
+                .enumerate()
+                .fold(0u32, |h, (j, &v)| h | ((v >> 4) << j));
+            out.extend_from_slice(&d.to_le_bytes());
+            out.extend_from_slice(&qh.to_le_bytes());
+            out.extend((0..16).map(|j| (q[j] & 15) as u8 | (((q[j + 16] & 15) as u8) << 4)));
         }
         out
     }
@@ -566,6 +655,7 @@ mod tests {
             (TensorType::Q8_0, encode::q8_0(&v), 0.02),
             (TensorType::Q4_0, encode::q4_0(&v), 0.45),
             (TensorType::Q4_1, encode::q4_1(&v), 0.25),
+            (TensorType::Q5_0, encode::q5_0(&v), 0.12),
         ] {
             let back = dequantize(ty, &bytes).expect("dequant");
             for (a, b) in v.iter().zip(&back) {
@@ -617,8 +707,8 @@ mod tests {
     #[test]
     fn unsupported_and_ragged() {
         assert_eq!(
-            dequantize(TensorType::Q5_K, &[0; 176]),
-            Err(QuantError::Unsupported(TensorType::Q5_K))
+            dequantize(TensorType::Q3_K, &[0; 110]),
+            Err(QuantError::Unsupported(TensorType::Q3_K))
         );
         assert!(matches!(
             dequantize(TensorType::Q8_0, &[0; 35]),

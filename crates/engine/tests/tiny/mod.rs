@@ -48,6 +48,7 @@ fn encode_as(ty: TensorType, v: &[f32]) -> Vec<u8> {
         TensorType::Q4_1 => encode::q4_1(v),
         TensorType::Q4_K => encode::q4_k(v),
         TensorType::Q6_K => encode::q6_k(v),
+        TensorType::Q5_0 => encode::q5_0(v),
         other => panic!("no encoder for {other:?}"),
     }
 }
@@ -57,6 +58,61 @@ pub fn model(ty: TensorType, heads: u32, kv_heads: u32, untied: bool) -> Vec<u8>
     build(dims(ty), heads, kv_heads, untied, |v| {
         (ty, encode_as(ty, v))
     })
+}
+
+/// A `layers`-layer Gemma 3 with weights of type `ty`: 4 query heads and 1 KV head of 32
+/// (wider together than the model's 64), its extra norms, and a sliding window of `window`
+/// on all but every sixth layer.
+pub fn gemma3(ty: TensorType, layers: usize, window: u32) -> Vec<u8> {
+    let (d, ffn, hd) = (64usize, 96usize, 32usize);
+    let mut rng = Lcg(11);
+    let mut w = GgufWriter::new()
+        .kv("general.architecture", Value::String("gemma3".into()))
+        .kv("gemma3.block_count", Value::U32(layers as u32))
+        .kv("gemma3.embedding_length", Value::U32(d as u32))
+        .kv("gemma3.feed_forward_length", Value::U32(ffn as u32))
+        .kv("gemma3.attention.head_count", Value::U32(4))
+        .kv("gemma3.attention.head_count_kv", Value::U32(1))
+        .kv("gemma3.attention.key_length", Value::U32(hd as u32))
+        .kv("gemma3.attention.value_length", Value::U32(hd as u32))
+        .kv("gemma3.attention.sliding_window", Value::U32(window))
+        .kv("gemma3.rope.freq_base", Value::F32(1e6))
+        .kv("gemma3.attention.layer_norm_rms_epsilon", Value::F32(1e-6))
+        .kv("gemma3.context_length", Value::U32(64));
+    let mut mat = |w: GgufWriter, name: &str, rows: usize, cols: usize| {
+        let v = rng.vec(rows * cols);
+        w.tensor(name, &[cols as u64, rows as u64], ty, encode_as(ty, &v))
+    };
+    w = mat(w, "token_embd.weight", VOCAB, d);
+    w = w.tensor("output_norm.weight", &[d as u64], TensorType::F32, norm(d));
+    for l in 0..layers {
+        let n = |s: &str| format!("blk.{l}.{s}.weight");
+        for (name, len) in [
+            ("attn_norm", d),
+            ("ffn_norm", d),
+            ("post_attention_norm", d),
+            ("post_ffw_norm", d),
+            ("attn_q_norm", hd),
+            ("attn_k_norm", hd),
+        ] {
+            w = w.tensor(&n(name), &[len as u64], TensorType::F32, norm(len));
+        }
+        w = mat(w, &n("attn_q"), 4 * hd, d);
+        w = mat(w, &n("attn_k"), hd, d);
+        w = mat(w, &n("attn_v"), hd, d);
+        w = mat(w, &n("attn_output"), d, 4 * hd);
+        w = mat(w, &n("ffn_gate"), ffn, d);
+        w = mat(w, &n("ffn_up"), ffn, d);
+        w = mat(w, &n("ffn_down"), d, ffn);
+    }
+    w.to_bytes()
+}
+
+/// An RMSNorm weight of `n` values near 1.
+fn norm(n: usize) -> Vec<u8> {
+    (0..n)
+        .flat_map(|i| (1.0 + i as f32 * 0.01).to_le_bytes())
+        .collect()
 }
 
 /// The same model as [`model`], with every `ty` weight replaced by its exact dequantized
@@ -100,11 +156,6 @@ fn build(
         let (ty, bytes) = encode(&embed);
         w = w.tensor("output.weight", &[d as u64, VOCAB as u64], ty, bytes);
     }
-    let norm = |n: usize| -> Vec<u8> {
-        (0..n)
-            .flat_map(|i| (1.0 + i as f32 * 0.01).to_le_bytes())
-            .collect()
-    };
     w = w.tensor("output_norm.weight", &[d as u64], TensorType::F32, norm(d));
     for l in 0..2 {
         let n = |s: &str| format!("blk.{l}.{s}.weight");
