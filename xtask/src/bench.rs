@@ -19,7 +19,7 @@ const DECODE_TOKENS: usize = 128;
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let which = args.first().map(String::as_str).unwrap_or("engine");
     match which {
-        "engine" => engine(),
+        "engine" => engine(args.iter().any(|a| a == "--gemma")),
         "cloud" => cloud(),
         "router" => router(),
         "web" => web(args.iter().any(|a| a == "--release")),
@@ -27,7 +27,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         "pii" => pii(),
         "worker" => worker(),
         "budget" => budget(),
-        "all" => engine()
+        "all" => engine(false)
             .and_then(|()| cloud())
             .and_then(|()| router())
             .and_then(|()| pii())
@@ -98,9 +98,12 @@ fn llama_cmake_args() -> String {
     args
 }
 
-fn engine() -> anyhow::Result<()> {
+/// Our CPU engine beside llama.cpp on the default model, or on Gemma 3 270M with `gemma`;
+/// then the burn model on its backends (the default model only: it runs Llama's layers).
+fn engine(gemma: bool) -> anyhow::Result<()> {
     let tools = setup::run()?;
-    let model = tools.model.to_string_lossy().into_owned();
+    let model_path = if gemma { &tools.gemma } else { &tools.model };
+    let model = model_path.to_string_lossy().into_owned();
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(2);
@@ -196,6 +199,25 @@ fn engine() -> anyhow::Result<()> {
             r["weights_mb"], r["kv_mb"]
         ));
     }
+    if !gemma {
+        table.push_str(&device_rows(&ours_bin, &model)?);
+    }
+    println!("{table}");
+    match gemma {
+        true => write_section(
+            "Engine (native CPU), Gemma 3 270M",
+            &format!("Command: `cargo xtask bench engine --gemma`\n\n{table}"),
+        ),
+        false => write_section(
+            "Engine (native CPU)",
+            &format!("Command: `cargo xtask bench engine`\n\n{table}"),
+        ),
+    }
+}
+
+/// The burn model (`DeviceModel`) on each backend, as table rows with their heading.
+fn device_rows(ours_bin: &std::path::Path, model: &str) -> anyhow::Result<String> {
+    let mut table = String::new();
     // The burn model on its backends: far slower than the CPU kernels on a machine without a
     // GPU (lavapipe and flex execute GPU-shaped kernels on 2 cores), so a shorter workload.
     let (dp, dd) = (
@@ -208,7 +230,7 @@ fn engine() -> anyhow::Result<()> {
     // `wgpu` is what a GPU gets (our kernels, the cooperative product), `wgpu-per-row` what a
     // software adapter gets, `wgpu-burn` burn's own operations: the peer for our kernels.
     for backend in ["flex", "wgpu-burn", "wgpu", "wgpu-per-row"] {
-        let out = util::output(Command::new(&ours_bin).args([&model, &dp, &dd, backend]))?;
+        let out = util::output(Command::new(ours_bin).args([model, &dp, &dd, backend]))?;
         let line = out
             .lines()
             .rev()
@@ -227,11 +249,7 @@ fn engine() -> anyhow::Result<()> {
             r["peak_device_mb"]
         ));
     }
-    println!("{table}");
-    write_section(
-        "Engine (native CPU)",
-        &format!("Command: `cargo xtask bench engine`\n\n{table}"),
-    )
+    Ok(table)
 }
 
 /// "read ÷ measured = fraction" for a row with the bench's bandwidth fields, else "—" (the

@@ -228,6 +228,7 @@ fn native(tools: &Tools) -> anyhow::Result<Counts> {
 fn wasm(tools: &Tools) -> anyhow::Result<Counts> {
     // The browser test loads the real model over HTTP, as a page would.
     let model_url = crate::file_server::serve(&tools.model)?;
+    let gemma_url = crate::file_server::serve(&tools.gemma)?;
     counted(
         util::cargo()
             .args([
@@ -244,6 +245,7 @@ fn wasm(tools: &Tools) -> anyhow::Result<Counts> {
             .env("CHROMEDRIVER", &tools.chromedriver)
             .env("WASM_BINDGEN_TEST_TIMEOUT", "900")
             .env("STRADDLE_TEST_MODEL_URL", &model_url)
+            .env("STRADDLE_TEST_GEMMA_URL", &gemma_url)
             .current_dir(root().join("crates/web")),
     )
 }

@@ -354,6 +354,8 @@ impl TextParts {
             Some(src) => {
                 ChatTemplate::new(src, &piece(tokenizer.bos), &piece(Some(tokenizer.eos)))?
             }
+            // No template in the file: the turn format its vocabulary has tokens for.
+            None if tokenizer.token_id("<start_of_turn>").is_some() => ChatTemplate::gemma(),
             None => ChatTemplate::chatml(),
         };
         let languages = g

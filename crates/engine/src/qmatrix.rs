@@ -66,6 +66,11 @@ enum RowBlocks<'a> {
         d: &'a [f32],
         qs: &'a [i8],
     },
+    /// A scale per 16 values.
+    Q6K {
+        d: &'a [f32],
+        qs: &'a [i8],
+    },
     Other,
 }
 
@@ -370,7 +375,11 @@ impl QMatrix {
                 d: &d[blocks],
                 qs: &qs[r * nb * BLOCK..(r + 1) * nb * BLOCK],
             },
-            QMatrix::Q6K { .. } | QMatrix::F32 { .. } => RowBlocks::Other,
+            QMatrix::Q6K { d, qs, .. } => RowBlocks::Q6K {
+                d: &d[2 * blocks.start..2 * blocks.end],
+                qs: &qs[r * nb * BLOCK..(r + 1) * nb * BLOCK],
+            },
+            QMatrix::F32 { .. } => RowBlocks::Other,
         }
     }
 
@@ -397,6 +406,10 @@ impl QMatrix {
                     let k = avx512::Q8_0 { nb, d, qs };
                     return unsafe { k.tile::<1, 1>(r, [x]) }[0][0];
                 }
+                QMatrix::Q6K { d, qs, .. } => {
+                    let k = avx512::Q6K(avx512::Q8_0 { nb, d, qs });
+                    return unsafe { k.tile::<1, 1>(r, [x]) }[0][0];
+                }
                 _ => {}
             }
         }
@@ -408,6 +421,7 @@ impl QMatrix {
                 RowBlocks::Q4_1 { d, m, qs } => return unsafe { avx2::dot_q4_1(d, m, qs, x) },
                 RowBlocks::Q4_0 { d, qs } => return unsafe { avx2::dot_q4_0(d, qs, x) },
                 RowBlocks::Q8_0 { d, qs } => return unsafe { avx2::dot_q8_0(d, qs, x) },
+                RowBlocks::Q6K { d, qs } => return unsafe { avx2::dot_q6_k(d, qs, x) },
                 RowBlocks::Other => {}
             }
         }
@@ -449,6 +463,10 @@ impl QMatrix {
                 }
                 QMatrix::Q8_0 { d, qs, .. } => {
                     let k = avx512::Q8_0 { nb, d, qs };
+                    return unsafe { avx512::fill(&k, first, count, xs, out) };
+                }
+                QMatrix::Q6K { d, qs, .. } => {
+                    let k = avx512::Q6K(avx512::Q8_0 { nb, d, qs });
                     return unsafe { avx512::fill(&k, first, count, xs, out) };
                 }
                 _ => {}
@@ -721,6 +739,7 @@ mod tests {
             (TensorType::Q8_0, 96, encode::q8_0),
             (TensorType::Q4_K, 512, encode::q4_k),
             (TensorType::Q6_K, 512, encode::q6_k),
+            (TensorType::Q5_0, 96, encode::q5_0),
         ] {
             let bytes = encoder(&weights(cols));
             let xs: Vec<Vec<f32>> = (0..3)

@@ -68,6 +68,13 @@ impl ChatTemplate {
         Self::new(CHATML, "", "<|im_end|>").expect("the built-in ChatML template compiles")
     }
 
+    /// Gemma's turns, for Gemma files that ship without a template: `assistant` is `model`,
+    /// and a system message opens the first user turn (Gemma has no system role).
+    pub fn gemma() -> Self {
+        const GEMMA: &str = "{% if messages and messages[0].role == 'system' %}{% set system = messages[0].content ~ '\n\n' %}{% set turns = messages[1:] %}{% else %}{% set system = '' %}{% set turns = messages %}{% endif %}{% for m in turns %}<start_of_turn>{{ 'model' if m.role == 'assistant' else m.role }}\n{{ system if loop.first else '' }}{{ m.content }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}";
+        Self::new(GEMMA, "", "<end_of_turn>").expect("the built-in Gemma template compiles")
+    }
+
     /// Renders `messages`, ending with the assistant's opening when `add_generation_prompt`.
     pub fn render(
         &self,
@@ -193,5 +200,22 @@ mod tests {
     #[test]
     fn malformed_template_is_an_error() {
         assert!(ChatTemplate::new("{% for %}", "", "").is_err());
+    }
+
+    #[test]
+    fn gemma_turns_fold_the_system_message_into_the_first_user_turn() {
+        let messages = [
+            ChatMessage::new("system", "Be brief."),
+            ChatMessage::new("user", "Hi"),
+            ChatMessage::new("assistant", "Hello."),
+            ChatMessage::new("user", "Capital of Italy?"),
+        ];
+        let text = ChatTemplate::gemma()
+            .render(&messages, true)
+            .expect("render");
+        assert_eq!(
+            text,
+            "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n<start_of_turn>user\nCapital of Italy?<end_of_turn>\n<start_of_turn>model\n"
+        );
     }
 }

@@ -152,6 +152,11 @@ impl Tokenizer {
         self.inner.id_to_token(id)
     }
 
+    /// The id of a vocabulary piece, special tokens included.
+    pub fn token_id(&self, piece: &str) -> Option<u32> {
+        self.inner.token_to_id(piece)
+    }
+
     /// Number of tokens in the vocabulary.
     pub fn vocab_size(&self) -> usize {
         self.vocab_size

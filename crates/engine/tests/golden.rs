@@ -69,8 +69,8 @@ fn gemma3_greedy_tokens_and_logits_match_llama_cpp() {
         include_str!("../../../tests/reference/gemma-3-270m-q4_k_m.json"),
         GEMMA3_SHIFT_TOL,
     );
-    // A base model's next token is often a near-tie, where float noise decides: 1 of 8
-    // prompts reaches the end today, short of the 6 of 8 (see BENCHMARKS.md).
+    // A base model's next token is often a near-tie, where float noise decides: 1–2 of 8
+    // prompts reach the end today, short of the 6 of 8 (see BENCHMARKS.md).
     assert!(full >= 1, "no prompt matched llama.cpp to the end");
 }
 

@@ -48,6 +48,7 @@ struct Reference {
 struct Case {
     name: String,
     prompt: String,
+    prompt_tokens: Vec<u32>,
     greedy: Vec<u32>,
     top5: Vec<Vec<(u32, f64)>>,
 }
@@ -147,6 +148,65 @@ async fn real_model_on_webgpu_agrees_with_llama_cpp() {
         }
     }
     console_log!("webgpu: {clear_steps} clear-margin steps agree with llama.cpp");
+    assert_eq!(clear_steps, 5);
+}
+
+/// Gemma 3 on the wasm CPU kernels (what the page runs for it: the device model is Llama's
+/// only): its SentencePiece tokenizer gives llama.cpp's ids for every reference prompt, and
+/// fed llama.cpp's greedy continuation of a short one (8 tokens, 5 clear-margin steps of 8),
+/// it picks the same token at every clear-margin step with top-5 logits within `LOGIT_TOL`.
+#[wasm_bindgen_test]
+async fn gemma3_on_the_wasm_cpu_kernels_agrees_with_llama_cpp() {
+    straddle_web::run_constructors_once();
+    const STEPS: usize = 8;
+    const TIE_MARGIN: f64 = 1.6;
+    const LOGIT_TOL: f64 = 2.5;
+    let Some(url) = option_env!("STRADDLE_TEST_GEMMA_URL") else {
+        console_log!("skipping: STRADDLE_TEST_GEMMA_URL unset (cargo xtask test sets it)");
+        return;
+    };
+    let reference: Reference = serde_json::from_str(include_str!(
+        "../../../tests/reference/gemma-3-270m-q4_k_m.json"
+    ))
+    .expect("reference JSON");
+    let engine = straddle_engine::Engine::load(fetch_bytes(url).await, 256).expect("load");
+    for case in &reference.cases {
+        let ids = engine
+            .prompt_tokens(straddle_engine::Prompt::Text(&case.prompt))
+            .expect("tokenize");
+        assert_eq!(ids, case.prompt_tokens, "{}: token ids", case.name);
+    }
+    let case = reference
+        .cases
+        .iter()
+        .find(|c| c.name == "list")
+        .expect("the list case");
+    let mut cache = engine.model.new_cache(256);
+    let mut logits = engine
+        .model
+        .forward(&case.prompt_tokens, &mut cache, false)
+        .expect("prefill")
+        .pop()
+        .expect("logits");
+    let mut clear_steps = 0;
+    for (step, (&want, top)) in case.greedy.iter().zip(&case.top5).enumerate().take(STEPS) {
+        for &(tok, want_logit) in top {
+            let err = (f64::from(logits[tok as usize]) - want_logit).abs();
+            assert!(err <= LOGIT_TOL, "step {step}: token {tok} off by {err}");
+        }
+        if top[0].1 - top[1].1 >= TIE_MARGIN {
+            clear_steps += 1;
+            let got = straddle_engine::sample::argmax(&logits);
+            assert_eq!(got, want, "step {step}: a clear-margin step");
+        }
+        logits = engine
+            .model
+            .forward(&[want], &mut cache, false)
+            .expect("decode")
+            .pop()
+            .expect("logits");
+    }
+    console_log!("gemma3 (wasm cpu): {clear_steps} clear-margin steps agree with llama.cpp");
     assert_eq!(clear_steps, 5);
 }
 

@@ -1,4 +1,4 @@
-//! AVX-512 VNNI kernels for Q4_1 and Q8_0: a tile of rows × tokens per call, two blocks per
+//! AVX-512 VNNI kernels for Q4_1, Q8_0 and Q6_K: a tile of rows × tokens per call, two blocks per
 //! 512-bit register, `vpdpbusd` for the byte products.
 //!
 //! A tile unpacks each weight pair once for its tokens and each activation pair once for its
@@ -65,6 +65,9 @@ pub struct Q8_0<'a> {
     pub qs: &'a [i8],
 }
 
+/// Q6_K rows as the engine holds them: Q8_0's signed bytes with a scale per 16 values.
+pub struct Q6K<'a>(pub Q8_0<'a>);
+
 /// Two consecutive scales spread over a register: lanes 0..8 the first, 8..16 the second
 /// (zero where `two` is false: a row's odd last block).
 #[target_feature(enable = "avx512f")]
@@ -78,6 +81,22 @@ unsafe fn pair_scales(p: *const f32, two: bool) -> __m512 {
         }
     };
     let spread = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    _mm512_permutexvar_ps(spread, _mm512_zextps128_ps512(v))
+}
+
+/// The four scales of two consecutive blocks of 16-value sub-blocks, each over its four
+/// lanes (zero for the second block where `two` is false).
+#[target_feature(enable = "avx512f")]
+unsafe fn quad_scales(p: *const f32, two: bool) -> __m512 {
+    // SAFETY: the caller's pointer holds four floats, or two where `two` is false.
+    let v = unsafe {
+        if two {
+            _mm_loadu_ps(p)
+        } else {
+            _mm_castpd_ps(_mm_load_sd(p.cast::<f64>()))
+        }
+    };
+    let spread = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
     _mm512_permutexvar_ps(spread, _mm512_zextps128_ps512(v))
 }
 
@@ -227,56 +246,88 @@ impl Tiles for Q8_0<'_> {
         first: usize,
         x: [&QActs; T],
     ) -> [[f32; T]; R] {
-        let nb = self.nb;
-        let zero = _mm512_setzero_si512();
-        assert!((first + R) * nb <= self.d.len(), "rows past the matrix");
-        assert!(
-            x.iter()
-                .all(|xj| xj.qs.len() >= nb * BLOCK && xj.d.len() >= nb && xj.sum.len() >= nb)
-        );
-        let ahead = R * nb * BLOCK + PREFETCH_BYTES;
-        let mut acc = [[_mm512_setzero_ps(); T]; R];
-        for b in (0..nb).step_by(2) {
-            let two = b + 1 < nb;
-            let mut magnitude = [zero; R];
-            let mut negative = [0 as __mmask64; R];
-            let mut dw = [_mm512_setzero_ps(); R];
-            for i in 0..R {
-                let block = (first + i) * nb + b;
-                let p = self.qs[block * BLOCK..].as_ptr();
-                prefetch_ahead(p.cast(), block * BLOCK, ahead);
-                // SAFETY: block `block` (and the next when `two`) lies inside the row, as do
-                // its scales.
-                let (wv, d) = unsafe {
-                    (
-                        pair_bytes(p, two),
-                        pair_scales(self.d[block..].as_ptr(), two),
-                    )
-                };
-                // vpdpbusd multiplies unsigned by signed bytes: |w| times x with w's sign
-                // moved onto x.
-                magnitude[i] = _mm512_abs_epi8(wv);
-                negative[i] = _mm512_movepi8_mask(wv);
-                dw[i] = d;
-            }
-            for (j, xj) in x.iter().enumerate() {
-                // SAFETY: every token holds `nb` blocks (checked on entry).
-                let (xv, dx) = unsafe { activation_pair(xj, b, two) };
-                for i in 0..R {
-                    let signed = _mm512_mask_sub_epi8(xv, negative[i], zero, xv);
-                    let dot = _mm512_dpbusd_epi32(zero, magnitude[i], signed);
-                    acc[i][j] = add_scaled(acc[i][j], dot, dw[i], dx);
-                }
-            }
-        }
-        let mut out = [[0f32; T]; R];
-        for i in 0..R {
-            for j in 0..T {
-                out[i][j] = reduce(acc[i][j]);
-            }
-        }
-        out
+        // SAFETY: the caller's guarantees.
+        unsafe { signed_tile::<R, T, 1>(self, first, x) }
     }
+}
+
+impl Tiles for Q6K<'_> {
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    unsafe fn tile<const R: usize, const T: usize>(
+        &self,
+        first: usize,
+        x: [&QActs; T],
+    ) -> [[f32; T]; R] {
+        // SAFETY: the caller's guarantees.
+        unsafe { signed_tile::<R, T, 2>(&self.0, first, x) }
+    }
+}
+
+/// The tile of signed-byte rows with `SCALES` scales per block of 32 (Q8_0's one, Q6_K's
+/// two).
+///
+/// # Safety
+/// As for [`Tiles::tile`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn signed_tile<const R: usize, const T: usize, const SCALES: usize>(
+    m: &Q8_0<'_>,
+    first: usize,
+    x: [&QActs; T],
+) -> [[f32; T]; R] {
+    let nb = m.nb;
+    let zero = _mm512_setzero_si512();
+    assert!(
+        (first + R) * nb * SCALES <= m.d.len(),
+        "rows past the matrix"
+    );
+    assert!(
+        x.iter()
+            .all(|xj| xj.qs.len() >= nb * BLOCK && xj.d.len() >= nb)
+    );
+    let ahead = R * nb * BLOCK + PREFETCH_BYTES;
+    let mut acc = [[_mm512_setzero_ps(); T]; R];
+    for b in (0..nb).step_by(2) {
+        let two = b + 1 < nb;
+        let mut magnitude = [zero; R];
+        let mut negative = [0 as __mmask64; R];
+        let mut dw = [_mm512_setzero_ps(); R];
+        for i in 0..R {
+            let block = (first + i) * nb + b;
+            let p = m.qs[block * BLOCK..].as_ptr();
+            prefetch_ahead(p.cast(), block * BLOCK, ahead);
+            // SAFETY: block `block` (and the next when `two`) lies inside the row, as do
+            // its scales.
+            let (wv, d) = unsafe {
+                let scales = m.d[block * SCALES..].as_ptr();
+                let d = match SCALES {
+                    1 => pair_scales(scales, two),
+                    _ => quad_scales(scales, two),
+                };
+                (pair_bytes(p, two), d)
+            };
+            // vpdpbusd multiplies unsigned by signed bytes: |w| times x with w's sign
+            // moved onto x.
+            magnitude[i] = _mm512_abs_epi8(wv);
+            negative[i] = _mm512_movepi8_mask(wv);
+            dw[i] = d;
+        }
+        for (j, xj) in x.iter().enumerate() {
+            // SAFETY: every token holds `nb` blocks (checked on entry).
+            let (xv, dx) = unsafe { activation_pair(xj, b, two) };
+            for i in 0..R {
+                let signed = _mm512_mask_sub_epi8(xv, negative[i], zero, xv);
+                let dot = _mm512_dpbusd_epi32(zero, magnitude[i], signed);
+                acc[i][j] = add_scaled(acc[i][j], dot, dw[i], dx);
+            }
+        }
+    }
+    let mut out = [[0f32; T]; R];
+    for i in 0..R {
+        for j in 0..T {
+            out[i][j] = reduce(acc[i][j]);
+        }
+    }
+    out
 }
 
 /// `out[k * xs.len() + t]` = row `first + k` · `xs[t]` for `k < count`, by tiles of up to

@@ -54,7 +54,10 @@ fn main() -> std::io::Result<()> {
         ("q8_0", TensorType::Q8_0, encode::q8_0(&values)),
         ("q4_0", TensorType::Q4_0, encode::q4_0(&values)),
         ("q4_1", TensorType::Q4_1, encode::q4_1(&values)),
+        ("q5_0", TensorType::Q5_0, encode::q5_0(&values)),
+        ("q5_1", TensorType::Q5_1, vec![0x33; 24]),
         ("q4_k", TensorType::Q4_K, vec![0x11; 144]),
+        ("q5_k", TensorType::Q5_K, vec![0x44; 176]),
         ("q6_k", TensorType::Q6_K, vec![0x22; 210]),
     ];
     for version in [2, 3] {
@@ -72,6 +75,34 @@ fn main() -> std::io::Result<()> {
             dir.join(format!("v{version}-metadata.gguf")),
             metadata(GgufWriter::new().version(version)).to_bytes(),
         )?;
+        std::fs::write(
+            dir.join(format!("v{version}-gemma3-metadata.gguf")),
+            gemma3_metadata(GgufWriter::new().version(version)).to_bytes(),
+        )?;
     }
     Ok(())
+}
+
+/// The metadata a Gemma 3 file carries: SentencePiece scores and token types, the keys the
+/// second architecture reads (head length, sliding window).
+fn gemma3_metadata(w: GgufWriter) -> GgufWriter {
+    let pieces = ["<pad>", "<eos>", "<bos>", "\u{2581}a", "<0x41>", "\n\n"];
+    w.kv("general.architecture", Value::String("gemma3".into()))
+        .kv("gemma3.attention.key_length", Value::U32(256))
+        .kv("gemma3.attention.value_length", Value::U32(256))
+        .kv("gemma3.attention.sliding_window", Value::U32(512))
+        .kv("tokenizer.ggml.model", Value::String("llama".into()))
+        .kv(
+            "tokenizer.ggml.tokens",
+            Value::Array(pieces.iter().map(|p| Value::String(p.to_string())).collect()),
+        )
+        .kv(
+            "tokenizer.ggml.scores",
+            Value::Array((0..6).map(|i| Value::F32(-(i as f32))).collect()),
+        )
+        .kv(
+            "tokenizer.ggml.token_type",
+            Value::Array([3, 3, 3, 1, 6, 4].into_iter().map(Value::I32).collect()),
+        )
+        .kv("tokenizer.ggml.add_space_prefix", Value::Bool(false))
 }
