@@ -17,7 +17,7 @@ pub enum ModelError {
     Gguf(#[from] GgufError),
     #[error(transparent)]
     Quant(#[from] QuantError),
-    #[error("architecture `{0}` is not supported (supported: llama, gemma3)")]
+    #[error("architecture `{0}` is not supported (supported: llama, qwen2, qwen3, gemma3)")]
     UnsupportedArch(String),
     #[error("tensor `{name}` has shape {got:?}, expected {want:?}")]
     Shape {
@@ -43,6 +43,10 @@ pub enum ModelError {
 pub enum Arch {
     /// Llama, SmolLM, Mistral: SwiGLU, RoPE over adjacent pairs (GGUF permutes Q/K for it).
     Llama,
+    /// Qwen 2 and 2.5: Llama with biases on the Q/K/V products and RoPE over head halves.
+    Qwen2,
+    /// Qwen 3: Llama with RMSNorm on each query and key head and RoPE over head halves.
+    Qwen3,
     /// Gemma 3: GELU-gated MLP, RMSNorm on each query and key head and after each block, the
     /// embedding scaled by √d, RoPE over head halves, and five sliding-window layers (with
     /// their own RoPE base) to each global one.
@@ -51,12 +55,14 @@ pub enum Arch {
 
 impl Arch {
     /// Every architecture, for error messages.
-    pub const ALL: [Arch; 2] = [Arch::Llama, Arch::Gemma3];
+    pub const ALL: [Arch; 4] = [Arch::Llama, Arch::Qwen2, Arch::Qwen3, Arch::Gemma3];
 
     /// The name `general.architecture` gives it.
     pub fn name(self) -> &'static str {
         match self {
             Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
             Arch::Gemma3 => "gemma3",
         }
     }
@@ -70,7 +76,7 @@ impl Arch {
 
     /// Whether RoPE rotates element `i` with `i + head/2` (GPT-NeoX's layout), not `i + 1`.
     fn rope_halves(self) -> bool {
-        self == Arch::Gemma3
+        self != Arch::Llama
     }
 
     /// Whether the MLP's gate is GELU (tanh approximation) rather than SiLU.
@@ -78,9 +84,19 @@ impl Arch {
         self == Arch::Gemma3
     }
 
-    /// Whether the model has Gemma's extra norms (on Q/K heads, and after each block).
-    fn extra_norms(self) -> bool {
+    /// Whether each query and key head is RMS-normalised before RoPE.
+    fn qk_norm(self) -> bool {
+        matches!(self, Arch::Qwen3 | Arch::Gemma3)
+    }
+
+    /// Whether each block's output is RMS-normalised before the residual.
+    fn post_norms(self) -> bool {
         self == Arch::Gemma3
+    }
+
+    /// Whether the Q/K/V products carry biases.
+    fn qkv_bias(self) -> bool {
+        self == Arch::Qwen2
     }
 }
 
@@ -221,17 +237,12 @@ struct Layer {
     w_gate: QMatrix,
     w_up: QMatrix,
     w_down: QMatrix,
-    /// Gemma's extra norms, where the architecture has them.
-    extra: Option<ExtraNorms>,
-}
-
-/// Gemma's norms: on each query and key head before RoPE, and on each block's output
-/// before the residual.
-struct ExtraNorms {
-    q: Vec<f32>,
-    k: Vec<f32>,
-    post_attention: Vec<f32>,
-    post_ffn: Vec<f32>,
+    /// RMSNorm weights of each query and key head (Qwen 3, Gemma 3).
+    qk_norm: Option<[Vec<f32>; 2]>,
+    /// RMSNorm weights of the attention and MLP outputs (Gemma 3).
+    post_norms: Option<[Vec<f32>; 2]>,
+    /// Biases of the Q, K and V products (Qwen 2).
+    qkv_bias: Option<[Vec<f32>; 3]>,
 }
 
 /// RoPE's angles for every position of one base: `cos[pos · half + i]`, `sin` alike.
@@ -325,13 +336,24 @@ fn vector<S: ByteSource>(g: &Gguf<S>, name: &str, len: usize) -> Result<Vec<f32>
 fn load_layer<S: ByteSource>(g: &Gguf<S>, c: &Config, i: usize) -> Result<Layer, ModelError> {
     let (d, q, kv, f) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim);
     let n = |s: &str| format!("blk.{i}.{s}.weight");
-    let extra = match c.arch.extra_norms() {
-        true => Some(ExtraNorms {
-            q: vector(g, &n("attn_q_norm"), c.head_dim)?,
-            k: vector(g, &n("attn_k_norm"), c.head_dim)?,
-            post_attention: vector(g, &n("post_attention_norm"), d)?,
-            post_ffn: vector(g, &n("post_ffw_norm"), d)?,
-        }),
+    let arch = c.arch;
+    let qk_norm = match arch.qk_norm() {
+        true => Some([
+            vector(g, &n("attn_q_norm"), c.head_dim)?,
+            vector(g, &n("attn_k_norm"), c.head_dim)?,
+        ]),
+        false => None,
+    };
+    let post_norms = match arch.post_norms() {
+        true => Some([
+            vector(g, &n("post_attention_norm"), d)?,
+            vector(g, &n("post_ffw_norm"), d)?,
+        ]),
+        false => None,
+    };
+    let bias = |s: &str, len| vector(g, &format!("blk.{i}.{s}.bias"), len);
+    let qkv_bias = match arch.qkv_bias() {
+        true => Some([bias("attn_q", q)?, bias("attn_k", kv)?, bias("attn_v", kv)?]),
         false => None,
     };
     Ok(Layer {
@@ -344,7 +366,9 @@ fn load_layer<S: ByteSource>(g: &Gguf<S>, c: &Config, i: usize) -> Result<Layer,
         w_gate: matrix(g, &n("ffn_gate"), f, d)?,
         w_up: matrix(g, &n("ffn_up"), f, d)?,
         w_down: matrix(g, &n("ffn_down"), d, f)?,
-        extra,
+        qk_norm,
+        post_norms,
+        qkv_bias,
     })
 }
 
@@ -387,9 +411,12 @@ impl Model {
                     .map(|m| m.bytes())
                     .sum::<usize>()
                     + 4 * (l.attn_norm.len() + l.ffn_norm.len())
-                    + l.extra.as_ref().map_or(0, |e| {
-                        4 * (e.q.len() + e.k.len() + e.post_attention.len() + e.post_ffn.len())
-                    })
+                    + [l.qk_norm.iter().flatten(), l.post_norms.iter().flatten()]
+                        .into_iter()
+                        .flatten()
+                        .chain(l.qkv_bias.iter().flatten())
+                        .map(|v| 4 * v.len())
+                        .sum::<usize>()
             })
             .sum();
         l + self.embed.bytes() + self.head.as_ref().map_or(0, QMatrix::bytes)
@@ -550,8 +577,8 @@ impl Model {
         Ok(())
     }
 
-    /// The attention block of layer `li`: RMSNorm, the Q/K/V products, (Gemma: a norm per
-    /// query and key head), RoPE, the new keys and values into the caches, attention per
+    /// The attention block of layer `li`: RMSNorm, the Q/K/V products (Qwen 2: plus biases),
+    /// (Qwen 3, Gemma: a norm per query and key head), RoPE, the new keys and values into the caches, attention per
     /// (row, head), the output product, (Gemma: its norm), residual.
     fn attention(
         &self,
@@ -572,13 +599,19 @@ impl Model {
             ],
             &s.acts,
         );
+        if let Some([bq, bk, bv]) = &layer.qkv_bias {
+            for (out, bias) in [(&mut s.q, bq), (&mut s.k, bk), (&mut s.v, bv)] {
+                out.chunks_mut(bias.len())
+                    .for_each(|row| row.iter_mut().zip(bias).for_each(|(o, b)| *o += b));
+            }
+        }
         let rotated = s.q.chunks_mut(qd).zip(s.k.chunks_mut(kv_dim)).zip(rows);
         per_token(rotated, |((q, k), &(_, pos))| {
-            if let Some(e) = &layer.extra {
+            if let Some([wq, wk]) = &layer.qk_norm {
                 q.chunks_mut(hd)
-                    .for_each(|h| rms_norm_in_place(h, &e.q, c.rms_eps));
+                    .for_each(|h| rms_norm_in_place(h, wq, c.rms_eps));
                 k.chunks_mut(hd)
-                    .for_each(|h| rms_norm_in_place(h, &e.k, c.rms_eps));
+                    .for_each(|h| rms_norm_in_place(h, wk, c.rms_eps));
             }
             for head in q.chunks_mut(hd).chain(k.chunks_mut(hd)) {
                 self.rope(li, head, pos);
@@ -594,7 +627,10 @@ impl Model {
             act.fill(row);
         });
         layer.wo.matmul(&s.acts, &mut s.proj);
-        let post = layer.extra.as_ref().map(|e| &e.post_attention[..]);
+        let post = layer
+            .post_norms
+            .as_ref()
+            .map(|[attention, _]| &attention[..]);
         add_residual(&mut s.x, &mut s.proj, post, c);
     }
 
@@ -624,7 +660,7 @@ impl Model {
             act.fill(gate);
         });
         layer.w_down.matmul(&s.ffn_acts, &mut s.proj);
-        let post = layer.extra.as_ref().map(|e| &e.post_ffn[..]);
+        let post = layer.post_norms.as_ref().map(|[_, mlp]| &mlp[..]);
         add_residual(&mut s.x, &mut s.proj, post, c);
     }
 

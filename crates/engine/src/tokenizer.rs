@@ -5,6 +5,7 @@
 //! llama.cpp applies for it), and SentencePiece's, whose merges follow from piece scores.
 
 use sha2::{Digest, Sha256};
+use tokenizers::SplitDelimiterBehavior;
 use tokenizers::decoders::byte_fallback::ByteFallback;
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
 use tokenizers::decoders::fuse::Fuse;
@@ -15,6 +16,7 @@ use tokenizers::normalizers::{Prepend, Replace, Sequence as NormalizerSequence};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::{
     AddedToken, DecoderWrapper, NormalizerWrapper, PreTokenizerWrapper, Tokenizer as HfTokenizer,
 };
@@ -191,8 +193,11 @@ fn byte_level_bpe<S: ByteSource>(
                 .ok_or_else(|| TokenizerError::BadMerge(m.to_string()))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    // Llama 3's tokenizer takes a piece that is a whole vocabulary entry as is, merges or
+    // not (llama.cpp's `ignore_merges` for `llama-bpe`).
     let bpe = BPE::builder()
         .vocab_and_merges(vocab_of(tokens), merges)
+        .ignore_merges(pre == "llama-bpe")
         .build()
         .map_err(|e| TokenizerError::Backend(e.to_string()))?;
     let mut inner = HfTokenizer::new(bpe);
@@ -298,6 +303,24 @@ fn vocab_of(tokens: &[&str]) -> ahash::AHashMap<String, u32> {
         .collect()
 }
 
+/// llama.cpp's split for the `qwen2` and `llama-bpe` pre-tokenizers (`llama-vocab.cpp`),
+/// which differ only in how many digits a piece takes (`{DIGITS}`).
+const REGEX_SPLIT: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{DIGITS}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// A split by `regex`, then bytes mapped to characters without GPT-2's own split.
+fn regex_then_bytes(regex: &str) -> Result<PreTokenizerWrapper, TokenizerError> {
+    let split = Split::new(
+        SplitPattern::Regex(regex.into()),
+        SplitDelimiterBehavior::Isolated,
+        false,
+    )
+    .map_err(|e| TokenizerError::Backend(e.to_string()))?;
+    Ok(PreTokenizerWrapper::Sequence(Sequence::new(vec![
+        PreTokenizerWrapper::Split(split),
+        PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, true, false)),
+    ])))
+}
+
 /// The splitting rules llama.cpp uses for a `tokenizer.ggml.pre` name.
 fn pre_tokenizer(name: &str) -> Result<PreTokenizerWrapper, TokenizerError> {
     let byte_level = || PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, true, true));
@@ -308,6 +331,10 @@ fn pre_tokenizer(name: &str) -> Result<PreTokenizerWrapper, TokenizerError> {
             PreTokenizerWrapper::Digits(Digits::new(true)),
             byte_level(),
         ])),
+        // Qwen 2 and 3: GPT-2's rules with digits one by one and letters grouped across
+        // case (llama.cpp's regex for `qwen2`); Llama 3 the same with digits in threes.
+        "qwen2" => regex_then_bytes(&REGEX_SPLIT.replace("{DIGITS}", ""))?,
+        "llama-bpe" => regex_then_bytes(&REGEX_SPLIT.replace("{DIGITS}", "{1,3}"))?,
         other => return Err(TokenizerError::UnsupportedPre(other.into())),
     })
 }

@@ -7,6 +7,7 @@
 //! legitimately flip, and the comparison of that prompt stops there.
 
 mod common;
+mod tiny;
 
 use straddle_engine::gguf::FileSource;
 use straddle_engine::{Engine, Prompt};
@@ -170,4 +171,74 @@ fn against_llama_cpp(path: &std::path::Path, reference: &str, shift_tol: f64) ->
         reference.cases.len()
     );
     full_matches
+}
+
+#[derive(serde::Deserialize)]
+struct Families {
+    families: std::collections::BTreeMap<String, Vec<Case>>,
+}
+
+/// Qwen 2 (Q/K/V biases) and Qwen 3 (Q/K norms, heads wider than d / heads), both with RoPE
+/// over head halves and the `qwen2` pre-tokenizer, and Llama 3 (`llama-bpe`: digits in
+/// threes, whole-word vocabulary entries before merges), on tiny random weights with the default
+/// model's vocabulary (`tiny::family`, the bytes `tests/reference/make_families.py` ran
+/// llama.cpp on). Fed llama.cpp's greedy tokens, every step's top 5 agree relative to the
+/// top 1, and every step with a clear margin picks llama.cpp's token.
+#[test]
+fn tiny_qwen2_qwen3_and_llama3_match_llama_cpp_on_every_clear_step() {
+    let Some(path) = common::model_path() else {
+        return;
+    };
+    let text = include_str!("../../../tests/reference/tiny-families.json");
+    let reference: Families = serde_json::from_str(text).expect("reference JSON");
+    let vocab = straddle_engine::gguf::Gguf::read(FileSource::open(path).expect("open"))
+        .expect("the default model");
+    assert_eq!(reference.families.len(), tiny::FAMILIES.len());
+    for (arch, architecture, pre) in tiny::FAMILIES {
+        let engine = Engine::load(tiny::family(architecture, pre, &vocab), 256).expect("load");
+        let (mut clear, mut max_err) = (0, 0f64);
+        for case in &reference.families[arch] {
+            let ids = engine
+                .prompt_tokens(Prompt::Text(&case.prompt))
+                .expect("tokenize");
+            assert_eq!(ids, case.prompt_tokens, "{arch} {}: token ids", case.name);
+            let mut cache = engine.new_cache(256);
+            let mut logits = engine
+                .model
+                .forward(&ids, &mut cache, false)
+                .expect("prefill");
+            for (step, (&want, top)) in case.greedy.iter().zip(&case.top5).enumerate() {
+                let ours = logits.pop().expect("logits");
+                let at = |t: u32| f64::from(ours[t as usize]);
+                let (lead, lead_logit) = top[0];
+                for &(tok, want_logit) in top {
+                    let err = ((at(tok) - at(lead)) - (want_logit - lead_logit)).abs();
+                    max_err = max_err.max(err);
+                    assert!(
+                        err <= LOGIT_TOL,
+                        "{arch} {} step {step}: token {tok} off by {err:.3}",
+                        case.name
+                    );
+                }
+                if top[0].1 - top[1].1 >= TIE_MARGIN {
+                    clear += 1;
+                    let got = straddle_engine::sample::argmax(&ours);
+                    assert_eq!(
+                        got, want,
+                        "{arch} {} step {step}: a clear margin",
+                        case.name
+                    );
+                }
+                logits = engine
+                    .model
+                    .forward(&[want], &mut cache, false)
+                    .expect("decode");
+            }
+        }
+        eprintln!(
+            "{arch}: {clear} clear-margin steps of 48 agree with llama.cpp; \
+             max |Δ(logit − top-1's)| {max_err:.3}"
+        );
+        assert!(clear >= 16, "{arch}: only {clear} clear-margin steps");
+    }
 }

@@ -216,5 +216,5 @@ fn an_unknown_architecture_is_named_with_the_supported_ones() {
         matches!(&err, ModelError::UnsupportedArch(a) if a == "mamba"),
         "{text}"
     );
-    assert!(text.contains("llama, gemma3"), "{text}");
+    assert!(text.contains("llama, qwen2, qwen3, gemma3"), "{text}");
 }

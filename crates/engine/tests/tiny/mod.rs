@@ -3,7 +3,7 @@
 // Each test binary uses a different part of this helper.
 #![allow(dead_code)]
 
-use straddle_engine::gguf::{GgufWriter, Value};
+use straddle_engine::gguf::{ByteSource, Gguf, GgufWriter, Value};
 use straddle_engine::quant::{TensorType, encode};
 
 pub const VOCAB: usize = 40;
@@ -168,6 +168,105 @@ fn build(
         w = mat(w, &n("ffn_gate"), ffn, d, &mut rng);
         w = mat(w, &n("ffn_up"), ffn, d, &mut rng);
         w = mat(w, &n("ffn_down"), d, ffn, &mut rng);
+    }
+    w.to_bytes()
+}
+
+/// The families checked against llama.cpp on tiny random weights with a real vocabulary:
+/// `(name, architecture, pre-tokenizer)`.
+pub const FAMILIES: [(&str, &str, &str); 3] = [
+    ("qwen2", "qwen2", "qwen2"),
+    ("qwen3", "qwen3", "qwen2"),
+    ("llama3", "llama", "llama-bpe"),
+];
+
+/// A 2-layer random-weight model of `arch` with the vocabulary (tokens, merges, types,
+/// special ids) of `vocab`, a real GGUF, under the pre-tokenizer `pre`.
+/// The output norm is large so the logits spread and most greedy steps have a clear margin.
+/// `tests/reference/make_families.py` runs llama.cpp on exactly these bytes.
+pub fn family<S: ByteSource>(arch: &str, pre: &str, vocab: &Gguf<S>) -> Vec<u8> {
+    let (d, ffn, heads, kv_heads) = (64usize, 128usize, 4usize, 2usize);
+    // Qwen 3 declares its head size: wider heads than d / heads, as the real ones have.
+    let hd = if arch == "qwen3" { 32 } else { d / heads };
+    let tokens = vocab.get("tokenizer.ggml.tokens").expect("tokens").clone();
+    let n_vocab = tokens.as_array().map_or(0, <[Value]>::len);
+    let key = |k: &str| format!("{arch}.{k}");
+    let mut w = GgufWriter::new()
+        .kv("general.architecture", Value::String(arch.into()))
+        .kv(&key("block_count"), Value::U32(2))
+        .kv(&key("context_length"), Value::U32(256))
+        .kv(&key("embedding_length"), Value::U32(d as u32))
+        .kv(&key("feed_forward_length"), Value::U32(ffn as u32))
+        .kv(&key("attention.head_count"), Value::U32(heads as u32))
+        .kv(&key("attention.head_count_kv"), Value::U32(kv_heads as u32))
+        .kv(&key("attention.key_length"), Value::U32(hd as u32))
+        .kv(&key("attention.value_length"), Value::U32(hd as u32))
+        .kv(&key("rope.freq_base"), Value::F32(1e6))
+        .kv(&key("attention.layer_norm_rms_epsilon"), Value::F32(1e-6))
+        .kv("tokenizer.ggml.model", Value::String("gpt2".into()))
+        .kv("tokenizer.ggml.pre", Value::String(pre.into()))
+        .kv("tokenizer.ggml.tokens", tokens);
+    for k in [
+        "tokenizer.ggml.merges",
+        "tokenizer.ggml.token_type",
+        "tokenizer.ggml.bos_token_id",
+        "tokenizer.ggml.eos_token_id",
+    ] {
+        w = w.kv(k, vocab.get(k).expect("the vocabulary's metadata").clone());
+    }
+    let mut rng = Lcg(23);
+    let mat = |w: GgufWriter, name: &str, rows: usize, cols: usize, rng: &mut Lcg| {
+        let v = rng.vec(rows * cols);
+        w.tensor(
+            name,
+            &[cols as u64, rows as u64],
+            TensorType::Q8_0,
+            encode::q8_0(&v),
+        )
+    };
+    w = mat(w, "token_embd.weight", n_vocab, d, &mut rng);
+    let scaled = |n: usize, scale: f32| -> Vec<u8> {
+        (0..n)
+            .flat_map(|i| (scale * (1.0 + i as f32 * 0.01)).to_le_bytes())
+            .collect()
+    };
+    w = w.tensor(
+        "output_norm.weight",
+        &[d as u64],
+        TensorType::F32,
+        scaled(d, 6.0),
+    );
+    for l in 0..2 {
+        let n = |s: &str| format!("blk.{l}.{s}.weight");
+        w = w.tensor(&n("attn_norm"), &[d as u64], TensorType::F32, norm(d));
+        w = w.tensor(&n("ffn_norm"), &[d as u64], TensorType::F32, norm(d));
+        w = mat(w, &n("attn_q"), heads * hd, d, &mut rng);
+        w = mat(w, &n("attn_k"), kv_heads * hd, d, &mut rng);
+        w = mat(w, &n("attn_v"), kv_heads * hd, d, &mut rng);
+        w = mat(w, &n("attn_output"), d, heads * hd, &mut rng);
+        w = mat(w, &n("ffn_gate"), ffn, d, &mut rng);
+        w = mat(w, &n("ffn_up"), ffn, d, &mut rng);
+        w = mat(w, &n("ffn_down"), d, ffn, &mut rng);
+        if arch == "qwen2" {
+            for (name, len) in [
+                ("attn_q", heads * hd),
+                ("attn_k", kv_heads * hd),
+                ("attn_v", kv_heads * hd),
+            ] {
+                let bias: Vec<f32> = rng.vec(len);
+                let bytes = bias.iter().flat_map(|v| v.to_le_bytes()).collect();
+                w = w.tensor(
+                    &format!("blk.{l}.{name}.bias"),
+                    &[len as u64],
+                    TensorType::F32,
+                    bytes,
+                );
+            }
+        }
+        if arch == "qwen3" {
+            w = w.tensor(&n("attn_q_norm"), &[hd as u64], TensorType::F32, norm(hd));
+            w = w.tensor(&n("attn_k_norm"), &[hd as u64], TensorType::F32, norm(hd));
+        }
     }
     w.to_bytes()
 }
