@@ -24,7 +24,7 @@ PROMPTS = [
 
 def main(folder):
     out = {}
-    for arch in ["qwen2", "qwen3", "llama3"]:
+    for arch in ["qwen2", "qwen3", "llama3", "phi3"]:
         llm = Llama(model_path=f"{folder}/tiny-{arch}.gguf", n_ctx=256, n_threads=2, logits_all=True, verbose=False)
         cases = []
         for name, text in PROMPTS:

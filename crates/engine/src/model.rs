@@ -17,7 +17,7 @@ pub enum ModelError {
     Gguf(#[from] GgufError),
     #[error(transparent)]
     Quant(#[from] QuantError),
-    #[error("architecture `{0}` is not supported (supported: llama, qwen2, qwen3, gemma3)")]
+    #[error("architecture `{0}` is not supported (supported: llama, qwen2, qwen3, phi3, gemma3)")]
     UnsupportedArch(String),
     #[error("tensor `{name}` has shape {got:?}, expected {want:?}")]
     Shape {
@@ -47,6 +47,9 @@ pub enum Arch {
     Qwen2,
     /// Qwen 3: Llama with RMSNorm on each query and key head and RoPE over head halves.
     Qwen3,
+    /// Phi 3: Llama with Q/K/V in one tensor, gate and up in another, and RoPE over head
+    /// halves.
+    Phi3,
     /// Gemma 3: GELU-gated MLP, RMSNorm on each query and key head and after each block, the
     /// embedding scaled by √d, RoPE over head halves, and five sliding-window layers (with
     /// their own RoPE base) to each global one.
@@ -55,7 +58,13 @@ pub enum Arch {
 
 impl Arch {
     /// Every architecture, for error messages.
-    pub const ALL: [Arch; 4] = [Arch::Llama, Arch::Qwen2, Arch::Qwen3, Arch::Gemma3];
+    pub const ALL: [Arch; 5] = [
+        Arch::Llama,
+        Arch::Qwen2,
+        Arch::Qwen3,
+        Arch::Phi3,
+        Arch::Gemma3,
+    ];
 
     /// The name `general.architecture` gives it.
     pub fn name(self) -> &'static str {
@@ -63,6 +72,7 @@ impl Arch {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Phi3 => "phi3",
             Arch::Gemma3 => "gemma3",
         }
     }
@@ -97,6 +107,11 @@ impl Arch {
     /// Whether the Q/K/V products carry biases.
     fn qkv_bias(self) -> bool {
         self == Arch::Qwen2
+    }
+
+    /// Whether Q/K/V (`attn_qkv`) and gate/up (`ffn_up`) are each one fused tensor.
+    fn fused(self) -> bool {
+        self == Arch::Phi3
     }
 }
 
@@ -142,6 +157,11 @@ impl Config {
             Ok(k) => k,
             Err(_) => dim.checked_div(n_heads).unwrap_or(0),
         };
+        if u("rope.dimension_count").is_ok_and(|n| n != head_dim) {
+            return Err(ModelError::Config(
+                "RoPE over part of each head is not supported".into(),
+            ));
+        }
         if u("attention.value_length").is_ok_and(|v| v != head_dim) {
             return Err(ModelError::Config(
                 "keys and values of different lengths are not supported".into(),
@@ -324,6 +344,38 @@ fn matrix<S: ByteSource>(
     )?)
 }
 
+/// A tensor of stacked matrices (rows `rows[0]`, then `rows[1]`, …, all `cols` wide), split
+/// into one matrix each: each row's blocks are contiguous, so the split is by bytes.
+fn fused<S: ByteSource, const N: usize>(
+    g: &Gguf<S>,
+    name: &str,
+    rows: [usize; N],
+    cols: usize,
+) -> Result<[QMatrix; N], ModelError> {
+    let t = g
+        .tensor(name)
+        .ok_or_else(|| GgufError::MissingTensor(name.into()))?;
+    check_shape(t, &[cols as u64, rows.iter().sum::<usize>() as u64])?;
+    if !(cols as u64).is_multiple_of(t.ty.block_elements()) {
+        return Err(ModelError::Config(format!(
+            "rows of `{name}` are not whole {:?} blocks",
+            t.ty
+        )));
+    }
+    let row_bytes = cols as u64 / t.ty.block_elements() * t.ty.block_bytes();
+    let bytes = g.tensor_bytes(name)?;
+    let mut start = 0;
+    let mut parts = Vec::with_capacity(N);
+    for n in rows {
+        let end = start + n * row_bytes as usize;
+        parts.push(QMatrix::from_gguf(t.ty, &bytes[start..end], n, cols)?);
+        start = end;
+    }
+    Ok(parts
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("one matrix per part")))
+}
+
 fn vector<S: ByteSource>(g: &Gguf<S>, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
     let t = g
         .tensor(name)
@@ -356,15 +408,32 @@ fn load_layer<S: ByteSource>(g: &Gguf<S>, c: &Config, i: usize) -> Result<Layer,
         true => Some([bias("attn_q", q)?, bias("attn_k", kv)?, bias("attn_v", kv)?]),
         false => None,
     };
+    let ([wq, wk, wv], [w_gate, w_up]) = match arch.fused() {
+        true => (
+            fused(g, &n("attn_qkv"), [q, kv, kv], d)?,
+            fused(g, &n("ffn_up"), [f, f], d)?,
+        ),
+        false => (
+            [
+                matrix(g, &n("attn_q"), q, d)?,
+                matrix(g, &n("attn_k"), kv, d)?,
+                matrix(g, &n("attn_v"), kv, d)?,
+            ],
+            [
+                matrix(g, &n("ffn_gate"), f, d)?,
+                matrix(g, &n("ffn_up"), f, d)?,
+            ],
+        ),
+    };
     Ok(Layer {
         attn_norm: vector(g, &n("attn_norm"), d)?,
-        wq: matrix(g, &n("attn_q"), q, d)?,
-        wk: matrix(g, &n("attn_k"), kv, d)?,
-        wv: matrix(g, &n("attn_v"), kv, d)?,
+        wq,
+        wk,
+        wv,
         wo: matrix(g, &n("attn_output"), d, q)?,
         ffn_norm: vector(g, &n("ffn_norm"), d)?,
-        w_gate: matrix(g, &n("ffn_gate"), f, d)?,
-        w_up: matrix(g, &n("ffn_up"), f, d)?,
+        w_gate,
+        w_up,
         w_down: matrix(g, &n("ffn_down"), d, f)?,
         qk_norm,
         post_norms,

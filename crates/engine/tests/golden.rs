@@ -180,12 +180,13 @@ struct Families {
 
 /// Qwen 2 (Q/K/V biases) and Qwen 3 (Q/K norms, heads wider than d / heads), both with RoPE
 /// over head halves and the `qwen2` pre-tokenizer, and Llama 3 (`llama-bpe`: digits in
-/// threes, whole-word vocabulary entries before merges), on tiny random weights with the default
+/// threes, whole-word vocabulary entries before merges) and Phi 3 (fused Q/K/V and gate/up
+/// tensors), on tiny random weights with the default
 /// model's vocabulary (`tiny::family`, the bytes `tests/reference/make_families.py` ran
 /// llama.cpp on). Fed llama.cpp's greedy tokens, every step's top 5 agree relative to the
 /// top 1, and every step with a clear margin picks llama.cpp's token.
 #[test]
-fn tiny_qwen2_qwen3_and_llama3_match_llama_cpp_on_every_clear_step() {
+fn tiny_qwen2_qwen3_llama3_and_phi3_match_llama_cpp_on_every_clear_step() {
     let Some(path) = common::model_path() else {
         return;
     };

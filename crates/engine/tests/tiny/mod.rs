@@ -174,10 +174,11 @@ fn build(
 
 /// The families checked against llama.cpp on tiny random weights with a real vocabulary:
 /// `(name, architecture, pre-tokenizer)`.
-pub const FAMILIES: [(&str, &str, &str); 3] = [
+pub const FAMILIES: [(&str, &str, &str); 4] = [
     ("qwen2", "qwen2", "qwen2"),
     ("qwen3", "qwen3", "qwen2"),
     ("llama3", "llama", "llama-bpe"),
+    ("phi3", "phi3", "llama-bpe"),
 ];
 
 /// A 2-layer random-weight model of `arch` with the vocabulary (tokens, merges, types,
@@ -225,6 +226,10 @@ pub fn family<S: ByteSource>(arch: &str, pre: &str, vocab: &Gguf<S>) -> Vec<u8> 
         )
     };
     w = mat(w, "token_embd.weight", n_vocab, d, &mut rng);
+    if arch == "phi3" {
+        // llama.cpp requires Phi 3's output head (never tied there).
+        w = mat(w, "output.weight", n_vocab, d, &mut rng);
+    }
     let scaled = |n: usize, scale: f32| -> Vec<u8> {
         (0..n)
             .flat_map(|i| (scale * (1.0 + i as f32 * 0.01)).to_le_bytes())
@@ -240,12 +245,18 @@ pub fn family<S: ByteSource>(arch: &str, pre: &str, vocab: &Gguf<S>) -> Vec<u8> 
         let n = |s: &str| format!("blk.{l}.{s}.weight");
         w = w.tensor(&n("attn_norm"), &[d as u64], TensorType::F32, norm(d));
         w = w.tensor(&n("ffn_norm"), &[d as u64], TensorType::F32, norm(d));
-        w = mat(w, &n("attn_q"), heads * hd, d, &mut rng);
-        w = mat(w, &n("attn_k"), kv_heads * hd, d, &mut rng);
-        w = mat(w, &n("attn_v"), kv_heads * hd, d, &mut rng);
+        if arch == "phi3" {
+            // Phi 3 stacks Q, K and V in one tensor, and the gate above the up projection.
+            w = mat(w, &n("attn_qkv"), (heads + 2 * kv_heads) * hd, d, &mut rng);
+            w = mat(w, &n("ffn_up"), 2 * ffn, d, &mut rng);
+        } else {
+            w = mat(w, &n("attn_q"), heads * hd, d, &mut rng);
+            w = mat(w, &n("attn_k"), kv_heads * hd, d, &mut rng);
+            w = mat(w, &n("attn_v"), kv_heads * hd, d, &mut rng);
+            w = mat(w, &n("ffn_gate"), ffn, d, &mut rng);
+            w = mat(w, &n("ffn_up"), ffn, d, &mut rng);
+        }
         w = mat(w, &n("attn_output"), d, heads * hd, &mut rng);
-        w = mat(w, &n("ffn_gate"), ffn, d, &mut rng);
-        w = mat(w, &n("ffn_up"), ffn, d, &mut rng);
         w = mat(w, &n("ffn_down"), d, ffn, &mut rng);
         if arch == "qwen2" {
             for (name, len) in [
