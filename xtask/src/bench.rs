@@ -22,7 +22,10 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         "engine" => engine(args.iter().any(|a| a == "--gemma")),
         "cloud" => cloud(),
         "router" => router(),
-        "web" => web(args.iter().any(|a| a == "--release")),
+        "web" => web(
+            args.iter().any(|a| a == "--release"),
+            args.iter().any(|a| a == "--gemma"),
+        ),
         "speculative" => speculative(),
         "pii" => pii(),
         "worker" => worker(),
@@ -31,7 +34,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
             .and_then(|()| cloud())
             .and_then(|()| router())
             .and_then(|()| pii())
-            .and_then(|()| web(false))
+            .and_then(|()| web(false, false))
             .and_then(|()| worker())
             .and_then(|()| budget()),
         other => bail!(
@@ -429,26 +432,37 @@ fn side_by_side(native: &str, wasm: &str) -> anyhow::Result<String> {
 }
 
 /// The edge engine in Chromium beside wllama (llama.cpp in wasm), same GGUF, same run.
-fn web(release: bool) -> anyhow::Result<()> {
+/// The page's engine beside wllama in the same Chromium, on the default model or (with
+/// `gemma`) Gemma 3 270M.
+fn web(release: bool, gemma: bool) -> anyhow::Result<()> {
     let tools = crate::setup::run()?;
     let profile = if release { "release" } else { "dev" };
     crate::build::web_with_profile(&tools, profile)?;
+    let model = if gemma { &tools.gemma } else { &tools.model };
     let table = util::output(
         Command::new("node")
             .arg(root().join("web/bench/browser.mjs"))
             .arg("--model")
-            .arg(&tools.model)
+            .arg(model)
             .current_dir(root().join("web")),
     )?;
     print!("{table}");
+    let flags = format!(
+        "{}{}",
+        if release { " --release" } else { "" },
+        if gemma { " --gemma" } else { "" }
+    );
     write_section(
-        "Browser: edge engine beside wllama",
+        if gemma {
+            "Browser: edge engine beside wllama, Gemma 3 270M"
+        } else {
+            "Browser: edge engine beside wllama"
+        },
         &format!(
-            "Command: `cargo xtask bench web{}` (Debian's Chromium, headless, SwiftShader WebGPU; \
+            "Command: `cargo xtask bench web{flags}` (Debian's Chromium, headless, SwiftShader WebGPU; \
              wasm built with the `{profile}` profile of wasm-pack.toml; wllama 3.13.0 from npm; \
              the 1-thread rows on a plain page, the 2-thread rows on a cross-origin-isolated one \
-             (COOP/COEP), where Straddle runs `web/pkg-threads` and wllama its pthreads)\n\n{table}",
-            if release { " --release" } else { "" }
+             (COOP/COEP), where Straddle runs `web/pkg-threads` and wllama its pthreads)\n\n{table}"
         ),
     )
 }

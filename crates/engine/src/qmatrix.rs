@@ -430,6 +430,7 @@ impl QMatrix {
             match self.row_blocks(r) {
                 RowBlocks::Q4_1 { d, m, qs } => return simd128::dot_q4_1(d, m, qs, x),
                 RowBlocks::Q8_0 { d, qs } => return simd128::dot_q8_0(d, qs, x),
+                RowBlocks::Q6K { d, qs } => return simd128::dot_q6_k(d, qs, x),
                 _ => {}
             }
         }

@@ -195,45 +195,47 @@ pub unsafe fn dot_q4_0(d: &[f32], qs: &[u8], x: &QActs) -> f32 {
 /// Σ over blocks of d·dx·Σ(q·qx), for one Q8_0 row.
 #[target_feature(enable = "avx2,fma")]
 pub unsafe fn dot_q8_0(d: &[f32], qs: &[i8], x: &QActs) -> f32 {
-    let ones = _mm256_set1_epi16(1);
     let mut acc = _mm256_setzero_ps();
     for (b, &db) in d.iter().enumerate() {
-        prefetch_ahead(qs, b * BLOCK);
-        // SAFETY: block b lies inside `qs` and `x.qs` (32 bytes a block each).
-        let (w, xv) = unsafe {
-            (
-                _mm256_loadu_si256(qs.as_ptr().add(b * BLOCK) as *const __m256i),
-                _mm256_loadu_si256(x.qs.as_ptr().add(b * BLOCK) as *const __m256i),
-            )
-        };
-        // maddubs needs an unsigned operand: |w| times x with w's sign moved onto x.
-        let sum16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xv, w));
-        let sum32 = _mm256_madd_epi16(sum16, ones);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum32), _mm256_set1_ps(db * x.d[b]), acc);
+        // SAFETY: block b lies inside `qs` and `x.qs` (the caller's slices).
+        let sums = unsafe { signed_block_sums(qs, x, b) };
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(db * x.d[b]), acc);
     }
     hsum(acc)
+}
+
+/// Block `b`'s products of signed bytes with the activations, summed in fours: i32 lanes
+/// 0–3 cover its first 16 values, 4–7 the rest.
+///
+/// # Safety
+/// Block `b` (32 bytes) lies inside `qs` and `x.qs`.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn signed_block_sums(qs: &[i8], x: &QActs, b: usize) -> __m256i {
+    prefetch_ahead(qs, b * BLOCK);
+    // SAFETY: the caller's guarantee.
+    let (w, xv) = unsafe {
+        (
+            _mm256_loadu_si256(qs.as_ptr().add(b * BLOCK) as *const __m256i),
+            _mm256_loadu_si256(x.qs.as_ptr().add(b * BLOCK) as *const __m256i),
+        )
+    };
+    // maddubs needs an unsigned operand: |w| times x with w's sign moved onto x (both at
+    // most 127 in magnitude, so a pair's sum fits in i16).
+    let sum16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xv, w));
+    _mm256_madd_epi16(sum16, _mm256_set1_epi16(1))
 }
 
 /// Σ over blocks of 32 of dx·(d₁·Σ(q·qx) + d₂·Σ(q·qx)), for one Q6_K row: a scale per 16
 /// values, so each block's two halves (the two 128-bit lanes) are scaled apart.
 #[target_feature(enable = "avx2,fma")]
 pub unsafe fn dot_q6_k(d: &[f32], qs: &[i8], x: &QActs) -> f32 {
-    let ones = _mm256_set1_epi16(1);
     let mut acc = _mm256_setzero_ps();
     for (b, &dx) in x.d.iter().enumerate() {
-        prefetch_ahead(qs, b * BLOCK);
-        // SAFETY: block b lies inside `qs` and `x.qs` (32 bytes a block each).
-        let (w, xv) = unsafe {
-            (
-                _mm256_loadu_si256(qs.as_ptr().add(b * BLOCK) as *const __m256i),
-                _mm256_loadu_si256(x.qs.as_ptr().add(b * BLOCK) as *const __m256i),
-            )
-        };
-        // |q| ≤ 32, so maddubs's pairs cannot saturate; i32 lanes 0–3 sum the first 16.
-        let sum16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xv, w));
-        let sum32 = _mm256_madd_epi16(sum16, ones);
+        // SAFETY: block b lies inside `qs` and `x.qs` (the caller's slices).
+        let sums = unsafe { signed_block_sums(qs, x, b) };
         let scale = _mm256_set_m128(_mm_set1_ps(d[2 * b + 1] * dx), _mm_set1_ps(d[2 * b] * dx));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum32), scale, acc);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), scale, acc);
     }
     hsum(acc)
 }

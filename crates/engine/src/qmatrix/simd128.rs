@@ -1,4 +1,4 @@
-//! wasm SIMD128 kernels for the formats of the default model: what every browser we target
+//! wasm SIMD128 kernels for the formats of the default model and Gemma 3's: what every browser we target
 //! runs (the page's CPU path, and the engine on a software WebGPU adapter). LLVM does not
 //! turn the portable loops' i8 widening products into `i32x4.dot_i16x8`; these do.
 
@@ -70,6 +70,31 @@ pub fn dot_q8_0(d: &[f32], qs: &[i8], x: &QActs) -> f32 {
             acc,
             f32x4_mul(f32x4_convert_i32x4(s), f32x4_splat(db * x.d[b])),
         );
+    }
+    hsum(acc)
+}
+
+/// Σ over blocks of 32 of dx·(d₁·Σ(q·qx) + d₂·Σ(q·qx)), for one Q6_K row (a scale per 16).
+pub fn dot_q6_k(d: &[f32], qs: &[i8], x: &QActs) -> f32 {
+    let nb = qs.len() / BLOCK;
+    assert!(d.len() == 2 * nb && x.qs.len() >= nb * BLOCK && x.d.len() >= nb);
+    let mut acc = f32x4_splat(0.0);
+    for b in 0..nb {
+        // SAFETY: the assert above puts block b inside `qs` and `x.qs` (32 bytes a block).
+        let (w0, w1, x0, x1) = unsafe {
+            (
+                v128_load(qs.as_ptr().add(b * BLOCK) as *const v128),
+                v128_load(qs.as_ptr().add(b * BLOCK + 16) as *const v128),
+                v128_load(x.qs.as_ptr().add(b * BLOCK) as *const v128),
+                v128_load(x.qs.as_ptr().add(b * BLOCK + 16) as *const v128),
+            )
+        };
+        let low = f32x4_mul(f32x4_convert_i32x4(dot16(w0, x0)), f32x4_splat(d[2 * b]));
+        let high = f32x4_mul(
+            f32x4_convert_i32x4(dot16(w1, x1)),
+            f32x4_splat(d[2 * b + 1]),
+        );
+        acc = f32x4_add(acc, f32x4_mul(f32x4_add(low, high), f32x4_splat(x.d[b])));
     }
     hsum(acc)
 }
