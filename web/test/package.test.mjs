@@ -90,6 +90,26 @@ test("the script-tag demo answers a simple prompt on the edge and shows the rout
   }
 });
 
+test("the demo's model picker loads Gemma 3 on the CPU kernels and answers", { skip }, async () => {
+  const { context, page, errors } = await freshPage();
+  try {
+    Object.assign(stack.config, { policy: DEAR_CLOUD });
+    const gemma = "/models/gemma-3-270m-q4_k_m.gguf";
+    await page.goto(`${stack.webUrl}/demo/?model=${encodeURIComponent(gemma)}`);
+    await page.waitForFunction(() => document.body.dataset.ready, null, { timeout: 5 * MINUTES });
+    assert.equal(await page.evaluate(() => document.body.dataset.ready), "1", await page.textContent("#engine"));
+    assert.equal(await page.inputValue("#edge-model"), gemma);
+    assert.match(await page.textContent("#model"), /Gemma 3/i);
+    assert.match(await page.textContent("#engine"), /^cpu/);
+    const a = await ask(page, "Hello! How are you today?");
+    assert.equal(a.error, null, a.text);
+    assert.ok(a.text.trim().length > 0, "an answer was generated");
+    assert.deepEqual(errors, []);
+  } finally {
+    await context.close();
+  }
+});
+
 test("personal data never leaves the page: a card stays on the device, an e-mail is redacted", { skip }, async () => {
   const { context, page, sent } = await freshPage();
   try {
