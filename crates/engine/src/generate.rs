@@ -5,6 +5,7 @@ use web_time::Instant;
 
 use crate::causal_lm::{BlockingLm, CausalLm, ModelCache, ready};
 use crate::gguf::{ByteSource, Gguf};
+use crate::grammar::{Constraint, GrammarError, Grammars, OutputFormat};
 use crate::kv::KvCache;
 use crate::model::{Model, ModelError};
 use crate::sample::{self, Rng, SamplingParams};
@@ -30,6 +31,8 @@ pub enum EngineError {
     EmptyPrompt,
     #[error("prompt of {prompt} tokens leaves no room in a context of {context}")]
     PromptTooLong { prompt: usize, context: usize },
+    #[error(transparent)]
+    Grammar(#[from] GrammarError),
 }
 
 /// What to generate from.
@@ -57,6 +60,8 @@ pub struct GenerateParams {
     pub stop_tokens: Vec<u32>,
     /// KV cache size in positions.
     pub context: usize,
+    /// The grammar the answer must follow ([`Engine::constrain`]), if any.
+    pub constraint: Option<Constraint>,
 }
 
 impl Default for GenerateParams {
@@ -67,6 +72,7 @@ impl Default for GenerateParams {
             stop: Vec::new(),
             stop_tokens: Vec::new(),
             context: DEFAULT_CONTEXT,
+            constraint: None,
         }
     }
 }
@@ -111,6 +117,9 @@ pub struct Completion {
     pub prompt_tokens: usize,
     pub prefill_ms: f64,
     pub decode_ms: f64,
+    /// Of `decode_ms`, the time the grammar spent computing masks and advancing (0 when
+    /// unconstrained).
+    pub grammar_ms: f64,
 }
 
 impl Completion {
@@ -171,6 +180,8 @@ pub struct Sequence<C = KvCache> {
     emitted: usize,
     finished: bool,
     decode_started: Instant,
+    /// The grammar state of a constrained answer.
+    constraint: Option<Constraint>,
 }
 
 impl<C> std::fmt::Debug for Sequence<C> {
@@ -191,11 +202,14 @@ impl<C: ModelCache> Sequence<C> {
         params: &GenerateParams,
         prefill_ms: f64,
     ) -> Self {
+        let mut params = params.clone();
+        let constraint = params.constraint.take();
         Sequence {
             cache,
             logits,
             rng: Rng::new(params.sampling.seed),
-            params: params.clone(),
+            params,
+            constraint,
             out: Completion {
                 text: String::new(),
                 tokens: Vec::new(),
@@ -205,6 +219,7 @@ impl<C: ModelCache> Sequence<C> {
                 prompt_tokens: prompt_ids.len(),
                 prefill_ms,
                 decode_ms: 0.0,
+                grammar_ms: 0.0,
             },
             fed: prompt_ids.len(),
             context: prompt_ids,
@@ -287,41 +302,95 @@ impl<C: ModelCache> Sequence<C> {
         if self.finished || !self.logits_current() {
             return Ok(None);
         }
-        let p = &self.params;
-        if self.out.tokens.len() >= p.max_tokens {
+        if self.out.tokens.len() >= self.params.max_tokens {
             self.finish(Finish::Length);
             return Ok(None);
         }
-        let s = sample::sample(&self.logits, &p.sampling, &self.context, &mut self.rng);
-        if tokenizer.stop_ids.contains(&s.token) || p.stop_tokens.contains(&s.token) {
+        let s = self.choose()?;
+        if tokenizer.stop_ids.contains(&s.token) || self.params.stop_tokens.contains(&s.token) {
             self.finish(Finish::Stop);
             return Ok(None);
         }
+        let complete = self.follow_grammar(s.token)?;
         self.out.tokens.push(s.token);
         self.out.logprobs.push(s.logprob);
         self.out.entropies.push(s.entropy);
         self.context.push(s.token);
-        let full = tokenizer.decode(&self.out.tokens)?;
-        let (stable, stopped) = stable_text(&full, &self.params.stop);
-        let text = full.get(self.emitted..stable).unwrap_or("").to_string();
-        self.emitted = stable.max(self.emitted);
-        if stopped {
-            self.out.text = full[..stable].to_string();
-            self.finish(Finish::Stop);
-        } else {
-            self.out.text = full;
-            // The token just sampled still needs a cache position before it can be fed.
-            let cache_full = self.context.len() > self.cache.room();
-            if cache_full || self.out.tokens.len() >= self.params.max_tokens {
-                self.finish(Finish::Length);
-            }
-        }
+        let text = self.settle_text(tokenizer, complete)?;
         Ok(Some(TokenEvent {
             token: s.token,
             text,
             logprob: s.logprob,
             entropy: s.entropy,
         }))
+    }
+
+    /// The next token, drawn from the logits under the grammar's mask when constrained (so
+    /// its log-probability and entropy are those of the tokens the grammar allows).
+    fn choose(&mut self) -> Result<sample::Sampled, GrammarError> {
+        let sampling = &self.params.sampling;
+        let Some(c) = &mut self.constraint else {
+            return Ok(sample::sample(
+                &self.logits,
+                sampling,
+                &self.context,
+                &mut self.rng,
+            ));
+        };
+        let mut allowed = self.logits.clone();
+        let masking = Instant::now();
+        c.mask(&mut allowed)?;
+        self.out.grammar_ms += masking.elapsed().as_secs_f64() * 1000.0;
+        Ok(sample::sample(
+            &allowed,
+            sampling,
+            &self.context,
+            &mut self.rng,
+        ))
+    }
+
+    /// Advances the grammar past `token`; whether the answer is now complete.
+    fn follow_grammar(&mut self, token: u32) -> Result<bool, GrammarError> {
+        let Some(c) = &mut self.constraint else {
+            return Ok(false);
+        };
+        let advancing = Instant::now();
+        c.accept(token)?;
+        self.out.grammar_ms += advancing.elapsed().as_secs_f64() * 1000.0;
+        Ok(c.is_complete())
+    }
+
+    /// Decodes the answer so far, ends it at a stop string, a complete grammar or a limit,
+    /// and returns the text that became safe to show.
+    fn settle_text(
+        &mut self,
+        tokenizer: &Tokenizer,
+        complete: bool,
+    ) -> Result<String, EngineError> {
+        let full = tokenizer.decode(&self.out.tokens)?;
+        let (stable, stopped) = stable_text(&full, &self.params.stop);
+        // A finished grammar holds nothing back: no later text can complete a stop string.
+        let shown = if complete && !stopped {
+            full.len()
+        } else {
+            stable
+        };
+        let text = full.get(self.emitted..shown).unwrap_or("").to_string();
+        self.emitted = shown.max(self.emitted);
+        if stopped {
+            self.out.text = full[..stable].to_string();
+            self.finish(Finish::Stop);
+            return Ok(text);
+        }
+        self.out.text = full;
+        // The token just sampled still needs a cache position before it can be fed.
+        let cache_full = self.context.len() > self.cache.room();
+        if complete {
+            self.finish(Finish::Stop);
+        } else if cache_full || self.out.tokens.len() >= self.params.max_tokens {
+            self.finish(Finish::Length);
+        }
+        Ok(text)
     }
 
     /// The prompt's keys and values, once they are all computed, to start later prompts
@@ -424,6 +493,8 @@ pub struct Engine<M = Model> {
     pub languages: Vec<String>,
     /// `general.name` of the GGUF, when it has one.
     pub name: Option<String>,
+    /// The grammar compiler for this vocabulary, built on the first constrained request.
+    grammars: std::sync::OnceLock<Result<Grammars, GrammarError>>,
 }
 
 impl<M: std::fmt::Debug> std::fmt::Debug for Engine<M> {
@@ -469,7 +540,15 @@ impl<M: CausalLm> Engine<M> {
             template: text.template,
             languages: text.languages,
             name: text.name,
+            grammars: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The grammar state for one answer in `format` (for [`GenerateParams::constraint`]);
+    /// an invalid schema is an error here, before anything is generated.
+    pub fn constrain(&self, format: &OutputFormat) -> Result<Constraint, GrammarError> {
+        let grammars = self.grammars.get_or_init(|| Grammars::new(&self.tokenizer));
+        grammars.as_ref().map_err(Clone::clone)?.compile(format)
     }
 
     /// The prompt's token ids.

@@ -6,8 +6,8 @@
 //! (config, layers, forward on the CPU) with `attention` (its attention kernels),
 //! `device_model` (the same model on a burn device: WebGPU, Vulkan, flex) and `kernels` (our
 //! cubecl kernels for it), `kv` (the cache), `causal_lm` (what the loop needs of either
-//! model), `sample` (choosing tokens), `generate` (the loop: one `Engine<M>` over either
-//! model), `speculative` (draft and verify), and `bandwidth` (what the memory delivers, the
+//! model), `sample` (choosing tokens), `grammar` (constrained decoding: the masks that keep
+//! an answer to a JSON schema), `generate` (the loop: one `Engine<M>` over either model), `speculative` (draft and verify), and `bandwidth` (what the memory delivers, the
 //! bound decoding is measured against).
 
 mod attention;
@@ -16,6 +16,7 @@ pub mod causal_lm;
 #[cfg(feature = "device")]
 pub mod device_model;
 pub mod generate;
+pub mod grammar;
 #[cfg(feature = "device")]
 mod kernels;
 pub mod kv;
@@ -38,6 +39,7 @@ pub use generate::{
     Completion, Engine, EngineError, Finish, Flow, GenerateParams, Prompt, PromptPrefix, Sequence,
     TokenEvent,
 };
+pub use grammar::{Constraint, GrammarError, OutputFormat};
 #[cfg(feature = "device")]
 pub use kernels::matvec::MatvecKernel;
 pub use sample::SamplingParams;

@@ -1,5 +1,6 @@
-//! Choosing the next token: greedy, temperature, top-k, top-p, repetition penalty, a seeded
-//! RNG; and the per-token log-probability and entropy the router uses as confidence.
+//! Choosing the next token: greedy, temperature, top-k, top-p, logit bias, repetition,
+//! presence and frequency penalties, a seeded RNG; and the per-token log-probability and
+//! entropy the router uses as confidence.
 
 /// Sampling settings of one generation.
 #[derive(Debug, Clone, PartialEq)]
@@ -12,6 +13,15 @@ pub struct SamplingParams {
     pub top_p: f32,
     /// 1.0 means no penalty; >1 discourages tokens already in the context.
     pub repetition_penalty: f32,
+    /// Subtracted once from the logit of every token already in the context (OpenAI's
+    /// `presence_penalty`); 0 means none.
+    pub presence_penalty: f32,
+    /// Subtracted from a token's logit once per time it is in the context (OpenAI's
+    /// `frequency_penalty`); 0 means none.
+    pub frequency_penalty: f32,
+    /// Added to the logits of these token ids before anything else (OpenAI's `logit_bias`:
+    /// −100 bans a token, +100 all but forces it).
+    pub logit_bias: Vec<(u32, f32)>,
     pub seed: u64,
 }
 
@@ -22,6 +32,9 @@ impl Default for SamplingParams {
             top_k: 0,
             top_p: 1.0,
             repetition_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            logit_bias: Vec::new(),
             seed: 0,
         }
     }
@@ -79,14 +92,14 @@ pub fn top_logprobs(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
     idx.into_iter().map(|i| (i, lp[i as usize])).collect()
 }
 
-/// The distribution sampling draws from, after penalty, temperature, top-k and top-p;
-/// `None` for greedy. Shared with speculative verification so both use the same target.
+/// The distribution sampling draws from, after bias, penalties, temperature, top-k and
+/// top-p; `None` for greedy. Shared with speculative verification so both use the same
+/// target.
 pub fn target_probs(logits: &[f32], params: &SamplingParams, context: &[u32]) -> Option<Vec<f32>> {
     if params.temperature <= 0.0 {
         return None;
     }
-    let mut l = logits.to_vec();
-    apply_penalty(&mut l, params.repetition_penalty, context);
+    let mut l = adjusted(logits, params, context);
     let inv_t = 1.0 / params.temperature;
     l.iter_mut().for_each(|v| *v *= inv_t);
     let mut order: Vec<usize> = (0..l.len()).collect();
@@ -121,20 +134,43 @@ pub fn target_probs(logits: &[f32], params: &SamplingParams, context: &[u32]) ->
     Some(probs)
 }
 
-fn apply_penalty(logits: &mut [f32], penalty: f32, context: &[u32]) {
-    if penalty == 1.0 {
-        return;
-    }
-    let mut seen = vec![false; logits.len()];
-    for &t in context {
-        if let Some(s) = seen.get_mut(t as usize)
-            && !*s
-        {
-            *s = true;
-            let l = &mut logits[t as usize];
-            *l = if *l > 0.0 { *l / penalty } else { *l * penalty };
+/// `logits` after the request's logit bias and its repetition, presence and frequency
+/// penalties over `context` (prompt included, as the repetition penalty always counted).
+fn adjusted(logits: &[f32], params: &SamplingParams, context: &[u32]) -> Vec<f32> {
+    let mut l = logits.to_vec();
+    for &(token, bias) in &params.logit_bias {
+        if let Some(v) = l.get_mut(token as usize) {
+            *v += bias;
         }
     }
+    let penalised = params.repetition_penalty != 1.0
+        || params.presence_penalty != 0.0
+        || params.frequency_penalty != 0.0;
+    if penalised {
+        for (token, count) in counts(context) {
+            if let Some(v) = l.get_mut(token as usize) {
+                *v = penalise(*v, count, params);
+            }
+        }
+    }
+    l
+}
+
+/// How often each token occurs in `context`.
+fn counts(context: &[u32]) -> ahash::AHashMap<u32, u32> {
+    let mut counts = ahash::AHashMap::new();
+    for &t in context {
+        *counts.entry(t).or_insert(0) += 1;
+    }
+    counts
+}
+
+/// One seen token's logit after the penalties: llama.cpp's repetition rule (divide a positive
+/// logit, multiply a negative one), then OpenAI's `logit − count·frequency − presence`.
+fn penalise(logit: f32, count: u32, params: &SamplingParams) -> f32 {
+    let r = params.repetition_penalty;
+    let repeated = if logit > 0.0 { logit / r } else { logit * r };
+    repeated - count as f32 * params.frequency_penalty - params.presence_penalty
 }
 
 /// Index of the largest value (the first on ties, like llama.cpp's greedy sampler).
@@ -173,11 +209,7 @@ pub fn sample(logits: &[f32], params: &SamplingParams, context: &[u32], rng: &mu
         .map(|&l| if l.is_finite() { l.exp() * l } else { 0.0 })
         .sum::<f32>();
     let token = match target_probs(logits, params, context) {
-        None => {
-            let mut l = logits.to_vec();
-            apply_penalty(&mut l, params.repetition_penalty, context);
-            argmax(&l)
-        }
+        None => argmax(&adjusted(logits, params, context)),
         Some(p) => draw(&p, rng),
     };
     Sampled {
@@ -271,5 +303,57 @@ mod tests {
             &mut Rng::new(0),
         );
         assert_eq!(s.token, 1);
+    }
+
+    #[test]
+    fn logit_bias_bans_and_forces_tokens_even_when_greedy() {
+        let logits = [3.0, 2.0, 1.0];
+        let ban = SamplingParams {
+            logit_bias: vec![(0, -100.0)],
+            ..Default::default()
+        };
+        assert_eq!(sample(&logits, &ban, &[], &mut Rng::new(0)).token, 1);
+        let force = SamplingParams {
+            logit_bias: vec![(2, 100.0)],
+            temperature: 1.0,
+            ..Default::default()
+        };
+        let mut rng = Rng::new(5);
+        assert!((0..200).all(|_| sample(&logits, &force, &[], &mut rng).token == 2));
+        // An id outside the vocabulary is ignored, not a panic.
+        let outside = SamplingParams {
+            logit_bias: vec![(99, 5.0)],
+            ..Default::default()
+        };
+        assert_eq!(sample(&logits, &outside, &[], &mut Rng::new(0)).token, 0);
+    }
+
+    #[test]
+    fn presence_counts_once_and_frequency_per_occurrence() {
+        // Token 0 leads and was seen three times; token 1 was seen once; token 2 never.
+        let logits = [2.0, 1.0, 0.5];
+        let context = [0, 0, 0, 1];
+        let greedy = |params: SamplingParams| sample(&logits, &params, &context, &mut Rng::new(0));
+        // Presence: 2.0 − 0.9 = 1.1 still leads 0.1 and 0.5.
+        let presence = SamplingParams {
+            presence_penalty: 0.9,
+            ..Default::default()
+        };
+        assert_eq!(greedy(presence).token, 0);
+        // Frequency: 2.0 − 3·0.6 = 0.2 and 1.0 − 0.6 = 0.4 fall behind the unseen 0.5.
+        let frequency = SamplingParams {
+            frequency_penalty: 0.6,
+            ..Default::default()
+        };
+        assert_eq!(greedy(frequency).token, 2);
+        // A negative presence penalty favours what was seen: 1.0 + 1.5 passes 2.0.
+        let favour = SamplingParams {
+            presence_penalty: -1.5,
+            ..Default::default()
+        };
+        assert_eq!(
+            sample(&[1.0, 2.0], &favour, &[0], &mut Rng::new(0)).token,
+            0
+        );
     }
 }

@@ -57,6 +57,19 @@ pub struct Tokenizer {
     /// SHA-256 over the vocabulary and merges: equal hashes mean interchangeable token ids.
     pub hash: String,
     vocab_size: usize,
+    /// How a piece spells its bytes.
+    spelling: Spelling,
+    /// Control tokens (`<|im_start|>`, `<eos>`): they stand for no text.
+    control: ahash::AHashSet<u32>,
+}
+
+/// How the vocabulary writes a piece's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Spelling {
+    /// GPT-2's byte-level BPE: every byte is one printable character.
+    ByteLevel,
+    /// SentencePiece: `▁` for a space, `<0xXX>` for a byte outside the vocabulary.
+    SentencePiece,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -77,9 +90,12 @@ impl Tokenizer {
             .and_then(Value::as_array)
             .map(|a| a.iter().map(|v| v.as_i64().unwrap_or(1)).collect())
             .unwrap_or_default();
-        let (mut inner, hash) = match g.get_str("tokenizer.ggml.model")? {
-            "gpt2" => byte_level_bpe(g, &tokens)?,
-            "llama" => sentencepiece_bpe(g, &tokens, &types)?,
+        let ((mut inner, hash), spelling) = match g.get_str("tokenizer.ggml.model")? {
+            "gpt2" => (byte_level_bpe(g, &tokens)?, Spelling::ByteLevel),
+            "llama" => (
+                sentencepiece_bpe(g, &tokens, &types)?,
+                Spelling::SentencePiece,
+            ),
             other => return Err(TokenizerError::UnsupportedModel(other.into())),
         };
         let specials: Vec<AddedToken> = tokens
@@ -89,6 +105,12 @@ impl Tokenizer {
             .map(|(t, _)| AddedToken::from(t.to_string(), true))
             .collect();
         inner.add_special_tokens(&specials);
+        let control = types
+            .iter()
+            .enumerate()
+            .filter(|&(_, &ty)| ty == TOKEN_TYPE_CONTROL)
+            .map(|(id, _)| id as u32)
+            .collect();
 
         let id = |key: &str| {
             g.get(key)
@@ -125,6 +147,8 @@ impl Tokenizer {
             add_bos,
             hash,
             vocab_size: tokens.len(),
+            spelling,
+            control,
         })
     }
 
@@ -163,6 +187,62 @@ impl Tokenizer {
     pub fn vocab_size(&self) -> usize {
         self.vocab_size
     }
+
+    /// The bytes each token adds to the text (part of a character, for some), by id; `None`
+    /// for control tokens, which stand for no text.
+    pub fn token_bytes(&self) -> Vec<Option<Vec<u8>>> {
+        // User-defined pieces (Gemma's "\n", runs of spaces) are matched whole and spelt
+        // as the text itself, not in the vocabulary's alphabet.
+        let whole = self.inner.get_added_tokens_decoder();
+        let alphabet = byte_level_alphabet();
+        (0..self.vocab_size as u32)
+            .map(|id| {
+                if self.control.contains(&id) {
+                    return None;
+                }
+                if let Some(added) = whole.get(&id) {
+                    return Some(added.content.clone().into_bytes());
+                }
+                let piece = self.inner.id_to_token(id)?;
+                Some(match self.spelling {
+                    Spelling::ByteLevel => piece
+                        .chars()
+                        .filter_map(|c| alphabet.get(&c).copied())
+                        .collect(),
+                    Spelling::SentencePiece => match sentencepiece_byte(&piece) {
+                        Some(b) => vec![b],
+                        None => piece.replace('▁', " ").into_bytes(),
+                    },
+                })
+            })
+            .collect()
+    }
+}
+
+/// GPT-2's byte-level alphabet, character to byte: printable Latin-1 stands for itself, the
+/// other bytes for U+0100 onwards, in order.
+fn byte_level_alphabet() -> ahash::AHashMap<char, u8> {
+    let printable = |b: u8| matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+    let mut next = 0x100u32;
+    (0..=255u8)
+        .map(|b| {
+            if printable(b) {
+                (char::from(b), b)
+            } else {
+                next += 1;
+                (
+                    char::from_u32(next - 1).unwrap_or(char::REPLACEMENT_CHARACTER),
+                    b,
+                )
+            }
+        })
+        .collect()
+}
+
+/// The byte a SentencePiece byte-fallback piece (`<0x0A>`) stands for.
+fn sentencepiece_byte(piece: &str) -> Option<u8> {
+    let hex = piece.strip_prefix("<0x")?.strip_suffix('>')?;
+    (hex.len() == 2).then(|| u8::from_str_radix(hex, 16).ok())?
 }
 
 /// GPT-2-style BPE: the file's merges over bytes mapped to printable characters, split first

@@ -28,11 +28,14 @@ impl Role {
     }
 }
 
-/// One message of a conversation. Only text content is supported.
+/// One message of a conversation. Its content is text: a string, or (as many clients send
+/// it) an array of `{"type": "text", "text": …}` parts, joined; any other part is refused by
+/// name.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Message {
     pub role: Role,
+    #[serde(deserialize_with = "content::text")]
     pub content: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
@@ -45,6 +48,103 @@ impl Message {
             role,
             content: content.into(),
             name: None,
+        }
+    }
+}
+
+/// A message's `content` as it may arrive: a string, `null` (an assistant turn that only
+/// called tools), or an array of parts.
+mod content {
+    use serde::de::Error;
+    use serde::{Deserialize, Deserializer};
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Content {
+        Text(String),
+        Parts(Vec<serde_json::Map<String, serde_json::Value>>),
+        Null(()),
+    }
+
+    /// The content's text; text parts are joined with nothing between them, as OpenAI does.
+    pub fn text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+        match Content::deserialize(d)? {
+            Content::Text(t) => Ok(t),
+            Content::Null(()) => Ok(String::new()),
+            Content::Parts(parts) => parts.iter().map(part_text).collect(),
+        }
+    }
+
+    fn part_text<E: Error>(part: &serde_json::Map<String, serde_json::Value>) -> Result<&str, E> {
+        match part.get("type").and_then(|t| t.as_str()) {
+            Some("text") => part.get("text").and_then(|t| t.as_str()).ok_or_else(|| {
+                E::custom("unsupported content part: a `text` part needs a string `text`")
+            }),
+            Some(other) => Err(E::custom(format!(
+                "unsupported content part `{other}`: only `text` parts are supported"
+            ))),
+            None => Err(E::custom(
+                "unsupported content part: every part needs a `type`",
+            )),
+        }
+    }
+}
+
+/// What the answer must be (`response_format`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ResponseFormat {
+    /// Free text, the default.
+    Text,
+    /// Any JSON object.
+    JsonObject,
+    /// JSON valid under a schema.
+    JsonSchema { json_schema: JsonSchemaFormat },
+}
+
+/// The `json_schema` of a `{"type": "json_schema"}` response format.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsonSchemaFormat {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The JSON Schema; absent means any JSON value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<serde_json::Value>,
+    /// Refuse a schema keyword that cannot be enforced, instead of ignoring it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strict: Option<bool>,
+}
+
+impl ResponseFormat {
+    /// Whether the answer must be JSON.
+    pub fn is_json(&self) -> bool {
+        !matches!(self, ResponseFormat::Text)
+    }
+
+    fn validate(&self) -> Result<(), crate::ApiError> {
+        use crate::ApiError;
+        let ResponseFormat::JsonSchema { json_schema } = self else {
+            return Ok(());
+        };
+        let name_ok = (1..=64).contains(&json_schema.name.len())
+            && json_schema
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if !name_ok {
+            return Err(ApiError::invalid(
+                "response_format.json_schema.name",
+                "must be 1 to 64 letters, digits, underscores or dashes",
+            ));
+        }
+        match &json_schema.schema {
+            None | Some(serde_json::Value::Object(_)) | Some(serde_json::Value::Bool(_)) => Ok(()),
+            Some(_) => Err(ApiError::invalid(
+                "response_format.json_schema.schema",
+                "must be a JSON Schema object",
+            )),
         }
     }
 }
@@ -112,6 +212,15 @@ pub struct ChatRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repetition_penalty: Option<f32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub presence_penalty: Option<f32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frequency_penalty: Option<f32>,
+    /// Token id (as a string, as OpenAI sends it) → bias added to its logit, −100 to 100.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logit_bias: Option<std::collections::BTreeMap<String, f32>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_format: Option<ResponseFormat>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
     /// Continue the last message, the assistant's, instead of answering after it (vLLM's
     /// extension): how a reply begun elsewhere (speculation) is handed to plain streaming.
@@ -125,6 +234,26 @@ impl ChatRequest {
     /// The effective completion-token limit (`max_completion_tokens` wins, as in OpenAI).
     pub fn token_limit(&self) -> Option<u32> {
         self.max_completion_tokens.or(self.max_tokens)
+    }
+
+    /// `logit_bias` as token ids and biases; a key that is not a token id, or a bias outside
+    /// −100..=100, is a 400 naming `logit_bias`.
+    pub fn logit_bias(&self) -> Result<Vec<(u32, f32)>, crate::ApiError> {
+        let bad = |why: String| crate::ApiError::invalid("logit_bias", why);
+        let Some(map) = &self.logit_bias else {
+            return Ok(Vec::new());
+        };
+        map.iter()
+            .map(|(key, &bias)| {
+                let token = key
+                    .parse::<u32>()
+                    .map_err(|_| bad(format!("`{key}` is not a token id")))?;
+                if !(-100.0..=100.0).contains(&bias) {
+                    return Err(bad(format!("bias {bias} for {key} is outside -100..100")));
+                }
+                Ok((token, bias))
+            })
+            .collect()
     }
 
     /// Checks what serde cannot: values in range, a non-empty conversation.
@@ -150,6 +279,18 @@ impl ChatRequest {
         }
         if self.token_limit() == Some(0) {
             return Err(ApiError::invalid("max_tokens", "must be at least 1"));
+        }
+        for (name, value) in [
+            ("presence_penalty", self.presence_penalty),
+            ("frequency_penalty", self.frequency_penalty),
+        ] {
+            if value.is_some_and(|v| !(-2.0..=2.0).contains(&v)) {
+                return Err(ApiError::invalid(name, "must be between -2 and 2"));
+            }
+        }
+        self.logit_bias()?;
+        if let Some(format) = &self.response_format {
+            format.validate()?;
         }
         if self.continue_final_message == Some(true)
             && self
@@ -356,6 +497,106 @@ mod tests {
         assert_eq!(
             req.validate().unwrap_err().param.as_deref(),
             Some("messages")
+        );
+    }
+
+    #[test]
+    fn content_may_be_an_array_of_text_parts_or_null() {
+        let body = r#"{"messages":[
+            {"role":"user","content":[{"type":"text","text":"Hello, "},{"type":"text","text":"world"}]},
+            {"role":"assistant","content":null}]}"#;
+        let req: ChatRequest = serde_json::from_str(body).expect("parts parse");
+        assert_eq!(req.messages[0].content, "Hello, world");
+        assert_eq!(req.messages[1].content, "");
+    }
+
+    #[test]
+    fn a_non_text_part_is_refused_by_name() {
+        let body = r#"{"messages":[{"role":"user","content":[
+            {"type":"image_url","image_url":{"url":"https://x/y.png"}}]}]}"#;
+        let err = serde_json::from_str::<ChatRequest>(body).unwrap_err();
+        let api = crate::ApiError::from_json_error(&err);
+        assert!(api.message.contains("`image_url`"), "{}", api.message);
+        assert_eq!(api.param.as_deref(), Some("messages"));
+    }
+
+    #[test]
+    fn response_format_parses_every_openai_shape() {
+        let parse = |rf: &str| {
+            let body = format!(
+                r#"{{"messages":[{{"role":"user","content":"x"}}],"response_format":{rf}}}"#
+            );
+            serde_json::from_str::<ChatRequest>(&body).map(|r| r.response_format)
+        };
+        assert_eq!(
+            parse(r#"{"type":"text"}"#).ok().flatten(),
+            Some(ResponseFormat::Text)
+        );
+        assert_eq!(
+            parse(r#"{"type":"json_object"}"#).ok().flatten(),
+            Some(ResponseFormat::JsonObject)
+        );
+        let schema = parse(
+            r#"{"type":"json_schema","json_schema":{"name":"person","strict":true,
+                "schema":{"type":"object","properties":{"age":{"type":"integer"}}}}}"#,
+        )
+        .expect("schema parses")
+        .expect("present");
+        let ResponseFormat::JsonSchema { json_schema } = schema else {
+            panic!("not a schema")
+        };
+        assert_eq!(json_schema.name, "person");
+        assert_eq!(json_schema.strict, Some(true));
+        assert!(parse(r#"{"type":"yaml"}"#).is_err());
+    }
+
+    #[test]
+    fn bad_penalties_bias_and_schema_names_are_refused_by_field() {
+        let base = || ChatRequest {
+            messages: vec![Message::new(Role::User, "x")],
+            ..Default::default()
+        };
+        let param = |r: ChatRequest| r.validate().unwrap_err().param;
+        let mut r = base();
+        r.presence_penalty = Some(2.5);
+        assert_eq!(param(r).as_deref(), Some("presence_penalty"));
+        let mut r = base();
+        r.frequency_penalty = Some(-3.0);
+        assert_eq!(param(r).as_deref(), Some("frequency_penalty"));
+        let mut r = base();
+        r.logit_bias = Some([("hello".to_string(), 1.0)].into());
+        assert_eq!(param(r).as_deref(), Some("logit_bias"));
+        let mut r = base();
+        r.logit_bias = Some([("42".to_string(), 101.0)].into());
+        assert_eq!(param(r).as_deref(), Some("logit_bias"));
+        let mut r = base();
+        r.logit_bias = Some([("42".to_string(), -100.0)].into());
+        assert_eq!(r.logit_bias().expect("valid"), vec![(42, -100.0)]);
+        let mut r = base();
+        r.response_format = Some(ResponseFormat::JsonSchema {
+            json_schema: JsonSchemaFormat {
+                name: "has space".into(),
+                description: None,
+                schema: None,
+                strict: None,
+            },
+        });
+        assert_eq!(
+            param(r).as_deref(),
+            Some("response_format.json_schema.name")
+        );
+        let mut r = base();
+        r.response_format = Some(ResponseFormat::JsonSchema {
+            json_schema: JsonSchemaFormat {
+                name: "n".into(),
+                description: None,
+                schema: Some(serde_json::json!([1, 2])),
+                strict: None,
+            },
+        });
+        assert_eq!(
+            param(r).as_deref(),
+            Some("response_format.json_schema.schema")
         );
     }
 }

@@ -105,22 +105,51 @@ impl ApiError {
         })
     }
 
-    /// A 400 from a serde error, naming the field when serde says which.
+    /// A 400 from a serde error, naming the field when serde says which; a standard OpenAI
+    /// field this server does not implement is said to be unsupported, not misspelt.
     pub fn from_json_error(err: &serde_json::Error) -> Self {
         let text = err.to_string();
-        let param = text
+        let named = text
             .split('`')
             .nth(1)
-            .filter(|_| text.starts_with("unknown field") || text.starts_with("missing field"))
-            .map(str::to_string);
+            .filter(|_| text.starts_with("unknown field") || text.starts_with("missing field"));
+        let param = if text.starts_with("unsupported content part") {
+            Some("messages")
+        } else {
+            named
+        };
+        let message = match named {
+            Some(field) if UNSUPPORTED_FIELDS.contains(&field) => {
+                format!("`{field}` is not supported by this server")
+            }
+            _ => format!("malformed JSON body: {text}"),
+        };
         Self {
             kind: ErrorKind::InvalidRequest,
-            message: format!("malformed JSON body: {text}"),
+            message,
             code: Some("invalid_json".into()),
-            param,
+            param: param.map(str::to_string),
         }
     }
 }
+
+/// Fields of OpenAI's chat request that Straddle does not implement: refused by name (the
+/// README lists what is supported).
+pub const UNSUPPORTED_FIELDS: &[&str] = &[
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "functions",
+    "function_call",
+    "modalities",
+    "audio",
+    "prediction",
+    "reasoning_effort",
+    "web_search_options",
+    "service_tier",
+    "store",
+    "metadata",
+];
 
 #[cfg(test)]
 mod tests {
@@ -153,5 +182,14 @@ mod tests {
         assert_eq!(api.param.as_deref(), Some("tempreature"));
         let body: serde_json::Value = serde_json::from_str(&api.to_body()).expect("json");
         assert_eq!(body["error"]["type"], "invalid_request");
+    }
+
+    #[test]
+    fn a_standard_field_not_implemented_is_called_unsupported() {
+        let body = r#"{"messages":[{"role":"user","content":"hi"}],"tools":[]}"#;
+        let err = serde_json::from_str::<crate::ChatRequest>(body).unwrap_err();
+        let api = ApiError::from_json_error(&err);
+        assert_eq!(api.param.as_deref(), Some("tools"));
+        assert!(api.message.contains("not supported"), "{}", api.message);
     }
 }
