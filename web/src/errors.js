@@ -17,7 +17,8 @@ export function fromWire(e) {
   return new StraddleError(e.code ?? "edge_failed", e.message ?? String(e));
 }
 
-/** A plain object for postMessage. */
+/** A plain object for postMessage; the engine names the requests it refuses `InvalidRequest`. */
 export function toWire(e) {
-  return { code: e?.code ?? "edge_failed", message: e?.message ?? String(e) };
+  const code = e?.code ?? (e?.name === "InvalidRequest" ? "invalid_request" : "edge_failed");
+  return { code, message: e?.message ?? String(e) };
 }

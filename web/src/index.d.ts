@@ -118,10 +118,33 @@ export interface StraddleOptions {
   wasmUrl?: string | URL;
 }
 
+/** A part of a message's content; only text parts are supported. */
+export interface TextPart {
+  type: "text";
+  text: string;
+}
+
 export interface ChatMessage {
   role: "system" | "user" | "assistant";
-  content: string;
+  /** Text, or an array of text parts (joined). */
+  content: string | TextPart[];
 }
+
+/** What the answer must be; the same on the device and in the cloud. */
+export type ResponseFormat =
+  | { type: "text" }
+  | { type: "json_object" }
+  | {
+      type: "json_schema";
+      json_schema: {
+        name: string;
+        description?: string;
+        /** A JSON Schema; absent means any JSON value. */
+        schema?: Record<string, unknown> | boolean;
+        /** Refuse keywords that cannot be enforced, and close objects to their listed properties. */
+        strict?: boolean;
+      };
+    };
 
 export interface ChatRequest {
   messages: ChatMessage[];
@@ -131,6 +154,14 @@ export interface ChatRequest {
   top_p?: number;
   seed?: number;
   stop?: string | string[];
+  /** −2..2: subtracted once from every token already in the context. */
+  presence_penalty?: number;
+  /** −2..2: subtracted once per occurrence of a token in the context. */
+  frequency_penalty?: number;
+  /** Token id → bias in −100..100 added to its logit (−100 bans it). */
+  logit_bias?: Record<string, number>;
+  /** JSON answers: constrained decoding on the device, and passed to the cloud as is. */
+  response_format?: ResponseFormat;
   signal?: AbortSignal;
   /** Straddle's extension: insist on a route (the privacy rule still wins). */
   straddle?: { route?: "auto" | "edge" | "cloud" | "speculative" };

@@ -40,14 +40,46 @@ function invalid(param, message) {
   return new StraddleError("invalid_request", `${param}: ${message}`, { param });
 }
 
-/** Checks a request the way the cloud would, so the edge path refuses the same things. */
+/** A message's text: a string, or (as many clients send it) an array of text parts. */
+function contentText(content, i) {
+  if (typeof content === "string") return content;
+  if (!Array.isArray(content)) throw invalid(`messages[${i}].content`, "must be a string or an array of text parts");
+  return content.map((part) => {
+    if (part?.type !== "text") {
+      throw invalid(`messages[${i}].content`, `unsupported content part \`${part?.type}\`: only text parts are supported`);
+    }
+    if (typeof part.text !== "string") throw invalid(`messages[${i}].content`, "a text part needs a string `text`");
+    return part.text;
+  }).join("");
+}
+
+/** `response_format`: checked for shape here; the schema itself by the engine that runs it. */
+function checkResponseFormat(rf) {
+  if (rf === undefined || rf === null) return;
+  if (!["text", "json_object", "json_schema"].includes(rf?.type)) {
+    throw invalid("response_format", "type must be text, json_object or json_schema");
+  }
+  if (rf.type !== "json_schema") return;
+  const js = rf.json_schema;
+  if (!js || typeof js.name !== "string" || !/^[A-Za-z0-9_-]{1,64}$/.test(js.name)) {
+    throw invalid("response_format.json_schema.name", "must be 1 to 64 letters, digits, underscores or dashes");
+  }
+  if (js.schema !== undefined && (typeof js.schema !== "object" || js.schema === null || Array.isArray(js.schema)) && typeof js.schema !== "boolean") {
+    throw invalid("response_format.json_schema.schema", "must be a JSON Schema object");
+  }
+}
+
+/**
+ * Checks a request the way the cloud would, so the edge path refuses the same things, and
+ * returns it with every message's content as text.
+ */
 function validate(req) {
   if (!req || typeof req !== "object") throw invalid("request", "expected an object");
   const { messages } = req;
   if (!Array.isArray(messages) || messages.length === 0) throw invalid("messages", "at least one message is required");
-  messages.forEach((m, i) => {
+  const texts = messages.map((m, i) => {
     if (!m || !ROLES.has(m.role)) throw invalid(`messages[${i}].role`, "must be system, user or assistant");
-    if (typeof m.content !== "string") throw invalid(`messages[${i}].content`, "must be a string");
+    return { ...m, content: contentText(m.content, i) };
   });
   const num = (name, lo, hi, int = false) => {
     const v = req[name];
@@ -60,6 +92,14 @@ function validate(req) {
   num("temperature", 0, 2);
   num("top_p", Number.MIN_VALUE, 1);
   num("seed", 0, Number.MAX_SAFE_INTEGER, true);
+  num("presence_penalty", -2, 2);
+  num("frequency_penalty", -2, 2);
+  if (req.logit_bias !== undefined && req.logit_bias !== null) {
+    const ok = typeof req.logit_bias === "object" && Object.entries(req.logit_bias)
+      .every(([k, v]) => /^\d+$/.test(k) && typeof v === "number" && v >= -100 && v <= 100);
+    if (!ok) throw invalid("logit_bias", "must map token ids to biases in -100..100");
+  }
+  checkResponseFormat(req.response_format);
   if (req.stop !== undefined && req.stop !== null) {
     const stops = typeof req.stop === "string" ? [req.stop] : req.stop;
     if (!Array.isArray(stops) || stops.length > 4 || stops.some((s) => typeof s !== "string" || !s)) {
@@ -71,7 +111,20 @@ function validate(req) {
   if (want !== undefined && !["auto", "edge", "cloud", "speculative"].includes(want)) {
     throw invalid("straddle.route", "must be auto, edge, cloud or speculative");
   }
+  return { ...req, messages: texts };
 }
+
+/** The OpenAI fields both engines take beyond the basics, only those the request sets. */
+function samplingExtras(req) {
+  const extras = {};
+  for (const name of ["presence_penalty", "frequency_penalty", "logit_bias", "response_format"]) {
+    if (req[name] !== undefined && req[name] !== null) extras[name] = req[name];
+  }
+  return extras;
+}
+
+/** Whether the answer must be JSON (which speculation cannot keep to). */
+const wantsJson = (req) => Boolean(req.response_format) && req.response_format.type !== "text";
 
 /** A signal's value from a decision's trace. */
 const traceValue = (decision, name) => decision.trace.signals.find((s) => s.name === name)?.value;
@@ -271,8 +324,7 @@ export class Straddle {
 
   /** Where `request` would run, and why, without running it. */
   route(request) {
-    validate(request);
-    return this.decide(request);
+    return this.decide(validate(request));
   }
 
   decide(req) {
@@ -300,8 +352,8 @@ export class Straddle {
   }
 
   /** `chat.completions.create`: an answer, or with `stream: true` an async iterable of chunks. */
-  async createCompletion(req) {
-    validate(req);
+  async createCompletion(request) {
+    const req = validate(request);
     const started = performance.now();
     // One signal for the caller's abort and for a stream consumer that stops reading.
     const stop = new AbortController();
@@ -395,7 +447,8 @@ export class Straddle {
       // personal data goes the plain cloud way, redacted.
       const found = req.messages.some((m) => piiKinds(m.content).length > 0);
       const why = found ? "personal data present: the plain cloud path redacts it, speculation could not"
-        : !this.edge ? "the on-device model is not loaded" : null;
+        : !this.edge ? "the on-device model is not loaded"
+        : wantsJson(req) ? "the answer must be JSON, and the verifier does not follow a grammar" : null;
       if (why) {
         decision.target = "cloud";
         decision.reasons = [...decision.reasons, `not speculative: ${why}`];
@@ -441,7 +494,7 @@ export class Straddle {
 
   edgeParams(req) {
     const stop = req.stop === undefined || req.stop === null ? [] : typeof req.stop === "string" ? [req.stop] : req.stop;
-    return { max_tokens: req.max_tokens ?? DEFAULT_MAX_TOKENS, temperature: req.temperature ?? undefined, top_p: req.top_p ?? undefined, seed: req.seed ?? undefined, stop };
+    return { max_tokens: req.max_tokens ?? DEFAULT_MAX_TOKENS, temperature: req.temperature ?? undefined, top_p: req.top_p ?? undefined, seed: req.seed ?? undefined, stop, ...samplingExtras(req) };
   }
 
   /** The edge answer, watched by the cascade when the cloud may take over. */
@@ -666,6 +719,7 @@ export class Straddle {
       ...(req.top_p !== undefined && { top_p: req.top_p }),
       ...(req.seed !== undefined && { seed: req.seed }),
       ...(req.stop !== undefined && req.stop !== null && { stop: req.stop }),
+      ...samplingExtras(req),
       straddle: {
         session: this.session, reasons, router_version: routerVersion(), policy_version: decision.trace.policy_version,
         ...(decision.quality && { quality_model_version: decision.quality.model_version }),

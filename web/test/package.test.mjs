@@ -483,6 +483,67 @@ test("with backend: \"webgpu\" the model loads onto WebGPU inside the engine's W
   }
 });
 
+test("response_format: the answer is JSON under its schema on the CPU kernels, on WebGPU and from the cloud; a schema the engine refuses is an invalid_request", { skip }, async () => {
+  const worker = await startWorker({ UPSTREAM_URL: stack.cloudUrl, ALLOWED_ORIGINS: stack.webUrl });
+  const noGpu = await launch({ webgpu: false });
+  const labels = ["positive", "negative", "neutral"];
+  const format = (schema, strict = true) => ({ type: "json_schema", json_schema: { name: "label", strict, schema } });
+  const label = format({ type: "object", properties: { sentiment: { enum: labels } }, required: ["sentiment"] });
+  // Content as text parts, as many clients send it. A few tokens: SwiftShader emulates the GPU.
+  const request = { max_tokens: 16, temperature: 0, response_format: label,
+    messages: [{ role: "user", content: [{ type: "text", text: "The sentiment of: " }, { type: "text", text: "'The box arrived crushed.'" }] }] };
+  const ask = async (b, { backend, route, req = request }) => {
+    const { context, page } = await freshPage(b);
+    try {
+      const token = mintToken({ origin: stack.webUrl, sid: `json-${route}-${backend ?? "auto"}` });
+      return await inPage(page, async (Straddle, StraddleError, config, { worker, token, backend, route, req }) => {
+        const s = await Straddle.create({ ...config, worker, token, ...(backend && { backend }) });
+        try {
+          const a = await s.chat.completions.create({ ...req, straddle: { route } });
+          return { text: a.choices[0].message.content, finish: a.choices[0].finish_reason, route: a.straddle.route, backend: s.device().backend };
+        } catch (e) {
+          return { error: e instanceof StraddleError, code: e.code, message: e.message };
+        }
+      }, { worker: worker.url, token, backend, route, req });
+    } finally {
+      await context.close();
+    }
+  };
+  try {
+    const cpu = await ask(noGpu, { route: "edge" });
+    const gpu = await ask(browser, { backend: "webgpu", route: "edge" });
+    const cloud = await ask(browser, { route: "cloud" });
+    assert.deepEqual([cpu.backend, cpu.route], ["cpu", "edge"], JSON.stringify(cpu));
+    assert.deepEqual([gpu.backend, gpu.route], ["webgpu", "edge"], JSON.stringify(gpu));
+    assert.equal(cloud.route, "cloud", JSON.stringify(cloud));
+    for (const r of [cpu, gpu, cloud]) {
+      assert.equal(r.finish, "stop", JSON.stringify(r));
+      const answer = JSON.parse(r.text);
+      assert.deepEqual(Object.keys(answer), ["sentiment"], r.text);
+      assert.ok(labels.includes(answer.sentiment), r.text);
+    }
+    // Strict, with a keyword the grammar cannot enforce, kept on the device by an offline
+    // policy: a typed error naming the field, not a failed device.
+    const unenforceable = format({ type: "array", uniqueItems: true });
+    const { context, page } = await freshPage(noGpu);
+    const refused = await inPage(page, async (Straddle, StraddleError, config, req) => {
+      const s = await Straddle.create({ ...config, worker: undefined });
+      try {
+        await s.chat.completions.create(req);
+        return { error: false };
+      } catch (e) {
+        return { error: e instanceof StraddleError, code: e.code, message: e.message };
+      }
+    }, { ...request, response_format: unenforceable });
+    await context.close();
+    assert.deepEqual([refused.error, refused.code], [true, "invalid_request"], JSON.stringify(refused));
+    assert.match(refused.message, /response_format.*uniqueItems/);
+  } finally {
+    await noGpu.close();
+    await worker.mf.dispose().catch(() => {});
+  }
+});
+
 test("a reload takes the model from the Cache API: no second download", { skip }, async () => {
   const { context, page } = await freshPage();
   try {

@@ -2,7 +2,8 @@
 
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
-use straddle_engine::{ChatMessage, Finish, GenerateParams, SamplingParams};
+use straddle_chat::{Conversation, Defaults, finish_reason};
+use straddle_engine::Finish;
 use straddle_protocol::{
     ApiError, ChatChunk, ChatRequest, ChatResponse, Choice, ChunkChoice, Delta, ErrorKind,
     FinishReason, Message, Role, Usage,
@@ -18,37 +19,20 @@ fn now_secs() -> u64 {
         .unwrap_or(0)
 }
 
-fn finish_reason(f: Finish) -> FinishReason {
-    match f {
-        Finish::Stop => FinishReason::Stop,
-        Finish::Length => FinishReason::Length,
-        Finish::Cancelled => FinishReason::Cancelled,
-    }
-}
-
-fn params(req: &ChatRequest, context: usize) -> GenerateParams {
-    GenerateParams {
-        sampling: SamplingParams {
-            temperature: req.temperature.unwrap_or(0.0),
-            top_k: req.top_k.unwrap_or(0) as usize,
-            top_p: req.top_p.unwrap_or(1.0),
-            repetition_penalty: req.repetition_penalty.unwrap_or(1.0),
-            seed: req.seed.unwrap_or(0),
-        },
-        max_tokens: req.token_limit().unwrap_or(512) as usize,
-        stop: req.stop.clone().map(|s| s.into_vec()).unwrap_or_default(),
-        stop_tokens: Vec::new(),
-        context,
-    }
-}
+/// The answer's length when a request does not say.
+const DEFAULT_MAX_TOKENS: u32 = 512;
 
 /// Answers one request, streamed or whole, through the batching scheduler.
-pub async fn complete(scheduler: &Scheduler, model: String, req: ChatRequest) -> Response {
-    let messages: Vec<ChatMessage> = req
-        .messages
-        .iter()
-        .map(|m| ChatMessage::new(m.role.as_str(), m.content.clone()))
-        .collect();
+pub async fn complete(
+    scheduler: &Scheduler,
+    model: String,
+    req: ChatRequest,
+) -> Result<Response, ErrorResponse> {
+    let defaults = Defaults {
+        max_tokens: DEFAULT_MAX_TOKENS,
+        context: straddle_engine::generate::DEFAULT_CONTEXT,
+    };
+    let params = straddle_chat::params(&req, defaults, |f| scheduler.constrain(f))?;
     let created = now_secs();
     let id = format!(
         "chatcmpl-{created:x}{:x}",
@@ -60,22 +44,21 @@ pub async fn complete(scheduler: &Scheduler, model: String, req: ChatRequest) ->
     let reply = Reply { id, created, model };
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     if let Err(e) = scheduler.submit(Job {
-        messages,
-        continues: req.continue_final_message == Some(true),
-        params: params(&req, straddle_engine::generate::DEFAULT_CONTEXT),
+        conversation: Conversation::of(&req),
+        params,
         events: tx,
     }) {
         let mut resp = ErrorResponse(e).into_response();
         resp.headers_mut()
             .insert("retry-after", axum::http::HeaderValue::from_static("1"));
-        return resp;
+        return Ok(resp);
     }
-    if req.stream {
+    Ok(if req.stream {
         let include_usage = req.stream_options.as_ref().is_some_and(|o| o.include_usage);
         reply.streamed(rx, include_usage)
     } else {
         reply.whole(rx).await.into_response()
-    }
+    })
 }
 
 /// What every response or chunk of one reply carries.

@@ -117,7 +117,7 @@ async fn chat(
         return Err(e.with_code("context_length_exceeded").into());
     }
     let scheduler = state.scheduler.as_ref().ok_or_else(not_ready)?;
-    Ok(crate::chat::complete(scheduler, state.model.id.clone(), req).await)
+    crate::chat::complete(scheduler, state.model.id.clone(), req).await
 }
 
 async fn verify_route(

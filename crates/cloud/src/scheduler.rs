@@ -9,7 +9,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, TryRecvError, TrySendError};
 use std::time::Instant;
 
-use straddle_engine::{ChatMessage, Finish, GenerateParams, ModelCache, Prompt, Sequence};
+use straddle_chat::Conversation;
+use straddle_engine::{
+    Constraint, Finish, GenerateParams, GrammarError, ModelCache, OutputFormat, Sequence,
+};
 use straddle_protocol::{ApiError, ErrorKind};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -30,9 +33,7 @@ pub enum SeqEvent {
 
 /// A request waiting for a slot.
 pub struct Job {
-    pub messages: Vec<ChatMessage>,
-    /// Continue the last message, the assistant's, rather than answer after it.
-    pub continues: bool,
+    pub conversation: Conversation,
     pub params: GenerateParams,
     pub events: UnboundedSender<SeqEvent>,
 }
@@ -94,11 +95,23 @@ impl Metrics {
     }
 }
 
+/// Compiles an answer's output format for the served model's vocabulary.
+type Constrain = dyn Fn(&OutputFormat) -> Result<Constraint, GrammarError> + Send + Sync;
+
 /// Handle to the decode thread.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Scheduler {
     tx: mpsc::SyncSender<(Job, Instant)>,
     pub metrics: Arc<Metrics>,
+    constrain: Arc<Constrain>,
+}
+
+impl std::fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scheduler")
+            .field("metrics", &self.metrics)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Scheduler {
@@ -113,12 +126,24 @@ impl Scheduler {
         let (tx, rx) = mpsc::sync_channel::<(Job, Instant)>(queue);
         let metrics = Arc::new(Metrics::default());
         let m = metrics.clone();
+        let served = engine.clone();
+        let constrain = Arc::new(move |f: &OutputFormat| served.engine.constrain(f));
         std::thread::Builder::new()
             .name("straddle-decode".into())
             .spawn(move || decode_loop(&*engine, &rx, &m, max_batch.max(1), prefill_chunk.max(1)))
             .map(drop)
             .unwrap_or_else(|e| tracing::error!(error = %e, "could not start the decode thread"));
-        Self { tx, metrics }
+        Self {
+            tx,
+            metrics,
+            constrain,
+        }
+    }
+
+    /// The grammar state for an answer in `format`: compiled here, in the handler, so an
+    /// invalid schema is a 400 before a stream starts.
+    pub fn constrain(&self, format: &OutputFormat) -> Result<Constraint, GrammarError> {
+        (self.constrain)(format)
     }
 
     /// Queues a request; a full queue is a 503 the client may retry.
@@ -304,12 +329,7 @@ fn admit<M: ServedModel>(
         return;
     }
     // Only tokenized here: the prompt is prefilled by the next steps, batched.
-    let prompt = if job.continues {
-        Prompt::Continue(&job.messages)
-    } else {
-        Prompt::Messages(&job.messages)
-    };
-    match engine.queue(prompt, &job.params) {
+    match engine.queue(job.conversation.prompt(), &job.params) {
         Ok(seq) => {
             m.prefix_reused_tokens
                 .fetch_add(seq.prompt_reused() as u64, Ordering::Relaxed);

@@ -251,6 +251,91 @@ fn answers_streamed_and_whole_and_rejects_bad_input() {
 }
 
 #[test]
+fn response_format_holds_the_answer_to_its_schema_streamed_and_whole() {
+    let Some(server) = start() else { return };
+    let p = server.port;
+    let schema = serde_json::json!({"type": "object",
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+        "required": ["name", "age"]});
+    let body = serde_json::json!({
+        // Content as an array of text parts, as many clients send it.
+        "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "Extract the person: "},
+            {"type": "text", "text": "Maria Lopez is 34 years old."}]}],
+        "response_format": {"type": "json_schema",
+            "json_schema": {"name": "person", "strict": true, "schema": schema}},
+        "presence_penalty": 0.1, "frequency_penalty": 0.1, "logit_bias": {"0": -100},
+        "max_tokens": 64,
+    });
+    let (status, whole) =
+        http(p, "POST", "/v1/chat/completions", &body.to_string()).expect("response");
+    assert_eq!(status, 200, "{whole}");
+    let v: serde_json::Value = serde_json::from_str(&whole).expect("json");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    let text = v["choices"][0]["message"]["content"]
+        .as_str()
+        .expect("content");
+    let answer: serde_json::Value = serde_json::from_str(text).expect("the answer is JSON");
+    assert!(
+        answer["name"].is_string() && answer["age"].is_i64(),
+        "{text}"
+    );
+    assert_eq!(
+        answer.as_object().map(|o| o.len()),
+        Some(2),
+        "strict: {text}"
+    );
+
+    let mut streamed_body = body.clone();
+    streamed_body["stream"] = true.into();
+    let (status, sse) = http(
+        p,
+        "POST",
+        "/v1/chat/completions",
+        &streamed_body.to_string(),
+    )
+    .expect("stream");
+    assert_eq!(status, 200);
+    assert_eq!(independent_reading(&sse).0, text, "the same JSON, streamed");
+
+    let bad_schema = |format: serde_json::Value| {
+        serde_json::json!({"messages": [{"role": "user", "content": "x"}],
+                           "response_format": format, "stream": true})
+        .to_string()
+    };
+    for (bad, field) in [
+        (
+            bad_schema(serde_json::json!({"type": "json_schema",
+                "json_schema": {"name": "n", "schema": {"type": "wat"}}})),
+            "response_format",
+        ),
+        (
+            bad_schema(serde_json::json!({"type": "json_schema", "json_schema": {"name": "n",
+                "strict": true, "schema": {"type": "array", "uniqueItems": true}}})),
+            "response_format",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}"#
+                .to_string(),
+            "messages",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":"x"}],"tools":[]}"#.to_string(),
+            "tools",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":"x"}],"logit_bias":{"x":1}}"#.to_string(),
+            "logit_bias",
+        ),
+    ] {
+        let (status, body) = http(p, "POST", "/v1/chat/completions", &bad).expect("response");
+        assert_eq!(status, 400, "{bad} → {body}");
+        let v: serde_json::Value = serde_json::from_str(&body).expect("json error");
+        assert_eq!(v["error"]["param"], field, "{body}");
+    }
+}
+
+#[test]
 fn verify_accepts_the_greedy_continuation_and_corrects_a_wrong_token() {
     let Some(server) = start() else { return };
     let p = server.port;

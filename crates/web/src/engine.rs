@@ -6,13 +6,15 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use sha2::{Digest, Sha256};
+use straddle_chat::{Conversation, Defaults, finish_reason};
 #[cfg(feature = "webgpu")]
 use straddle_engine::DeviceModel;
 use straddle_engine::model::Model;
 use straddle_engine::{
-    CausalLm, ChatMessage, Engine, EngineError, Finish, GenerateParams, Prompt, SamplingParams,
+    CausalLm, Constraint, Engine, EngineError, GenerateParams, GrammarError, OutputFormat, Prompt,
     Sequence, TokenEvent,
 };
+use straddle_protocol::ChatRequest;
 use wasm_bindgen::prelude::*;
 
 /// Context the browser engine is sized for: an f32 KV cache of 1,024 positions is 47 MB.
@@ -193,13 +195,15 @@ impl EdgeEngine {
     }
 
     /// Starts a reply to `messages_json` (OpenAI-style `[{role, content}]`) with the settings
-    /// in `params_json` (`max_tokens`, `temperature`, `top_p`, `top_k`, `seed`, `stop`):
-    /// tokenizes and prefills, then resolves to a [`Generation`].
+    /// in `params_json` (the rest of an OpenAI request: `max_tokens`, `temperature`, `top_p`,
+    /// `top_k`, `seed`, `stop`, the penalties, `logit_bias`, `response_format`): tokenizes and
+    /// prefills, then resolves to a [`Generation`].
     pub fn start(&self, messages_json: String, params_json: String) -> js_sys::Promise {
         let backend = self.backend.clone();
         wasm_bindgen_futures::future_to_promise(async move {
-            let (request, params) = parse_request(&messages_json, &params_json)
-                .map_err(|e| JsValue::from(JsError::new(&e)))?;
+            let constrain = |f: &OutputFormat| on_backend!(Backend, &backend, e => e.constrain(f));
+            let (request, params) = parse_request(&messages_json, &params_json, constrain)
+                .map_err(|e| invalid_request(&e))?;
             let prompt = request.prompt();
             let reply = map_backend!(Backend => Reply, backend, e => Running::start(e, prompt, &params)
                 .await
@@ -244,88 +248,41 @@ impl EdgeEngine {
     }
 }
 
-/// The request half that JavaScript controls, checked before any work.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Params {
-    max_tokens: u32,
-    #[serde(default)]
-    temperature: Option<f32>,
-    #[serde(default)]
-    top_p: Option<f32>,
-    #[serde(default)]
-    top_k: Option<u32>,
-    #[serde(default)]
-    seed: Option<u64>,
-    #[serde(default)]
-    stop: Vec<String>,
-    /// Continue the last message, the assistant's, instead of answering after it.
-    #[serde(default)]
-    continue_final_message: bool,
+/// A request refused before any work, named so that JavaScript reports it as
+/// `invalid_request` rather than as a failure of the device.
+fn invalid_request(message: &str) -> JsValue {
+    let e = js_sys::Error::new(message);
+    e.set_name("InvalidRequest");
+    e.into()
 }
 
-/// The conversation of a request and how it is to be answered.
-#[derive(Debug)]
-pub(crate) struct Conversation {
-    messages: Vec<ChatMessage>,
-    continues: bool,
-}
+/// The answer's length when JavaScript does not say.
+const DEFAULT_MAX_TOKENS: u32 = 256;
 
-impl Conversation {
-    /// The prompt: an answer after the conversation, or the rest of its last turn.
-    pub(crate) fn prompt(&self) -> Prompt<'_> {
-        if self.continues {
-            Prompt::Continue(&self.messages)
-        } else {
-            Prompt::Messages(&self.messages)
-        }
-    }
-}
-
+/// The conversation in `messages_json` (OpenAI-style `[{role, content}]`) and the settings in
+/// `params_json` (the rest of an OpenAI request), checked as the cloud checks them before any
+/// work; `constrain` compiles a `response_format` for the model.
 pub(crate) fn parse_request(
     messages_json: &str,
     params_json: &str,
+    constrain: impl FnOnce(&OutputFormat) -> Result<Constraint, GrammarError>,
 ) -> Result<(Conversation, GenerateParams), String> {
-    let messages: Vec<straddle_protocol::Message> =
+    let messages: serde_json::Value =
         serde_json::from_str(messages_json).map_err(|e| format!("invalid messages: {e}"))?;
-    if messages.is_empty() {
-        return Err("invalid messages: at least one message is required".into());
-    }
-    let p: Params =
+    let mut fields: serde_json::Map<String, serde_json::Value> =
         serde_json::from_str(params_json).map_err(|e| format!("invalid parameters: {e}"))?;
-    let temperature = p.temperature.unwrap_or(0.0);
-    let top_p = p.top_p.unwrap_or(1.0);
-    if !(0.0..=2.0).contains(&temperature) {
-        return Err("temperature must lie in 0..=2".into());
-    }
-    if !(top_p > 0.0 && top_p <= 1.0) {
-        return Err("top_p must lie in (0, 1]".into());
-    }
-    let msgs: Vec<ChatMessage> = messages
-        .iter()
-        .map(|m| ChatMessage::new(m.role.as_str(), m.content.clone()))
-        .collect();
-    let params = GenerateParams {
-        sampling: SamplingParams {
-            temperature,
-            top_p,
-            top_k: p.top_k.unwrap_or(0) as usize,
-            seed: p.seed.unwrap_or(0),
-            ..Default::default()
-        },
-        max_tokens: p.max_tokens as usize,
-        stop: p.stop,
+    fields.insert("messages".into(), messages);
+    let req: ChatRequest = serde_json::from_value(serde_json::Value::Object(fields))
+        .map_err(|e| format!("invalid request: {e}"))?;
+    let defaults = Defaults {
+        max_tokens: DEFAULT_MAX_TOKENS,
         context: EDGE_CONTEXT,
-        ..Default::default()
     };
-    if p.continue_final_message && msgs.last().is_some_and(|m| m.role != "assistant") {
-        return Err("continue_final_message needs the assistant's turn last".into());
-    }
-    let conversation = Conversation {
-        messages: msgs,
-        continues: p.continue_final_message,
-    };
-    Ok((conversation, params))
+    let params = req
+        .validate()
+        .and_then(|()| straddle_chat::params(&req, defaults, constrain))
+        .map_err(|e| format!("{}: {}", e.param.as_deref().unwrap_or("request"), e.message))?;
+    Ok((Conversation::of(&req), params))
 }
 
 /// A reply on the backend that runs it: the engine and the sequence together.
@@ -443,11 +400,7 @@ impl Generation {
             Slot::Done => return Err(JsError::new("this reply has already finished")),
         };
         let c = on_backend!(Reply, *reply, r => r.seq.into_completion());
-        let finish = match c.finish {
-            Finish::Stop => "stop",
-            Finish::Length => "length",
-            Finish::Cancelled => "cancelled",
-        };
+        let finish = finish_reason(c.finish);
         let mean_logprob = if c.logprobs.is_empty() {
             0.0
         } else {
@@ -501,29 +454,42 @@ mod tests {
         assert!(ModelBuffer::with_len(1e12).is_err());
     }
 
+    fn no_grammar(_: &OutputFormat) -> Result<Constraint, GrammarError> {
+        panic!("nothing to compile")
+    }
+
     #[test]
     fn parameters_are_checked_before_any_work() {
         let msgs = r#"[{"role":"user","content":"hi"}]"#;
+        let parse = |m: &str, p: &str| parse_request(m, p, no_grammar);
         let (m, p) =
-            parse_request(msgs, r#"{"max_tokens":8,"temperature":0.7,"stop":["\n"]}"#).expect("ok");
+            parse(msgs, r#"{"max_tokens":8,"temperature":0.7,"stop":["\n"]}"#).expect("ok");
         assert_eq!(m.messages.len(), 1);
         assert!(
-            parse_request(msgs, r#"{"max_tokens":8,"continue_final_message":true}"#)
+            parse(msgs, r#"{"max_tokens":8,"continue_final_message":true}"#)
                 .unwrap_err()
                 .contains("assistant")
         );
         assert_eq!((p.max_tokens, p.sampling.temperature), (8, 0.7));
-        assert!(parse_request("[]", r#"{"max_tokens":8}"#).is_err());
+        assert!(parse("[]", r#"{"max_tokens":8}"#).is_err());
         assert!(
-            parse_request(msgs, r#"{"max_tokens":8,"temprature":1}"#)
+            parse(msgs, r#"{"max_tokens":8,"temprature":1}"#)
                 .unwrap_err()
                 .contains("temprature")
         );
-        assert!(parse_request(msgs, r#"{"max_tokens":8,"top_p":0}"#).is_err());
+        assert!(parse(msgs, r#"{"max_tokens":8,"top_p":0}"#).is_err());
         assert!(
-            parse_request("{", "{}")
+            parse("{", "{}")
                 .unwrap_err()
                 .starts_with("invalid messages")
         );
+        let (_, p) = parse(msgs, r#"{"presence_penalty":1,"logit_bias":{"5":-100}}"#).expect("ok");
+        assert_eq!(p.sampling.logit_bias, vec![(5, -100.0)]);
+        assert_eq!(p.max_tokens, DEFAULT_MAX_TOKENS as usize);
+        let schema = r#"{"response_format":{"type":"json_object"}}"#;
+        let refused = parse_request(msgs, schema, |_| {
+            Err(GrammarError::InvalidSchema("no".into()))
+        });
+        assert!(refused.unwrap_err().starts_with("response_format:"));
     }
 }

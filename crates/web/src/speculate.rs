@@ -5,11 +5,12 @@
 
 use std::rc::Rc;
 
+use straddle_chat::finish_reason;
 #[cfg(feature = "webgpu")]
 use straddle_engine::DeviceModel;
 use straddle_engine::model::Model;
 use straddle_engine::speculative::{DraftLength, Speculation, Verdict};
-use straddle_engine::{CausalLm, Engine, Finish, ModelCache};
+use straddle_engine::{CausalLm, Engine, Finish, ModelCache, OutputFormat};
 use wasm_bindgen::prelude::*;
 
 use crate::engine::{Backend, EdgeEngine, map_backend, on_backend, parse_request};
@@ -47,8 +48,9 @@ impl EdgeEngine {
         messages_json: String,
         params_json: String,
     ) -> Result<Speculative, JsError> {
+        let constrain = |f: &OutputFormat| on_backend!(Backend, &self.backend, e => e.constrain(f));
         let (request, params) =
-            parse_request(&messages_json, &params_json).map_err(|e| JsError::new(&e))?;
+            parse_request(&messages_json, &params_json, constrain).map_err(|e| JsError::new(&e))?;
         let prompt = request.prompt();
         let lengths = DraftLength::default();
         let spec = map_backend!(Backend => Drafting, self.backend.clone(), engine => Drafter {
@@ -126,11 +128,7 @@ impl Speculative {
 
 fn summary<C: ModelCache>(spec: &Speculation<C>) -> String {
     let s = spec.stats();
-    let finish = match spec.finish() {
-        Some(Finish::Stop) => "stop",
-        Some(Finish::Length) | None => "length",
-        Some(Finish::Cancelled) => "cancelled",
-    };
+    let finish = finish_reason(spec.finish().unwrap_or(Finish::Length));
     serde_json::json!({
         "text": spec.text(), "tokens": spec.tokens().len(), "finish": finish,
         "finished": spec.finish().is_some(),
