@@ -1,6 +1,7 @@
 //! `straddle`: the command-line face of the engine and the router.
 
 mod bench_speculative;
+mod bench_structured;
 mod chat;
 mod cloud_client;
 mod delay_proxy;
@@ -133,6 +134,9 @@ enum Command {
     /// Benchmark speculative decoding beside plain cloud streaming at simulated round-trip
     /// times (what `cargo xtask bench speculative` runs).
     BenchSpeculative(bench_speculative::BenchArgs),
+    /// Benchmark constrained decoding on real-world JSON schemas with the edge model (what
+    /// `cargo xtask bench structured` runs).
+    BenchStructured(bench_structured::BenchArgs),
     /// Evaluate the router on benchmark data.
     Eval {
         #[command(subcommand)]
@@ -220,6 +224,10 @@ fn main() -> anyhow::Result<()> {
         Command::Gguf { path, tensors } => gguf(&path, tensors),
         Command::BenchSpeculative(args) => {
             print!("{}", bench_speculative::run(&args)?);
+            Ok(())
+        }
+        Command::BenchStructured(args) => {
+            print!("{}", bench_structured::run(&args)?);
             Ok(())
         }
         Command::Requant {
