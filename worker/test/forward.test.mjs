@@ -68,8 +68,8 @@ test("response_format, penalties and text parts pass through to the upstream as 
     presence_penalty: 0.1, logit_bias: { "0": -100 }, max_tokens: 48,
   };
   const res = await chat(worker.url, body);
-  assert.equal(res.status, 200);
   const answer = await res.json();
+  assert.equal(res.status, 200, JSON.stringify(answer));
   assert.equal(answer.choices[0].finish_reason, "stop");
   const person = JSON.parse(answer.choices[0].message.content);
   assert.deepEqual(Object.keys(person).sort(), ["age", "name"]);
