@@ -1,19 +1,29 @@
-//! An OpenAI chat request as the engine's work (the conversation, the sampling settings, the
-//! grammar of its `response_format`), and the engine's ending as OpenAI's finish reason.
+//! An OpenAI chat request as the engine's work (the conversation and its tools, the sampling
+//! settings, the grammar of its `response_format` or tool call), and the engine's answer as
+//! OpenAI's: content or tool calls, and the finish reason.
 //!
 //! The cloud server and the page both answer OpenAI requests with the engine; this is the one
 //! translation they share, so a field means the same on the device and in the cloud.
 
+mod tool_calls;
+
+pub use tool_calls::{AnswerStream, Ending};
+
+use serde_json::Value;
 use straddle_engine::{
-    ChatMessage, Constraint, Finish, GenerateParams, GrammarError, OutputFormat, Prompt,
-    SamplingParams,
+    ChatMessage, Constraint, Finish, FunctionSpec, GenerateParams, GrammarError, OutputFormat,
+    Prompt, SamplingParams,
 };
-use straddle_protocol::{ApiError, ChatRequest, FinishReason, ResponseFormat, Role};
+use straddle_protocol::{
+    ApiError, ChatRequest, FinishReason, Message, ResponseFormat, Role, ToolChoice, ToolChoiceMode,
+};
 
 /// The conversation a request asks the engine to answer.
 #[derive(Debug, Clone)]
 pub struct Conversation {
     pub messages: Vec<ChatMessage>,
+    /// The tools offered (OpenAI's objects): none when `tool_choice` is `"none"`.
+    pub tools: Vec<Value>,
     /// Continue the last message, the assistant's, rather than answer after it.
     pub continues: bool,
 }
@@ -22,10 +32,11 @@ impl Conversation {
     /// The conversation of `req`.
     pub fn of(req: &ChatRequest) -> Self {
         Self {
-            messages: req
-                .messages
+            messages: req.messages.iter().map(turn).collect(),
+            tools: req
+                .offered_tools()
                 .iter()
-                .map(|m| ChatMessage::new(m.role.as_str(), m.content.clone()))
+                .filter_map(|t| serde_json::to_value(t).ok())
                 .collect(),
             continues: req.continue_final_message == Some(true)
                 && req
@@ -40,9 +51,28 @@ impl Conversation {
         if self.continues {
             Prompt::Continue(&self.messages)
         } else {
-            Prompt::Messages(&self.messages)
+            Prompt::WithTools(&self.messages, &self.tools)
         }
     }
+}
+
+/// A message as the template sees it: calls' arguments as JSON values, as Hugging Face's
+/// templates expect them (a string that is not JSON stays a string).
+fn turn(m: &Message) -> ChatMessage {
+    let mut turn = ChatMessage::new(m.role.as_str(), m.content.clone());
+    turn.tool_call_id = m.tool_call_id.clone();
+    turn.tool_calls = m.tool_calls.as_ref().map(|calls| {
+        calls
+            .iter()
+            .map(|c| {
+                let arguments = serde_json::from_str(&c.function.arguments)
+                    .unwrap_or_else(|_| Value::String(c.function.arguments.clone()));
+                serde_json::json!({"id": c.id, "type": "function",
+                    "function": {"name": c.function.name, "arguments": arguments}})
+            })
+            .collect()
+    });
+    turn
 }
 
 /// What the engine does where a request is silent.
@@ -54,20 +84,22 @@ pub struct Defaults {
 }
 
 /// The engine's settings for a request that passed [`ChatRequest::validate`]. `constrain`
-/// compiles its `response_format` for the model's vocabulary: an invalid schema is a 400
-/// naming `response_format`, before anything is generated.
+/// compiles its `response_format` or tool call for the model's vocabulary: an invalid schema
+/// is a 400 naming `tools` or `response_format`, before anything is generated.
 pub fn params(
     req: &ChatRequest,
     defaults: Defaults,
     constrain: impl FnOnce(&OutputFormat) -> Result<Constraint, GrammarError>,
 ) -> Result<GenerateParams, ApiError> {
-    let constraint = req
-        .response_format
-        .as_ref()
-        .and_then(output_format)
+    let field = if req.offered_tools().is_empty() {
+        "response_format"
+    } else {
+        "tools"
+    };
+    let constraint = answer_format(req)
         .map(|format| constrain(&format))
         .transpose()
-        .map_err(|e| ApiError::invalid("response_format", e.to_string()))?;
+        .map_err(|e| ApiError::invalid(field, e.to_string()))?;
     Ok(GenerateParams {
         sampling: SamplingParams {
             temperature: req.temperature.unwrap_or(0.0),
@@ -84,6 +116,44 @@ pub fn params(
         stop_tokens: Vec::new(),
         context: defaults.context,
         constraint,
+    })
+}
+
+/// What the engine must hold the answer to: a call to an offered tool (or, unless one is
+/// required, an answer in the `response_format`), else the `response_format` (`None`: free
+/// text).
+pub fn answer_format(req: &ChatRequest) -> Option<OutputFormat> {
+    let answer = req.response_format.as_ref().and_then(output_format);
+    let tools = req.offered_tools();
+    if tools.is_empty() {
+        return answer;
+    }
+    let only = match &req.tool_choice {
+        Some(ToolChoice::Function(named)) => Some(named.function.name.as_str()),
+        _ => None,
+    };
+    let functions = tools
+        .iter()
+        .map(|t| &t.function)
+        .filter(|f| only.is_none_or(|name| f.name == name))
+        .map(|f| FunctionSpec {
+            name: f.name.clone(),
+            parameters: f
+                .parameters
+                .clone()
+                .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}})),
+            strict: f.strict.unwrap_or(false),
+        })
+        .collect();
+    let required = only.is_some()
+        || matches!(
+            req.tool_choice,
+            Some(ToolChoice::Mode(ToolChoiceMode::Required))
+        );
+    Some(OutputFormat::ToolCall {
+        functions,
+        required,
+        answer: answer.map(Box::new),
     })
 }
 
@@ -185,5 +255,58 @@ mod tests {
             output_format(&ResponseFormat::JsonObject),
             Some(OutputFormat::JsonObject)
         );
+    }
+
+    #[test]
+    fn tool_choice_decides_which_calls_the_grammar_allows() {
+        let with = |choice: &str| {
+            request(&format!(
+                r#"{{"messages":[{{"role":"user","content":"x"}}],"tool_choice":{choice},
+                "tools":[{{"type":"function","function":{{"name":"a"}}}},
+                         {{"type":"function","function":{{"name":"b","strict":true,
+                           "parameters":{{"type":"object"}}}}}}]}}"#
+            ))
+        };
+        let format = |choice: &str| answer_format(&with(choice));
+        let Some(OutputFormat::ToolCall {
+            functions,
+            required,
+            answer,
+        }) = format(r#""auto""#)
+        else {
+            panic!("a tool format")
+        };
+        assert_eq!((functions.len(), required, answer), (2, false, None));
+        assert!(functions[1].strict && !functions[0].strict);
+        assert!(matches!(
+            format(r#""required""#),
+            Some(OutputFormat::ToolCall { required: true, ref functions, .. }) if functions.len() == 2
+        ));
+        assert!(matches!(
+            format(r#"{"type":"function","function":{"name":"b"}}"#),
+            Some(OutputFormat::ToolCall { required: true, ref functions, .. })
+                if functions.len() == 1 && functions[0].name == "b"
+        ));
+        assert_eq!(format(r#""none""#), None);
+        let none = Conversation::of(&with(r#""none""#));
+        assert!(none.tools.is_empty());
+        assert_eq!(Conversation::of(&with(r#""auto""#)).tools.len(), 2);
+    }
+
+    #[test]
+    fn earlier_calls_reach_the_template_with_their_arguments_as_json() {
+        let req = request(
+            r#"{"messages":[{"role":"user","content":"x"},
+                {"role":"assistant","tool_calls":[{"id":"c","type":"function",
+                  "function":{"name":"a","arguments":"{\"k\":1}"}}]},
+                {"role":"tool","tool_call_id":"c","content":"ok"}]}"#,
+        );
+        let c = Conversation::of(&req);
+        let calls = c.messages[1].tool_calls.as_ref().expect("calls");
+        assert_eq!(
+            calls[0]["function"]["arguments"],
+            serde_json::json!({"k": 1})
+        );
+        assert_eq!(c.messages[2].tool_call_id.as_deref(), Some("c"));
     }
 }

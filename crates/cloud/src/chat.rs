@@ -2,11 +2,10 @@
 
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
-use straddle_chat::{Conversation, Defaults, finish_reason};
-use straddle_engine::Finish;
+use straddle_chat::{AnswerStream, Conversation, Defaults, Ending};
 use straddle_protocol::{
     ApiError, ChatChunk, ChatRequest, ChatResponse, Choice, ChunkChoice, Delta, ErrorKind,
-    FinishReason, Message, Role, Usage,
+    FinishReason, Message, Role, ToolCallDelta, Usage,
 };
 
 use crate::error::ErrorResponse;
@@ -41,7 +40,13 @@ pub async fn complete(
             .requests
             .load(std::sync::atomic::Ordering::Relaxed)
     );
-    let reply = Reply { id, created, model };
+    let answer = AnswerStream::new(!req.offered_tools().is_empty());
+    let reply = Reply {
+        id,
+        created,
+        model,
+        answer,
+    };
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     if let Err(e) = scheduler.submit(Job {
         conversation: Conversation::of(&req),
@@ -61,16 +66,17 @@ pub async fn complete(
     })
 }
 
-/// What every response or chunk of one reply carries.
+/// What every response or chunk of one reply carries, and the answer as it streams.
 struct Reply {
     id: String,
     created: u64,
     model: String,
+    answer: AnswerStream,
 }
 
 impl Reply {
     /// The whole answer once the sequence is done.
-    async fn whole(self, mut rx: Events) -> Result<axum::Json<ChatResponse>, ErrorResponse> {
+    async fn whole(mut self, mut rx: Events) -> Result<axum::Json<ChatResponse>, ErrorResponse> {
         while let Some(ev) = rx.recv().await {
             match ev {
                 SeqEvent::Token(_) => {}
@@ -82,7 +88,11 @@ impl Reply {
                     completion_tokens,
                 } => {
                     let usage = Usage::new(prompt_tokens, completion_tokens);
-                    return Ok(axum::Json(self.response(text, finish, usage)));
+                    let mut answer = std::mem::take(&mut self.answer);
+                    let shown = answer.push(&text);
+                    let mut ending = answer.finish(finish, &self.call_id());
+                    ending.content.insert_str(0, &shown);
+                    return Ok(axum::Json(self.response(ending, usage)));
                 }
             }
         }
@@ -90,8 +100,15 @@ impl Reply {
         Err(ErrorResponse(e))
     }
 
+    /// The id of the tool call this reply may make.
+    fn call_id(&self) -> String {
+        format!("call_{}", self.id.trim_start_matches("chatcmpl-"))
+    }
+
     /// The non-streamed response body.
-    fn response(self, text: String, finish: Finish, usage: Usage) -> ChatResponse {
+    fn response(self, ending: Ending, usage: Usage) -> ChatResponse {
+        let mut message = Message::new(Role::Assistant, ending.content);
+        message.tool_calls = (!ending.tool_calls.is_empty()).then_some(ending.tool_calls);
         ChatResponse {
             id: self.id,
             object: "chat.completion".into(),
@@ -99,8 +116,8 @@ impl Reply {
             model: self.model,
             choices: vec![Choice {
                 index: 0,
-                message: Message::new(Role::Assistant, text),
-                finish_reason: Some(finish_reason(finish)),
+                message,
+                finish_reason: Some(ending.reason),
                 logprobs: None,
             }],
             usage,
@@ -108,13 +125,14 @@ impl Reply {
         }
     }
 
-    /// The answer as OpenAI's SSE chunks: the role first, a chunk a token, the finish reason,
-    /// the usage when asked for, then `[DONE]`.
-    fn streamed(self, mut rx: Events, include_usage: bool) -> Response {
+    /// The answer as OpenAI's SSE chunks: the role first, a chunk a token, a tool call whole
+    /// once it is complete, the finish reason, the usage when asked for, then `[DONE]`.
+    fn streamed(mut self, mut rx: Events, include_usage: bool) -> Response {
         let stream = async_stream(move |out| async move {
             let role = Delta {
                 role: Some(Role::Assistant),
                 content: Some(String::new()),
+                tool_calls: None,
             };
             let _ = out.send(self.chunk(role, None, None)).await;
             while let Some(ev) = rx.recv().await {
@@ -135,14 +153,14 @@ impl Reply {
     }
 
     /// The SSE events a sequence event becomes, each with whether it ends the stream.
-    fn events_of(&self, ev: SeqEvent, include_usage: bool) -> Vec<(Event, bool)> {
+    fn events_of(&mut self, ev: SeqEvent, include_usage: bool) -> Vec<(Event, bool)> {
         match ev {
             SeqEvent::Token(text) => {
-                let delta = Delta {
-                    role: None,
-                    content: Some(text),
-                };
-                vec![(self.chunk(delta, None, None), false)]
+                let shown = self.answer.push(&text);
+                if shown.is_empty() {
+                    return Vec::new();
+                }
+                vec![(self.chunk(content(shown), None, None), false)]
             }
             SeqEvent::Error(e) => vec![(Event::default().data(e.to_body()), true)],
             SeqEvent::Done {
@@ -151,8 +169,21 @@ impl Reply {
                 completion_tokens,
                 ..
             } => {
-                let reason = Some(finish_reason(finish));
-                let mut events = vec![(self.chunk(Delta::default(), reason, None), true)];
+                let ending = std::mem::take(&mut self.answer).finish(finish, &self.call_id());
+                let mut events = Vec::new();
+                if !ending.content.is_empty() {
+                    events.push((self.chunk(content(ending.content), None, None), false));
+                }
+                if !ending.tool_calls.is_empty() {
+                    let calls = ending.tool_calls.iter().zip(0..);
+                    let delta = Delta {
+                        tool_calls: Some(calls.map(|(c, i)| ToolCallDelta::whole(i, c)).collect()),
+                        ..Delta::default()
+                    };
+                    events.push((self.chunk(delta, None, None), false));
+                }
+                let reason = Some(ending.reason);
+                events.push((self.chunk(Delta::default(), reason, None), true));
                 if include_usage {
                     let usage = Some(Usage::new(prompt_tokens, completion_tokens));
                     events.push((self.chunk(Delta::default(), None, usage), true));
@@ -183,6 +214,14 @@ impl Reply {
             straddle: None,
         };
         Event::default().data(serde_json::to_string(&c).unwrap_or_default())
+    }
+}
+
+/// A delta of answer text.
+fn content(text: String) -> Delta {
+    Delta {
+        content: Some(text),
+        ..Delta::default()
     }
 }
 

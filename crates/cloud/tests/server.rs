@@ -320,8 +320,8 @@ fn response_format_holds_the_answer_to_its_schema_streamed_and_whole() {
             "messages",
         ),
         (
-            r#"{"messages":[{"role":"user","content":"x"}],"tools":[]}"#.to_string(),
-            "tools",
+            r#"{"messages":[{"role":"user","content":"x"}],"functions":[]}"#.to_string(),
+            "functions",
         ),
         (
             r#"{"messages":[{"role":"user","content":"x"}],"logit_bias":{"x":1}}"#.to_string(),
@@ -332,6 +332,137 @@ fn response_format_holds_the_answer_to_its_schema_streamed_and_whole() {
         assert_eq!(status, 400, "{bad} → {body}");
         let v: serde_json::Value = serde_json::from_str(&body).expect("json error");
         assert_eq!(v["error"]["param"], field, "{body}");
+    }
+}
+
+/// The data of every event of a stream, read by `eventsource-stream`.
+fn event_data(sse: &str) -> Vec<serde_json::Value> {
+    use eventsource_stream::Eventsource;
+    use futures_util::StreamExt;
+    let pieces = [Ok::<_, std::convert::Infallible>(sse.as_bytes().to_vec())];
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let events = runtime.block_on(
+        futures_util::stream::iter(pieces)
+            .eventsource()
+            .collect::<Vec<_>>(),
+    );
+    events
+        .into_iter()
+        .map(|e| e.expect("a well-formed event").data)
+        .filter(|d| d != "[DONE]")
+        .map(|d| serde_json::from_str(&d).expect("JSON data"))
+        .collect()
+}
+
+#[test]
+fn a_tool_call_round_trip_whole_and_streamed() {
+    let Some(server) = start() else { return };
+    let p = server.port;
+    let tools = serde_json::json!([{"type": "function", "function": {"name": "get_weather",
+        "description": "The current weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                       "required": ["city"], "additionalProperties": false}}}]);
+    let question = serde_json::json!({"role": "user", "content": "What is the weather in Paris?"});
+    let body = serde_json::json!({"messages": [question], "tools": tools,
+        "tool_choice": "required", "max_tokens": 48});
+    let (status, whole) =
+        http(p, "POST", "/v1/chat/completions", &body.to_string()).expect("response");
+    assert_eq!(status, 200, "{whole}");
+    let v: serde_json::Value = serde_json::from_str(&whole).expect("json");
+    assert_eq!(v["choices"][0]["finish_reason"], "tool_calls", "{whole}");
+    let call = v["choices"][0]["message"]["tool_calls"][0].clone();
+    assert_eq!(call["type"], "function");
+    assert_eq!(call["function"]["name"], "get_weather");
+    assert!(
+        call["id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("call_"))
+    );
+    let arguments: serde_json::Value =
+        serde_json::from_str(call["function"]["arguments"].as_str().expect("a string"))
+            .expect("arguments are JSON");
+    assert!(arguments["city"].is_string(), "{arguments}");
+
+    // The same call streamed: one delta carries it whole, then the finish reason.
+    let mut streamed = body.clone();
+    streamed["stream"] = true.into();
+    streamed["tool_choice"] =
+        serde_json::json!({"type": "function", "function": {"name": "get_weather"}});
+    let (status, sse) =
+        http(p, "POST", "/v1/chat/completions", &streamed.to_string()).expect("stream");
+    assert_eq!(status, 200);
+    let chunks = event_data(&sse);
+    let deltas: Vec<_> = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["tool_calls"].as_array())
+        .flatten()
+        .collect();
+    assert_eq!(deltas.len(), 1, "{sse}");
+    assert_eq!(deltas[0]["index"], 0);
+    assert_eq!(
+        deltas[0]["function"], call["function"],
+        "the same call, streamed"
+    );
+    assert!(
+        chunks
+            .iter()
+            .any(|c| c["choices"][0]["finish_reason"] == "tool_calls")
+    );
+    assert!(
+        chunks.iter().all(|c| c["choices"][0]["delta"]["content"]
+            .as_str()
+            .is_none_or(str::is_empty)),
+        "a call is never shown as content: {sse}"
+    );
+
+    // The tool's answer goes into the next turn, and the model answers in text.
+    let second = serde_json::json!({"messages": [question,
+        {"role": "assistant", "content": null, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call["id"], "content": "18 degrees and sunny"}],
+        "tools": tools, "tool_choice": "none", "max_tokens": 24});
+    let (status, body) =
+        http(p, "POST", "/v1/chat/completions", &second.to_string()).expect("response");
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert!(v["choices"][0]["message"]["tool_calls"].is_null());
+    assert!(
+        !v["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap_or("")
+            .is_empty()
+    );
+
+    let bad = |choice: serde_json::Value, tools: serde_json::Value| {
+        serde_json::json!({"messages": [{"role": "user", "content": "x"}],
+            "tools": tools, "tool_choice": choice})
+        .to_string()
+    };
+    let named = |n: &str| serde_json::json!({"type": "function", "function": {"name": n}});
+    for (body, field) in [
+        (bad(named("get_time"), tools.clone()), "tool_choice"),
+        (bad("required".into(), serde_json::json!([])), "tool_choice"),
+        (
+            bad(
+                "auto".into(),
+                serde_json::json!([{"type": "function", "function": {"name": "get weather"}}]),
+            ),
+            "tools[0].function.name",
+        ),
+        (
+            bad(
+                "auto".into(),
+                serde_json::json!([{"type": "function", "function": {"name": "f",
+                "strict": true, "parameters": {"type": "array", "uniqueItems": true}}}]),
+            ),
+            "tools",
+        ),
+    ] {
+        let (status, reply) = http(p, "POST", "/v1/chat/completions", &body).expect("response");
+        assert_eq!(status, 400, "{body} → {reply}");
+        let v: serde_json::Value = serde_json::from_str(&reply).expect("json error");
+        assert_eq!(v["error"]["param"], field, "{reply}");
     }
 }
 

@@ -42,6 +42,9 @@ pub enum Prompt<'a> {
     Text(&'a str),
     /// A conversation, rendered with the model's chat template and a generation prompt.
     Messages(&'a [ChatMessage]),
+    /// A conversation that offers tools (OpenAI's `{"type": "function", …}` objects), rendered
+    /// as [`ChatTemplate::render_with_tools`] does.
+    WithTools(&'a [ChatMessage], &'a [serde_json::Value]),
     /// A conversation whose last turn, the assistant's, is continued rather than closed (a
     /// reply handed over part-way, e.g. from speculation to plain streaming).
     Continue(&'a [ChatMessage]),
@@ -458,6 +461,9 @@ pub(crate) fn encode_prompt(
     let ids = match prompt {
         Prompt::Text(t) => tokenizer.encode(t)?,
         Prompt::Messages(m) => tokenizer.encode(&template.render(m, true)?)?,
+        Prompt::WithTools(m, tools) => {
+            tokenizer.encode(&template.render_with_tools(m, tools, true)?)?
+        }
         Prompt::Continue(m) => tokenizer.encode(&template.render_continuing(m)?)?,
         Prompt::Tokens(t) => t.to_vec(),
     };

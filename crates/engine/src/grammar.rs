@@ -13,6 +13,7 @@ use llguidance::{Matcher, ParserFactory};
 use serde_json::{Value, json};
 
 use crate::tokenizer::Tokenizer;
+use crate::tool_prompt;
 
 /// Why a grammar could not be built, compiled or followed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -30,7 +31,7 @@ pub enum GrammarError {
     Decoding(String),
 }
 
-/// What an answer must be: OpenAI's `response_format` as the engine sees it.
+/// What an answer must be: OpenAI's `response_format` (or its `tools`) as the engine sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum OutputFormat {
     /// Any JSON object (`{"type": "json_object"}`).
@@ -40,27 +41,92 @@ pub enum OutputFormat {
     /// listed (OpenAI's strict mode requires `additionalProperties: false` everywhere); without
     /// it, unenforceable keywords are ignored.
     JsonSchema { schema: Value, strict: bool },
+    /// A call to one of `functions`, written as [`tool_prompt::call_text`] writes it; unless
+    /// `required`, the model may answer instead, in free text or in the JSON format `answer`.
+    ToolCall {
+        functions: Vec<FunctionSpec>,
+        required: bool,
+        answer: Option<Box<OutputFormat>>,
+    },
+}
+
+/// A function an answer may call, as the grammar needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FunctionSpec {
+    pub name: String,
+    /// Its arguments' JSON Schema.
+    pub parameters: Value,
+    /// Refuse what cannot be enforced, as [`OutputFormat::JsonSchema`]'s `strict`.
+    pub strict: bool,
 }
 
 impl OutputFormat {
-    /// The schema llguidance compiles: compact JSON (no free whitespace, which a small model
-    /// can fill forever), lenient unless `strict`.
+    /// The grammar llguidance compiles.
     fn grammar(&self) -> TopLevelGrammar {
-        let (mut schema, strict) = match self {
-            OutputFormat::JsonObject => (json!({"type": "object"}), false),
-            OutputFormat::JsonSchema { schema, strict } => (schema.clone(), *strict),
-        };
-        if strict {
-            close_objects(&mut schema);
+        match self {
+            OutputFormat::ToolCall {
+                functions,
+                required,
+                answer,
+            } => TopLevelGrammar::from_lark(tool_lark(functions, *required, answer.as_deref())),
+            json => TopLevelGrammar::from_json_schema(json.json_schema()),
         }
-        if let Value::Object(map) = &mut schema {
-            map.insert(
-                "x-guidance".into(),
-                json!({"whitespace_flexible": false, "lenient": !strict}),
-            );
-        }
-        TopLevelGrammar::from_json_schema(schema)
     }
+
+    /// The schema of a JSON format as llguidance takes it (any JSON for a tool call, which is
+    /// never nested in another format).
+    fn json_schema(&self) -> Value {
+        match self {
+            OutputFormat::JsonObject => guided(json!({"type": "object"}), false),
+            OutputFormat::JsonSchema { schema, strict } => guided(schema.clone(), *strict),
+            OutputFormat::ToolCall { .. } => guided(json!({}), false),
+        }
+    }
+}
+
+/// `schema` with llguidance's options: compact JSON (no free whitespace, which a small model
+/// can fill forever), lenient unless `strict`, and under `strict` closed objects.
+fn guided(mut schema: Value, strict: bool) -> Value {
+    if strict {
+        close_objects(&mut schema);
+    }
+    if let Value::Object(map) = &mut schema {
+        map.insert(
+            "x-guidance".into(),
+            json!({"whitespace_flexible": false, "lenient": !strict}),
+        );
+    }
+    schema
+}
+
+/// The Lark grammar of a tool call (or, unless `required`, an answer): the call's JSON names
+/// one function and holds its arguments. Free text may not open with `<`, so that a call
+/// cannot be begun and abandoned as text.
+fn tool_lark(functions: &[FunctionSpec], required: bool, answer: Option<&OutputFormat>) -> String {
+    let calls: Vec<Value> = functions
+        .iter()
+        .map(|f| {
+            json!({"type": "object", "properties": {"name": {"const": f.name},
+                "arguments": f.parameters}, "required": ["name", "arguments"],
+                "additionalProperties": false})
+        })
+        .collect();
+    let strict = functions.iter().all(|f| f.strict);
+    let call = guided(json!({"anyOf": calls}), strict);
+    let (open, close) = (tool_prompt::CALL_OPEN, tool_prompt::CALL_CLOSE);
+    let mut lark = format!("call: \"{open}\" %json {call} \"{close}\"\n");
+    match (required, answer) {
+        (true, _) => lark.insert_str(0, "start: call\n"),
+        (false, None) => {
+            lark.insert_str(0, "start: call | TEXT\n");
+            lark.push_str("TEXT: /[^<][\\s\\S]*/\n");
+        }
+        (false, Some(format)) => {
+            lark.insert_str(0, "start: call | answer\n");
+            lark.push_str(&format!("answer: %json {}\n", format.json_schema()));
+        }
+    }
+    lark
 }
 
 /// Gives every object schema that says nothing of `additionalProperties` a `false` one. Only

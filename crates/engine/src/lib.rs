@@ -2,7 +2,7 @@
 //!
 //! One file per idea, in the order a reader meets them, after the container and its block
 //! formats (`gguf` and `quant`, from `straddle-gguf`, re-exported here): `qmatrix` (weights
-//! kept quantized, and their products), `tokenizer`, `template` (chat templates), `model`
+//! kept quantized, and their products), `tokenizer`, `template` (chat templates) with `tool_prompt` (how tools and calls are written), `model`
 //! (config, layers, forward on the CPU) with `attention` (its attention kernels),
 //! `device_model` (the same model on a burn device: WebGPU, Vulkan, flex) and `kernels` (our
 //! cubecl kernels for it), `kv` (the cache), `causal_lm` (what the loop needs of either
@@ -27,6 +27,7 @@ pub mod sample;
 pub mod speculative;
 pub mod template;
 pub mod tokenizer;
+pub mod tool_prompt;
 
 pub use straddle_gguf::{gguf, quant};
 
@@ -39,7 +40,7 @@ pub use generate::{
     Completion, Engine, EngineError, Finish, Flow, GenerateParams, Prompt, PromptPrefix, Sequence,
     TokenEvent,
 };
-pub use grammar::{Constraint, GrammarError, OutputFormat};
+pub use grammar::{Constraint, FunctionSpec, GrammarError, OutputFormat};
 #[cfg(feature = "device")]
 pub use kernels::matvec::MatvecKernel;
 pub use sample::SamplingParams;

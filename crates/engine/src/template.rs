@@ -2,12 +2,22 @@
 
 use minijinja::{Environment, context};
 use serde::Serialize;
+use serde_json::{Value, json};
 
-/// A conversation turn as templates expect it.
+use crate::tool_prompt;
+
+/// A conversation turn as templates expect it (Hugging Face's shape).
 #[derive(Debug, Clone, Serialize)]
 pub struct ChatMessage {
     pub role: String,
     pub content: String,
+    /// The calls an assistant turn made: `{"type": "function", "function": {"name",
+    /// "arguments"}}`, arguments as a JSON value.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<Value>>,
+    /// The call a `tool` turn answers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 impl ChatMessage {
@@ -16,6 +26,8 @@ impl ChatMessage {
         Self {
             role: role.into(),
             content: content.into(),
+            tool_calls: None,
+            tool_call_id: None,
         }
     }
 }
@@ -30,6 +42,8 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     bos: String,
     eos: String,
+    /// The template renders `tools` itself; otherwise [`tool_prompt::fallback_turns`] does.
+    native_tools: bool,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -55,11 +69,29 @@ impl ChatTemplate {
         );
         env.add_template_owned("chat", source.to_string())
             .map_err(|e| TemplateError(e.to_string()))?;
-        Ok(Self {
+        let mut template = Self {
             env,
             bos: bos.into(),
             eos: eos.into(),
-        })
+            native_tools: false,
+        };
+        template.native_tools = template.renders_tools();
+        Ok(template)
+    }
+
+    /// Whether the template shows a tool it is given (as llama.cpp decides it too: by
+    /// rendering one and looking for its name).
+    fn renders_tools(&self) -> bool {
+        const PROBE: &str = "straddle_probe_tool";
+        let tools = [json!({"type": "function", "function": {"name": PROBE,
+            "description": "", "parameters": {"type": "object", "properties": {}}}})];
+        self.render_raw(&[ChatMessage::new("user", "x")], Some(&tools), true)
+            .is_ok_and(|text| text.contains(PROBE))
+    }
+
+    /// Whether the template renders tools itself.
+    pub fn renders_tools_natively(&self) -> bool {
+        self.native_tools
     }
 
     /// ChatML, for models that ship without a template.
@@ -81,12 +113,41 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String, TemplateError> {
+        self.render_with_tools(messages, &[], add_generation_prompt)
+    }
+
+    /// Renders `messages` offering `tools` (OpenAI's `{"type": "function", "function": …}`
+    /// objects): through the template where it renders tools, else as the fallback's turns.
+    pub fn render_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[Value],
+        add_generation_prompt: bool,
+    ) -> Result<String, TemplateError> {
+        if !tool_prompt::involves_tools(messages, tools) {
+            return self.render_raw(messages, None, add_generation_prompt);
+        }
+        if self.native_tools {
+            let offered = (!tools.is_empty()).then_some(tools);
+            return self.render_raw(messages, offered, add_generation_prompt);
+        }
+        let turns = tool_prompt::fallback_turns(messages, tools);
+        self.render_raw(&turns, None, add_generation_prompt)
+    }
+
+    fn render_raw(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&[Value]>,
+        add_generation_prompt: bool,
+    ) -> Result<String, TemplateError> {
         let tmpl = self
             .env
             .get_template("chat")
             .map_err(|e| TemplateError(e.to_string()))?;
         tmpl.render(context! {
             messages => messages,
+            tools => tools,
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos,
             eos_token => self.eos,
@@ -195,6 +256,35 @@ mod tests {
             )
             .unwrap_err();
         assert!(err.to_string().contains("one only"));
+    }
+
+    #[test]
+    fn a_template_that_renders_tools_gets_them_and_one_that_does_not_gets_the_fallback() {
+        let tool = json!({"type": "function", "function": {"name": "get_weather"}});
+        let native = ChatTemplate::new(
+            "{% if tools %}<tools>{% for t in tools %}{{ t.function.name }}{% endfor %}</tools>{% endif %}{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}",
+            "",
+            "",
+        )
+        .expect("compiles");
+        assert!(native.renders_tools_natively());
+        let user = [ChatMessage::new("user", "Hi")];
+        assert_eq!(
+            native
+                .render_with_tools(&user, std::slice::from_ref(&tool), true)
+                .expect("render"),
+            "<tools>get_weather</tools>[user]Hi"
+        );
+        let chatml = ChatTemplate::chatml();
+        assert!(!chatml.renders_tools_natively());
+        let text = chatml
+            .render_with_tools(&user, &[tool], true)
+            .expect("render");
+        assert!(
+            text.starts_with("<|im_start|>system\nYou can call these tools:"),
+            "{text}"
+        );
+        assert!(text.ends_with("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"));
     }
 
     #[test]

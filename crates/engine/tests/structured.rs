@@ -6,8 +6,8 @@ mod common;
 use serde_json::{Value, json};
 use straddle_engine::gguf::FileSource;
 use straddle_engine::{
-    ChatMessage, Engine, Finish, Flow, GenerateParams, GrammarError, OutputFormat, Prompt,
-    SamplingParams,
+    ChatMessage, Engine, Finish, Flow, FunctionSpec, GenerateParams, GrammarError, OutputFormat,
+    Prompt, SamplingParams, tool_prompt,
 };
 
 fn load(path: Option<std::path::PathBuf>) -> Option<Engine> {
@@ -273,4 +273,106 @@ fn token_bytes_spell_the_text_in_both_vocabularies() {
     if let Some(e) = load(common::gemma_path()) {
         token_bytes_spell_the_text(&e);
     }
+}
+
+/// Two tools of the kind a page offers, as OpenAI's request carries them and as the grammar
+/// needs them.
+fn weather_and_time() -> (Vec<Value>, Vec<FunctionSpec>) {
+    let weather = json!({"type": "object", "properties": {"city": {"type": "string"}},
+        "required": ["city"]});
+    let time = json!({"type": "object", "properties": {"timezone": {"type": "string"}},
+        "required": ["timezone"]});
+    let offered = vec![
+        json!({"type": "function", "function": {"name": "get_weather",
+            "description": "The current weather in a city", "parameters": weather}}),
+        json!({"type": "function", "function": {"name": "get_time",
+            "description": "The time in a timezone", "parameters": time}}),
+    ];
+    let specs = [("get_weather", weather), ("get_time", time)]
+        .into_iter()
+        .map(|(name, parameters)| FunctionSpec {
+            name: name.into(),
+            parameters,
+            strict: true,
+        })
+        .collect();
+    (offered, specs)
+}
+
+#[test]
+fn a_required_call_names_an_offered_function_with_valid_arguments() {
+    let Some(e) = load(common::model_path()) else {
+        return;
+    };
+    let (offered, specs) = weather_and_time();
+    let format = OutputFormat::ToolCall {
+        functions: specs.clone(),
+        required: true,
+        answer: None,
+    };
+    let params = GenerateParams {
+        max_tokens: 96,
+        constraint: Some(e.constrain(&format).expect("compiles")),
+        ..Default::default()
+    };
+    let msgs = [ChatMessage::new("user", "What is the weather in Paris?")];
+    let c = e
+        .generate(Prompt::WithTools(&msgs, &offered), &params, |_| {
+            Flow::Continue
+        })
+        .expect("generate");
+    eprintln!("{:?} {}", c.finish, c.text);
+    assert_eq!(c.finish, Finish::Stop, "{}", c.text);
+    let inner = c
+        .text
+        .strip_prefix(tool_prompt::CALL_OPEN)
+        .and_then(|t| t.strip_suffix(tool_prompt::CALL_CLOSE))
+        .unwrap_or_else(|| panic!("not a call: {}", c.text));
+    let call: Value = serde_json::from_str(inner).expect("the call is JSON");
+    let spec = specs
+        .iter()
+        .find(|s| call["name"] == s.name.as_str())
+        .unwrap_or_else(|| panic!("calls no offered function: {inner}"));
+    let validator = jsonschema::validator_for(&spec.parameters).expect("valid schema");
+    assert!(validator.is_valid(&call["arguments"]), "{inner}");
+}
+
+#[test]
+fn auto_lets_the_model_answer_in_text_or_begin_a_call_and_then_holds_it_to_the_call() {
+    let Some(e) = load(common::model_path()) else {
+        return;
+    };
+    let (_, specs) = weather_and_time();
+    let auto = OutputFormat::ToolCall {
+        functions: specs.clone(),
+        required: false,
+        answer: None,
+    };
+    assert!(allows_after(&e, &auto, "", "Hello"));
+    assert!(allows_after(&e, &auto, "", "<"));
+    assert!(allows_after(&e, &auto, "Hello", " <"));
+    assert!(allows_after(&e, &auto, "<tool_call>", "{\""));
+    assert!(!allows_after(&e, &auto, "<tool_call>", "Hello"));
+    assert!(!allows_after(&e, &auto, "<tool_call>{\"name\":\"", "set"));
+    let named = OutputFormat::ToolCall {
+        functions: specs[1..].to_vec(),
+        required: true,
+        answer: None,
+    };
+    assert!(!allows_after(&e, &named, "", "Hello"));
+    assert!(allows_after(&e, &named, "<tool_call>{\"name\":\"get", "_"));
+    assert!(!allows_after(
+        &e,
+        &named,
+        "<tool_call>{\"name\":\"get_",
+        "weather"
+    ));
+    // Beside tools, a JSON response format holds the answer that is not a call.
+    let json_or_call = OutputFormat::ToolCall {
+        functions: specs,
+        required: false,
+        answer: Some(Box::new(OutputFormat::JsonObject)),
+    };
+    assert!(allows_after(&e, &json_or_call, "", "{\""));
+    assert!(!allows_after(&e, &json_or_call, "", "Hello"));
 }

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::envelope::{StraddleEnvelope, StraddleMeta};
+use crate::tools::{Tool, ToolCall, ToolCallDelta, ToolChoice, ToolChoiceMode};
 
 /// Who wrote a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,15 +31,20 @@ impl Role {
 
 /// One message of a conversation. Its content is text: a string, or (as many clients send
 /// it) an array of `{"type": "text", "text": …}` parts, joined; any other part is refused by
-/// name.
+/// name. An assistant turn may carry the tool calls it made, and a `tool` turn answers one.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Message {
     pub role: Role,
-    #[serde(deserialize_with = "content::text")]
+    #[serde(default, deserialize_with = "content::text")]
     pub content: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCall>>,
+    /// The call a `tool` turn answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 impl Message {
@@ -48,7 +54,27 @@ impl Message {
             role,
             content: content.into(),
             name: None,
+            tool_calls: None,
+            tool_call_id: None,
         }
+    }
+
+    /// Tool calls only on the assistant's turns, and a `tool` turn says which call it answers.
+    fn validate(&self, i: usize) -> Result<(), crate::ApiError> {
+        use crate::ApiError;
+        if self.tool_calls.is_some() && self.role != Role::Assistant {
+            return Err(ApiError::invalid(
+                format!("messages[{i}].tool_calls"),
+                "only an assistant message calls tools",
+            ));
+        }
+        if self.role == Role::Tool && self.tool_call_id.is_none() {
+            return Err(ApiError::invalid(
+                format!("messages[{i}].tool_call_id"),
+                "a tool message must say which call it answers",
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -128,12 +154,7 @@ impl ResponseFormat {
         let ResponseFormat::JsonSchema { json_schema } = self else {
             return Ok(());
         };
-        let name_ok = (1..=64).contains(&json_schema.name.len())
-            && json_schema
-                .name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-        if !name_ok {
+        if !crate::tools::is_identifier(&json_schema.name) {
             return Err(ApiError::invalid(
                 "response_format.json_schema.name",
                 "must be 1 to 64 letters, digits, underscores or dashes",
@@ -221,6 +242,13 @@ pub struct ChatRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_format: Option<ResponseFormat>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<Tool>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<ToolChoice>,
+    /// Accepted for compatibility: an answer makes at most one call either way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel_tool_calls: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
     /// Continue the last message, the assistant's, instead of answering after it (vLLM's
     /// extension): how a reply begun elsewhere (speculation) is handed to plain streaming.
@@ -234,6 +262,14 @@ impl ChatRequest {
     /// The effective completion-token limit (`max_completion_tokens` wins, as in OpenAI).
     pub fn token_limit(&self) -> Option<u32> {
         self.max_completion_tokens.or(self.max_tokens)
+    }
+
+    /// The tools the model is offered: none when `tool_choice` is `"none"`.
+    pub fn offered_tools(&self) -> &[Tool] {
+        match (&self.tools, &self.tool_choice) {
+            (_, Some(ToolChoice::Mode(ToolChoiceMode::None))) | (None, _) => &[],
+            (Some(tools), _) => tools,
+        }
     }
 
     /// `logit_bias` as token ids and biases; a key that is not a token id, or a bias outside
@@ -289,6 +325,10 @@ impl ChatRequest {
             }
         }
         self.logit_bias()?;
+        for (i, m) in self.messages.iter().enumerate() {
+            m.validate(i)?;
+        }
+        crate::tools::validate(self.tools.as_deref(), self.tool_choice.as_ref())?;
         if let Some(format) = &self.response_format {
             format.validate()?;
         }
@@ -333,6 +373,8 @@ pub enum FinishReason {
     Stop,
     Length,
     Cancelled,
+    /// The answer is a tool call.
+    ToolCalls,
 }
 
 /// One candidate token and its log-probability.
@@ -387,6 +429,8 @@ pub struct Delta {
     pub role: Option<Role>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallDelta>>,
 }
 
 /// One choice of a streamed chunk.
@@ -597,6 +641,38 @@ mod tests {
         assert_eq!(
             param(r).as_deref(),
             Some("response_format.json_schema.schema")
+        );
+    }
+
+    #[test]
+    fn a_tool_round_trip_parses_and_tool_turns_are_checked() {
+        let body = r#"{"messages":[
+            {"role":"user","content":"Weather in Paris?"},
+            {"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function",
+                "function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},
+            {"role":"tool","tool_call_id":"call_1","content":"18C"}],
+            "tools":[{"type":"function","function":{"name":"get_weather",
+                "parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}],
+            "tool_choice":"auto","parallel_tool_calls":false}"#;
+        let req: ChatRequest = serde_json::from_str(body).expect("parses");
+        req.validate().expect("valid");
+        assert_eq!(req.offered_tools().len(), 1);
+        let calls = req.messages[1].tool_calls.as_ref().expect("calls");
+        assert_eq!(calls[0].function.arguments, r#"{"city":"Paris"}"#);
+        let mut none = req.clone();
+        none.tool_choice = Some(ToolChoice::Mode(ToolChoiceMode::None));
+        assert!(none.offered_tools().is_empty());
+        let mut orphan = req.clone();
+        orphan.messages[2].tool_call_id = None;
+        assert_eq!(
+            orphan.validate().unwrap_err().param.as_deref(),
+            Some("messages[2].tool_call_id")
+        );
+        let mut user_calls = req;
+        user_calls.messages[0].tool_calls = user_calls.messages[1].tool_calls.clone();
+        assert_eq!(
+            user_calls.validate().unwrap_err().param.as_deref(),
+            Some("messages[0].tool_calls")
         );
     }
 }

@@ -75,12 +75,13 @@ impl ApiError {
     }
 
     /// A 400 naming the offending field.
-    pub fn invalid(param: &str, message: impl Into<String>) -> Self {
+    pub fn invalid(param: impl Into<String>, message: impl Into<String>) -> Self {
+        let param = param.into();
         Self {
             kind: ErrorKind::InvalidRequest,
             message: format!("{param}: {}", message.into()),
             code: Some("invalid_value".into()),
-            param: Some(param.into()),
+            param: Some(param),
         }
     }
 
@@ -136,9 +137,6 @@ impl ApiError {
 /// Fields of OpenAI's chat request that Straddle does not implement: refused by name (the
 /// README lists what is supported).
 pub const UNSUPPORTED_FIELDS: &[&str] = &[
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
     "functions",
     "function_call",
     "modalities",
@@ -186,10 +184,10 @@ mod tests {
 
     #[test]
     fn a_standard_field_not_implemented_is_called_unsupported() {
-        let body = r#"{"messages":[{"role":"user","content":"hi"}],"tools":[]}"#;
+        let body = r#"{"messages":[{"role":"user","content":"hi"}],"modalities":["audio"]}"#;
         let err = serde_json::from_str::<crate::ChatRequest>(body).unwrap_err();
         let api = ApiError::from_json_error(&err);
-        assert_eq!(api.param.as_deref(), Some("tools"));
+        assert_eq!(api.param.as_deref(), Some("modalities"));
         assert!(api.message.contains("not supported"), "{}", api.message);
     }
 }

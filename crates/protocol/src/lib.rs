@@ -10,9 +10,11 @@ pub mod envelope;
 pub mod error;
 pub mod sse;
 pub mod token;
+pub mod tools;
 pub mod verify;
 
 pub use chat::*;
 pub use envelope::*;
 pub use error::*;
+pub use tools::*;
 pub use verify::*;
