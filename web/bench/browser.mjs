@@ -95,6 +95,43 @@ for (const { engine, n } of variants) {
   rows.push({ engine, threads: n, backend: samples.warm[0].backend, coldLoad: m("cold", "load"), coldTtft: m("cold", "ttft"),
     warmLoad: m("warm", "load"), warmTtft: m("warm", "ttft"), decode: m("warm", "decode"), tokens: m("warm", "tokens") });
 }
+// Constrained decoding in the tab: what the grammar's masks cost beside the decode step, on
+// the CPU kernels, one thread, for extraction schemas and a tool call (the engine's own timers).
+const constrained = await (async () => {
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  await page.goto(`${plain.base}/test/blank.html`);
+  const result = await page.evaluate(async ([url, runs]) => {
+    const { Straddle } = await import("/src/index.js");
+    const s = await Straddle.create({ model: url, threads: 1, backend: "cpu" });
+    const object = (properties, required) => ({ type: "object", properties, required, additionalProperties: false });
+    const schema = (name, sch) => ({ type: "json_schema", json_schema: { name, strict: true, schema: sch } });
+    const asks = [
+      { content: "Extract the person: Maria Lopez is 34 years old and works as a nurse.",
+        response_format: schema("person", object({ name: { type: "string" }, age: { type: "integer" }, job: { type: "string" } }, ["name", "age"])) },
+      { content: "Classify the sentiment of: 'The delivery was late and the box was crushed.'",
+        response_format: schema("label", object({ sentiment: { enum: ["positive", "negative", "neutral"] } }, ["sentiment"])) },
+      { content: "List the groceries: two apples, a loaf of bread and 3 eggs.",
+        response_format: schema("list", object({ items: { type: "array", maxItems: 5, items: object({ name: { type: "string", maxLength: 30 }, quantity: { type: "integer" } }, ["name", "quantity"]) } }, ["items"])) },
+      { content: "What is the weather in Paris?", tool_choice: "required",
+        tools: [{ type: "function", function: { name: "get_weather", parameters: object({ city: { type: "string" } }, ["city"]) } }] },
+    ];
+    const total = { grammar: 0, decode: 0, tokens: 0, answers: 0 };
+    for (let i = 0; i < runs; i++) {
+      for (const { content, ...format } of asks) {
+        const a = await s.chat.completions.create({ messages: [{ role: "user", content }], max_tokens: 96, temperature: 0, ...format, straddle: { route: "edge" } });
+        total.grammar += a.straddle.edge.grammar_ms;
+        total.decode += a.straddle.edge.decode_ms;
+        total.tokens += a.usage.completion_tokens;
+        total.answers += 1;
+      }
+    }
+    await s.unload();
+    return total;
+  }, [MODEL_URL, runs]);
+  await context.close();
+  return result;
+})();
 await browser.close();
 plain.server.close();
 isolated.server.close();
@@ -108,3 +145,7 @@ for (const r of rows) {
 const decode = (engine, n) => rows.find((r) => r.engine === engine && r.threads === n).decode;
 console.log(`\nDecode, straddle ÷ wllama: ${(decode("straddle", 1) / decode("wllama", 1)).toFixed(2)}× on 1 thread, ${(decode("straddle", threads) / decode("wllama", threads)).toFixed(2)}× on ${threads}.`);
 console.log(`\nMedian of ${runs} runs each; greedy, ${maxTokens} new tokens at most, one prompt of ${PROMPT[0].content.length} characters.`);
+const c = constrained;
+console.log(`\nConstrained decoding in the tab (straddle, CPU kernels, 1 thread; 3 strict JSON schemas and a required tool call, ${c.answers} answers, ${c.tokens} tokens): ` +
+  `the grammar's masks and advances took ${c.grammar.toFixed(1)} ms of ${c.decode.toFixed(0)} ms of decoding, ${(100 * c.grammar / c.decode).toFixed(1)}% ` +
+  `(${(c.grammar / c.tokens).toFixed(2)} ms a token against ${(c.decode / c.tokens).toFixed(1)} ms a decode step).`);

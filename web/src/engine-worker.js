@@ -192,7 +192,8 @@ async function generate({ id, messages, params }) {
       post({ type: "token", id, text: tok.text, logprob: tok.logprob, entropy: tok.entropy });
       await yieldToEvents();
     }
-    post({ type: "done", id, completion: JSON.parse(gen.finish()) });
+    const callId = `call_${crypto.randomUUID().replaceAll("-", "").slice(0, 24)}`;
+    post({ type: "done", id, completion: JSON.parse(gen.finish(callId)) });
   } finally {
     cancelled.delete(id);
     gen.free();

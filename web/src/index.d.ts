@@ -125,10 +125,48 @@ export interface TextPart {
 }
 
 export interface ChatMessage {
-  role: "system" | "user" | "assistant";
-  /** Text, or an array of text parts (joined). */
-  content: string | TextPart[];
+  role: "system" | "user" | "assistant" | "tool";
+  /** Text, or an array of text parts (joined); null for an assistant turn that only called tools. */
+  content: string | TextPart[] | null;
+  /** The calls an assistant turn made. */
+  tool_calls?: ToolCall[];
+  /** The call a `tool` turn answers. */
+  tool_call_id?: string;
 }
+
+/** A function the model may call. */
+export interface Tool {
+  type: "function";
+  function: {
+    /** 1 to 64 letters, digits, underscores or dashes. */
+    name: string;
+    description?: string;
+    /** The arguments' JSON Schema. */
+    parameters?: Record<string, unknown>;
+    strict?: boolean;
+  };
+}
+
+/** A call the assistant made; `arguments` is a JSON string. */
+export interface ToolCall {
+  id: string;
+  type: "function";
+  function: { name: string; arguments: string };
+}
+
+/** A streamed tool call (Straddle streams each call whole, once complete). */
+export interface ToolCallDelta {
+  index: number;
+  id?: string;
+  type?: "function";
+  function?: { name?: string; arguments?: string };
+}
+
+/** Whether the model may (`auto`, the default), must, or must not call a tool, or which one. */
+export type ToolChoice = "none" | "auto" | "required" | { type: "function"; function: { name: string } };
+
+/** How an answer ended. */
+export type FinishReason = "stop" | "length" | "tool_calls";
 
 /** What the answer must be; the same on the device and in the cloud. */
 export type ResponseFormat =
@@ -162,6 +200,11 @@ export interface ChatRequest {
   logit_bias?: Record<string, number>;
   /** JSON answers: constrained decoding on the device, and passed to the cloud as is. */
   response_format?: ResponseFormat;
+  /** Functions the model may call; a call is generated under the function's schema. */
+  tools?: Tool[];
+  tool_choice?: ToolChoice;
+  /** Accepted; an answer makes at most one call either way. */
+  parallel_tool_calls?: boolean;
   signal?: AbortSignal;
   /** Straddle's extension: insist on a route (the privacy rule still wins). */
   straddle?: { route?: "auto" | "edge" | "cloud" | "speculative" };
@@ -196,7 +239,8 @@ export interface StraddleMeta {
   edge_tokens_discarded?: number;
   /** Prompt tokens the cloud processed again because the history was re-sent. */
   resent_history_tokens?: number;
-  edge?: { backend: "webgpu" | "cpu"; prefill_ms: number; decode_tokens_per_s: number };
+  /** Edge answers: the device's timings; `grammar_ms` is the share of `decode_ms` spent on constrained decoding's masks. */
+  edge?: { backend: "webgpu" | "cpu"; prefill_ms: number; decode_ms: number; grammar_ms: number; decode_tokens_per_s: number };
   /** Speculative answers: what drafting and verification did. */
   speculative?: {
     verify_calls: number; drafted: number; accepted: number; acceptance: number;
@@ -214,7 +258,7 @@ export interface ChatCompletion {
   object: "chat.completion";
   created: number;
   model: string;
-  choices: [{ index: 0; message: { role: "assistant"; content: string }; finish_reason: "stop" | "length" }];
+  choices: [{ index: 0; message: { role: "assistant"; content: string | null; tool_calls?: ToolCall[] }; finish_reason: FinishReason }];
   usage: Usage;
   straddle: StraddleMeta;
 }
@@ -224,7 +268,7 @@ export interface ChatCompletionChunk {
   object: "chat.completion.chunk";
   created: number;
   model: string;
-  choices: [{ index: 0; delta: { role?: "assistant"; content?: string }; finish_reason: "stop" | "length" | null }];
+  choices: [{ index: 0; delta: { role?: "assistant"; content?: string | null; tool_calls?: ToolCallDelta[] }; finish_reason: FinishReason | null }];
   /** On the final chunk. */
   usage?: Usage;
   /** On the final chunk. */

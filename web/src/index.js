@@ -8,7 +8,7 @@ import { FeedbackStore, SessionStats } from "./stats.js";
 
 export { StraddleError };
 
-const ROLES = new Set(["system", "user", "assistant"]);
+const ROLES = new Set(["system", "user", "assistant", "tool"]);
 /** Decode speed assumed before the first edge answer measures it, per backend. */
 const PRIOR_TOKENS_PER_S = { webgpu: 30, cpu: 10 };
 const DEFAULT_MAX_TOKENS = 256;
@@ -43,6 +43,7 @@ function invalid(param, message) {
 /** A message's text: a string, or (as many clients send it) an array of text parts. */
 function contentText(content, i) {
   if (typeof content === "string") return content;
+  if (content === null || content === undefined) return "";
   if (!Array.isArray(content)) throw invalid(`messages[${i}].content`, "must be a string or an array of text parts");
   return content.map((part) => {
     if (part?.type !== "text") {
@@ -69,6 +70,28 @@ function checkResponseFormat(rf) {
   }
 }
 
+const IDENTIFIER = /^[A-Za-z0-9_-]{1,64}$/;
+
+/** `tools` and `tool_choice`: names are identifiers, and a choice names an offered function. */
+function checkTools(tools, choice) {
+  if (tools !== undefined && tools !== null && !Array.isArray(tools)) throw invalid("tools", "must be an array of tools");
+  const names = (tools ?? []).map((t, i) => {
+    if (t?.type !== "function" || typeof t.function !== "object" || t.function === null) throw invalid(`tools[${i}]`, "must be {type: \"function\", function: {...}}");
+    if (typeof t.function.name !== "string" || !IDENTIFIER.test(t.function.name)) {
+      throw invalid(`tools[${i}].function.name`, "must be 1 to 64 letters, digits, underscores or dashes");
+    }
+    return t.function.name;
+  });
+  if (choice === undefined || choice === null || choice === "auto" || choice === "none") return;
+  if (choice !== "required" && typeof choice?.function?.name !== "string") {
+    throw invalid("tool_choice", "must be none, auto, required or {type: \"function\", function: {name}}");
+  }
+  if (!names.length) throw invalid("tool_choice", "a tool must be called, but `tools` offers none");
+  if (choice !== "required" && !names.includes(choice.function.name)) {
+    throw invalid("tool_choice", `names \`${choice.function.name}\`, which is not among \`tools\``);
+  }
+}
+
 /**
  * Checks a request the way the cloud would, so the edge path refuses the same things, and
  * returns it with every message's content as text.
@@ -78,7 +101,9 @@ function validate(req) {
   const { messages } = req;
   if (!Array.isArray(messages) || messages.length === 0) throw invalid("messages", "at least one message is required");
   const texts = messages.map((m, i) => {
-    if (!m || !ROLES.has(m.role)) throw invalid(`messages[${i}].role`, "must be system, user or assistant");
+    if (!m || !ROLES.has(m.role)) throw invalid(`messages[${i}].role`, "must be system, user, assistant or tool");
+    if (m.role === "tool" && typeof m.tool_call_id !== "string") throw invalid(`messages[${i}].tool_call_id`, "a tool message must say which call it answers");
+    if (m.tool_calls !== undefined && m.role !== "assistant") throw invalid(`messages[${i}].tool_calls`, "only an assistant message calls tools");
     return { ...m, content: contentText(m.content, i) };
   });
   const num = (name, lo, hi, int = false) => {
@@ -100,6 +125,7 @@ function validate(req) {
     if (!ok) throw invalid("logit_bias", "must map token ids to biases in -100..100");
   }
   checkResponseFormat(req.response_format);
+  checkTools(req.tools, req.tool_choice);
   if (req.stop !== undefined && req.stop !== null) {
     const stops = typeof req.stop === "string" ? [req.stop] : req.stop;
     if (!Array.isArray(stops) || stops.length > 4 || stops.some((s) => typeof s !== "string" || !s)) {
@@ -117,14 +143,36 @@ function validate(req) {
 /** The OpenAI fields both engines take beyond the basics, only those the request sets. */
 function samplingExtras(req) {
   const extras = {};
-  for (const name of ["presence_penalty", "frequency_penalty", "logit_bias", "response_format"]) {
+  for (const name of ["presence_penalty", "frequency_penalty", "logit_bias", "response_format", "tools", "tool_choice", "parallel_tool_calls"]) {
     if (req[name] !== undefined && req[name] !== null) extras[name] = req[name];
   }
   return extras;
 }
 
-/** Whether the answer must be JSON (which speculation cannot keep to). */
-const wantsJson = (req) => Boolean(req.response_format) && req.response_format.type !== "text";
+/** Whether the tools are offered: the answer may then be a call. */
+const offersTools = (req) => Array.isArray(req.tools) && req.tools.length > 0 && req.tool_choice !== "none";
+
+/** Whether the answer is held to a grammar: JSON, or a possible tool call (which speculation cannot keep to). */
+const constrained = (req) => (Boolean(req.response_format) && req.response_format.type !== "text") || offersTools(req);
+
+/**
+ * What the router needs of a request held to a schema or a tool call: the schema's size
+ * (the answer's length follows it). Undefined for free text.
+ */
+function structuredShape(req) {
+  if (offersTools(req)) return { schema_bytes: JSON.stringify(req.tools).length, tool_call: true };
+  const rf = req.response_format;
+  if (!rf || rf.type === "text") return undefined;
+  return { schema_bytes: rf.type === "json_schema" ? JSON.stringify(rf.json_schema.schema ?? {}).length : 0, tool_call: false };
+}
+
+/** Adds a streamed tool-call delta to the calls so far (pieces with one `index` concatenate). */
+function gatherCall(calls, d) {
+  const call = (calls[d.index ?? 0] ??= { id: "", type: "function", function: { name: "", arguments: "" } });
+  if (d.id) call.id = d.id;
+  if (d.function?.name) call.function.name += d.function.name;
+  if (d.function?.arguments) call.function.arguments += d.function.arguments;
+}
 
 /** A signal's value from a decision's trace. */
 const traceValue = (decision, name) => decision.trace.signals.find((s) => s.name === name)?.value;
@@ -331,7 +379,8 @@ export class Straddle {
     // The last message is the turn being answered; the router reads its language and task
     // from it, and scans the whole conversation for personal data.
     const turns = req.messages.map((m) => m.content);
-    const d = JSON.parse(routeWasm(turns, req.max_tokens ?? DEFAULT_MAX_TOKENS, JSON.stringify(this.context()), this.policyJson));
+    const context = { ...this.context(), structured: structuredShape(req) };
+    const d = JSON.parse(routeWasm(turns, req.max_tokens ?? DEFAULT_MAX_TOKENS, JSON.stringify(context), this.policyJson));
     const want = req.straddle?.route ?? "auto";
     // Once there is feedback, the bandit replaces the fixed score (never a rule). Its cloud
     // arm covers speculation, which is the cloud's answer too.
@@ -366,9 +415,10 @@ export class Straddle {
     if (!req.stream) {
       let text = "";
       const end = await this.answer(req, (t) => { text += t; }, started, stop.signal);
+      const calls = end.tool_calls?.length ? { tool_calls: end.tool_calls } : {};
       return {
         id, object: "chat.completion", created, model: end.model,
-        choices: [{ index: 0, message: { role: "assistant", content: text }, finish_reason: end.finish_reason }],
+        choices: [{ index: 0, message: { role: "assistant", content: calls.tool_calls && !text ? null : text, ...calls }, finish_reason: end.finish_reason }],
         usage: end.usage, straddle: this.finishMeta(id, end, started),
       };
     }
@@ -402,6 +452,13 @@ export class Straddle {
         if (outcome?.error) throw outcome.error;
         if (outcome) {
           const { end } = outcome;
+          if (end.tool_calls?.length) {
+            // A call streams whole, once complete, as the cloud server streams it.
+            const tool_calls = end.tool_calls.map((c, index) => ({ index, ...c }));
+            const delta = first ? { role: "assistant", content: null, tool_calls } : { tool_calls };
+            first = false;
+            yield { id, object: "chat.completion.chunk", created, model: end.model, choices: [{ index: 0, delta, finish_reason: null }] };
+          }
           yield { id, object: "chat.completion.chunk", created, model: end.model,
             choices: [{ index: 0, delta: {}, finish_reason: end.finish_reason }], usage: end.usage,
             straddle: self.finishMeta(id, end, started) };
@@ -448,7 +505,7 @@ export class Straddle {
       const found = req.messages.some((m) => piiKinds(m.content).length > 0);
       const why = found ? "personal data present: the plain cloud path redacts it, speculation could not"
         : !this.edge ? "the on-device model is not loaded"
-        : wantsJson(req) ? "the answer must be JSON, and the verifier does not follow a grammar" : null;
+        : constrained(req) ? "the answer must be JSON or a tool call, and the verifier does not follow a grammar" : null;
       if (why) {
         decision.target = "cloud";
         decision.reasons = [...decision.reasons, `not speculative: ${why}`];
@@ -562,6 +619,11 @@ export class Straddle {
     }
     const c = await gen.completion;
     if (signal?.aborted) throw new StraddleError("aborted", "the request was aborted");
+    if (c.rest) {
+      // A tool call cut short: the text it is, never passed off as a call.
+      ctx.emitted = true;
+      ctx.emit(c.rest);
+    }
     if (c.tokens > 1 && c.decode_ms > 0) {
       // Measured speed replaces the prior; later answers smooth it.
       const speed = c.decode_tokens_per_s;
@@ -575,13 +637,15 @@ export class Straddle {
     return {
       model: this.edge.name ?? "edge",
       finish_reason: c.finish === "cancelled" ? "stop" : c.finish,
+      tool_calls: c.tool_calls,
       usage: { prompt_tokens: c.prompt_tokens, completion_tokens: c.tokens, total_tokens: c.prompt_tokens + c.tokens },
       meta: {
         route: "edge", reasons, confidence: Math.exp(c.mean_logprob), degraded,
         cost: { usd: 0, prompt_tokens: c.prompt_tokens, completion_tokens: c.tokens },
         model_versions: [`edge/${this.edge.name ?? "model"}@${this.edge.sha256.slice(0, 12)}`, `backend/${this.edge.backend}`],
         redacted: false, escalated_mid_stream: false, edge_tokens: null,
-        edge: { backend: this.edge.backend, prefill_ms: c.prefill_ms, decode_tokens_per_s: c.decode_tokens_per_s },
+        edge: { backend: this.edge.backend, prefill_ms: c.prefill_ms, decode_ms: c.decode_ms, grammar_ms: c.grammar_ms,
+          decode_tokens_per_s: c.decode_tokens_per_s },
       },
     };
   }
@@ -710,7 +774,7 @@ export class Straddle {
     const found = [...new Set(req.messages.flatMap((m) => piiKinds(m.content)))];
     const redaction = this.options.redact && found.length ? redactAll(req.messages.map((m) => m.content), []) : null;
     const parts = redaction?.parts();
-    const messages = req.messages.map(({ role, content }, i) => ({ role, content: parts ? parts[i] : content }));
+    const messages = req.messages.map((m, i) => ({ ...m, content: parts ? parts[i] : m.content }));
     const body = {
       model: this.options.cloudModel ?? "default", messages, stream: true, stream_options: { include_usage: true },
       max_tokens: req.max_tokens ?? DEFAULT_MAX_TOKENS,
@@ -737,11 +801,13 @@ export class Straddle {
       let usage = null;
       let finish = "stop";
       let model = "cloud";
+      const calls = [];
       for await (const chunk of stream) {
         model = chunk.model ?? model;
         if (chunk.usage) usage = chunk.usage;
         const choice = chunk.choices?.[0];
         if (choice?.finish_reason) finish = choice.finish_reason;
+        for (const d of choice?.delta?.tool_calls ?? []) gatherCall(calls, d);
         const text = choice?.delta?.content;
         if (text) {
           const shown = reid ? reid.push(text) : text;
@@ -761,7 +827,7 @@ export class Straddle {
       usage ??= { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
       const usd = this.cloudCost(usage.prompt_tokens, usage.completion_tokens);
       return {
-        model, finish_reason: finish, usage,
+        model, finish_reason: finish, usage, tool_calls: calls.length ? calls : undefined,
         meta: {
           route: "cloud", reasons, confidence: null, degraded: null,
           cost: { usd, prompt_tokens: usage.prompt_tokens, completion_tokens: usage.completion_tokens },

@@ -544,6 +544,70 @@ test("response_format: the answer is JSON under its schema on the CPU kernels, o
   }
 });
 
+test("tools: a two-turn tool call completes on the CPU kernels, streamed; WebGPU and the cloud call the same function", { skip }, async () => {
+  const worker = await startWorker({ UPSTREAM_URL: stack.cloudUrl, ALLOWED_ORIGINS: stack.webUrl });
+  const noGpu = await launch({ webgpu: false });
+  const weather = { type: "function", function: { name: "get_weather", description: "The current weather in a city",
+    parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"], additionalProperties: false } } };
+  const question = { role: "user", content: "What is the weather in Paris?" };
+  // The two-turn run has no worker: both turns are the device's, the cascade cannot hand the
+  // second to the cloud.
+  const run = async (b, { backend, route, stream }) => {
+    const { context, page } = await freshPage(b);
+    try {
+      const token = mintToken({ origin: stack.webUrl, sid: `tools-${route}-${backend ?? "auto"}` });
+      return await inPage(page, async (Straddle, StraddleError, config, { worker, token, backend, route, stream, weather, question }) => {
+        const s = await Straddle.create({ ...config, worker, token, ...(backend && { backend }) });
+        const first = { messages: [question], tools: [weather], tool_choice: "required", max_tokens: 40, straddle: { route } };
+        let call, finish, shown = "";
+        if (stream) {
+          const deltas = [];
+          for await (const chunk of await s.chat.completions.create({ ...first, stream: true })) {
+            const c = chunk.choices[0];
+            shown += c.delta.content ?? "";
+            deltas.push(...(c.delta.tool_calls ?? []));
+            finish = c.finish_reason ?? finish;
+          }
+          call = deltas.length === 1 ? { id: deltas[0].id, type: deltas[0].type, function: deltas[0].function } : { deltas };
+        } else {
+          const a = await s.chat.completions.create(first);
+          call = a.choices[0].message.tool_calls?.[0];
+          finish = a.choices[0].finish_reason;
+          shown = a.choices[0].message.content ?? "";
+        }
+        if (!stream) return { call, finish, shown, backend: s.device().backend };
+        const routed = s.route(first);
+        const second = await s.chat.completions.create({ max_tokens: 16, straddle: { route }, tools: [weather], tool_choice: "none",
+          messages: [question, { role: "assistant", content: null, tool_calls: [call] }, { role: "tool", tool_call_id: call.id, content: "18 degrees and sunny" }] });
+        return { call, finish, shown, backend: s.device().backend, reply: second.choices[0].message.content, replyRoute: second.straddle.route,
+          routeReasons: routed.reasons };
+      }, { worker: stream ? undefined : worker.url, token, backend, route, stream, weather, question });
+    } finally {
+      await context.close();
+    }
+  };
+  try {
+    const cpu = await run(noGpu, { route: "edge", stream: true });
+    const gpu = await run(browser, { backend: "webgpu", route: "edge" });
+    const cloud = await run(browser, { route: "cloud" });
+    assert.equal(cpu.backend, "cpu");
+    assert.equal(gpu.backend, "webgpu");
+    for (const r of [cpu, gpu, cloud]) {
+      assert.equal(r.finish, "tool_calls", JSON.stringify(r));
+      assert.equal(r.shown, "", "a call is never shown as content");
+      assert.equal(r.call.function.name, "get_weather", JSON.stringify(r));
+      assert.equal(typeof JSON.parse(r.call.function.arguments).city, "string", JSON.stringify(r));
+      assert.match(r.call.id, /^call_/);
+    }
+    assert.equal(cpu.replyRoute, "edge");
+    assert.ok(cpu.routeReasons.some((r) => /structured output: a tool call under a small schema/.test(r)), JSON.stringify(cpu.routeReasons));
+    assert.ok(cpu.reply.length > 0, JSON.stringify(cpu));
+  } finally {
+    await noGpu.close();
+    await worker.mf.dispose().catch(() => {});
+  }
+});
+
 test("a reload takes the model from the Cache API: no second download", { skip }, async () => {
   const { context, page } = await freshPage();
   try {

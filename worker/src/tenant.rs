@@ -87,7 +87,7 @@ impl Limits {
         for (name, value) in money {
             if value.is_some_and(|v| !v.is_finite() || v < 0.0) {
                 return Err(ApiError::invalid(
-                    &format!("{scope}{name}"),
+                    format!("{scope}{name}"),
                     "must be a finite number of dollars, 0 or more",
                 ));
             }
@@ -102,7 +102,7 @@ impl Limits {
         for (name, value) in counts {
             if value.is_some_and(|v| v < 0) {
                 return Err(ApiError::invalid(
-                    &format!("{scope}{name}"),
+                    format!("{scope}{name}"),
                     "must be 0 or more",
                 ));
             }

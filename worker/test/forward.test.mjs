@@ -2,7 +2,8 @@
 // real model). Skips with a message when the binary or the model is not given.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { startWorker, chat, admin, freePort, startCloud } from "./harness.mjs";
+import OpenAI from "openai";
+import { startWorker, chat, admin, freePort, startCloud, mintToken, ORIGIN } from "./harness.mjs";
 import { startFakeUpstream } from "./fake-upstream.mjs";
 
 const cloudBin = process.env.STRADDLE_CLOUD_BIN;
@@ -89,9 +90,9 @@ test("response_format, penalties and text parts pass through to the upstream as 
     assert.equal(bad.status, 400);
     assert.equal((await bad.json()).error.param, "response_format");
     // A field the protocol does not implement is refused at the worker, by name.
-    const tools = await chat(worker.url, { ...body, tools: [] });
-    assert.equal(tools.status, 400);
-    assert.equal((await tools.json()).error.param, "tools");
+    const legacy = await chat(worker.url, { ...body, functions: [] });
+    assert.equal(legacy.status, 400);
+    assert.equal((await legacy.json()).error.param, "functions");
   } finally {
     await viaFake.mf.dispose();
     fake.close();
@@ -119,4 +120,64 @@ test("a card number is refused with 451 and never reaches the upstream", { skip 
   assert.equal(body.error.type, "privacy_refused");
   assert.match(body.error.message, /payment_card/);
   assert.doesNotMatch(JSON.stringify(body), /4111/);
+});
+
+const weather = {
+  type: "function",
+  function: {
+    name: "get_weather", description: "The current weather in a city",
+    parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"], additionalProperties: false },
+  },
+};
+
+test("the official openai client calls a tool through the worker, whole and streamed, and the tool's answer completes the turn", { skip }, async () => {
+  const client = new OpenAI({ baseURL: `${worker.url}/v1`, apiKey: mintToken(), defaultHeaders: { origin: ORIGIN }, maxRetries: 0 });
+  const question = { role: "user", content: "What is the weather in Paris?" };
+  const whole = await client.chat.completions.create({ model: "default", messages: [question], tools: [weather], tool_choice: "required", max_tokens: 48 });
+  assert.equal(whole.choices[0].finish_reason, "tool_calls", JSON.stringify(whole));
+  const [call] = whole.choices[0].message.tool_calls;
+  assert.equal(call.function.name, "get_weather");
+  assert.equal(typeof JSON.parse(call.function.arguments).city, "string");
+
+  // Streamed: the client's own stream helper assembles the call from the deltas.
+  const stream = client.chat.completions.stream({
+    model: "default", messages: [question], tools: [weather], max_tokens: 48,
+    tool_choice: { type: "function", function: { name: "get_weather" } },
+  });
+  let argumentsDone = null;
+  stream.on("tool_calls.function.arguments.done", (e) => { argumentsDone = e; });
+  const streamed = await stream.finalChatCompletion();
+  assert.equal(streamed.choices[0].finish_reason, "tool_calls");
+  assert.deepEqual(streamed.choices[0].message.tool_calls[0].function, call.function, "the same call, streamed");
+  assert.equal(argumentsDone?.name, "get_weather");
+
+  const answer = await client.chat.completions.create({
+    model: "default", max_tokens: 24, tools: [weather], tool_choice: "none",
+    messages: [question, { role: "assistant", content: null, tool_calls: [call] },
+      { role: "tool", tool_call_id: call.id, content: "18 degrees and sunny" }],
+  });
+  assert.equal(answer.choices[0].message.tool_calls, undefined);
+  assert.ok(answer.choices[0].message.content.length > 0);
+
+  // A choice naming a function that is not offered: the client's typed error, field named.
+  await assert.rejects(
+    client.chat.completions.create({ model: "default", messages: [question], tools: [weather], tool_choice: { type: "function", function: { name: "get_time" } } }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === "tool_choice",
+  );
+});
+
+test("tools pass through to a third-party upstream as sent", { skip }, async () => {
+  const fake = await startFakeUpstream();
+  const viaFake = await startWorker({ UPSTREAM_URL: fake.url });
+  try {
+    const body = { messages: [{ role: "user", content: "Weather in Oslo?" }], tools: [weather], tool_choice: "auto", parallel_tool_calls: false, max_tokens: 8 };
+    const r = await chat(viaFake.url, body);
+    assert.equal(r.status, 200);
+    for (const field of ["tools", "tool_choice", "parallel_tool_calls"]) {
+      assert.deepEqual(fake.state.last.body[field], body[field], field);
+    }
+  } finally {
+    await viaFake.mf.dispose();
+    fake.close();
+  }
 });

@@ -79,6 +79,10 @@ pub struct Context {
     /// Where the edge model runs, for its energy per token.
     #[serde(default)]
     pub edge_backend: Option<EdgeBackend>,
+    /// The request holds its answer to a schema or a tool call (`response_format`, `tools`):
+    /// the answer's expected length then follows the schema.
+    #[serde(default)]
+    pub structured: Option<signals::StructuredOutput>,
 }
 
 /// Scenario weights of the composite score (larger means that term matters more).
@@ -500,7 +504,16 @@ impl Measured {
             .filter(|k| k.sensitivity() >= policy.keep_on_device_at)
             .collect();
         let lang = crate::language::detect(turn);
-        let read = quality::read_turn(turn, max_tokens);
+        let mut read = quality::read_turn(turn, max_tokens);
+        if let Some(shape) = ctx.structured {
+            // A short schema bounds the answer, whatever the prompt's cue words say; the
+            // quality model reads the bounded length too.
+            let bounded = shape.expected_output(max_tokens);
+            if bounded.tokens < read.output.tokens {
+                read.output = bounded;
+                read.features = quality::text_features(turn, read.task, bounded.tokens);
+            }
+        }
         let prompt_tokens = signals::prompt_tokens_estimate(&conversation);
         let fits_edge = ctx
             .edge_context_tokens
@@ -714,6 +727,10 @@ fn trace_signals(
         ),
         ("budget_remaining_usd", ctx.budget_remaining_usd),
         ("battery_level", ctx.battery.map(|b| f64::from(b.level))),
+        (
+            "structured_schema_bytes",
+            ctx.structured.map(|s| f64::from(s.schema_bytes)),
+        ),
         // The cost model's own estimates, so a learner can correct them from feedback.
         (
             "edge_latency_s",
@@ -956,7 +973,7 @@ impl Facts<'_> {
         };
         Decision {
             target,
-            reasons,
+            reasons: self.with_structured_note(reasons),
             pii: self.m.pii.clone(),
             estimated_latency_ms: 1000.0 * seconds,
             estimated_cost_usd: usd,
@@ -972,6 +989,33 @@ impl Facts<'_> {
                 policy_version: self.policy.version.clone(),
             },
         }
+    }
+}
+
+impl Facts<'_> {
+    /// `reasons`, with what a schema-held answer means for routing when the request has one.
+    fn with_structured_note(&self, mut reasons: Vec<String>) -> Vec<String> {
+        let Some(shape) = self.ctx.structured else {
+            return reasons;
+        };
+        let what = if shape.tool_call {
+            "a tool call"
+        } else {
+            "JSON"
+        };
+        let tokens = self.m.output_tokens();
+        reasons.push(if shape.is_small() {
+            format!(
+                "structured output: {what} under a small schema ({} bytes), about {tokens} tokens: edge-friendly",
+                shape.schema_bytes
+            )
+        } else {
+            format!(
+                "structured output: {what} under a large schema ({} bytes), about {tokens} tokens",
+                shape.schema_bytes
+            )
+        });
+        reasons
     }
 }
 
@@ -1079,6 +1123,33 @@ mod tests {
     }
 
     #[test]
+    fn a_small_schema_bounds_the_answer_and_makes_the_request_edge_friendly() {
+        let prompt = "Write a detailed report on this customer's complaint: the parcel came \
+                      two weeks late and the box was crushed.";
+        let free = decide(prompt, None, &ctx(), &Policy::default());
+        let labelled = Context {
+            structured: Some(signals::StructuredOutput {
+                schema_bytes: 180,
+                tool_call: false,
+            }),
+            ..ctx()
+        };
+        let held = decide(prompt, None, &labelled, &Policy::default());
+        assert_eq!(free.target, Target::Cloud, "{:?}", free.reasons);
+        assert_eq!(held.target, Target::Edge, "{:?}", held.reasons);
+        assert_eq!(signal(&held, "expected_output_basis"), "schema size");
+        assert_eq!(signal(&held, "structured_schema_bytes"), 180.0);
+        assert!(held.reasons.iter().any(|r| r.contains("edge-friendly")));
+        // A large schema is no such signal, and `max_tokens` still caps the estimate.
+        let large = signals::StructuredOutput {
+            schema_bytes: 20_000,
+            tool_call: true,
+        };
+        assert!(!large.is_small());
+        assert_eq!(large.expected_output(Some(30)).tokens, 30);
+    }
+
+    #[test]
     fn card_number_never_leaves_even_for_a_long_chinese_essay() {
         let d = decide(
             "请写一篇详细的文章，我的卡号是 4111 1111 1111 1111",
@@ -1117,6 +1188,7 @@ mod tests {
         decide_with(&[prompt], max_tokens, ctx, policy, none)
     }
 
+    /// The value of the trace's signal `name`, which must be there.
     fn signal<'a>(d: &'a Decision, name: &str) -> &'a serde_json::Value {
         &d.trace
             .signals
@@ -1532,22 +1604,11 @@ mod tests {
             &ctx(),
             &Policy::default(),
         );
-        let signal = |d: &Decision, name: &str| {
-            d.trace
-                .signals
-                .iter()
-                .find(|s| s.name == name)
-                .map(|s| s.value.clone())
-        };
-        assert_eq!(signal(&code, "task"), Some("code".into()));
+        assert_eq!(signal(&code, "task"), "code");
         assert_eq!(code.target, Target::Cloud);
         let chat = decide("hey, how's it going?", None, &ctx(), &Policy::default());
-        assert_eq!(signal(&chat, "task"), Some("chit_chat".into()));
-        let q = |d: &Decision| {
-            signal(d, "edge_quality_prior")
-                .and_then(|v| v.as_f64())
-                .expect("prior")
-        };
+        assert_eq!(signal(&chat, "task"), "chit_chat");
+        let q = |d: &Decision| signal(d, "edge_quality_prior").as_f64().expect("prior");
         assert!(q(&chat) > q(&code) + 0.2, "{} vs {}", q(&chat), q(&code));
         // Chit-chat on a slow network in the low-latency scenario stays on the device.
         let fast = Policy {

@@ -66,6 +66,46 @@ pub fn expected_output(
     }
 }
 
+/// What a request holds its answer to: JSON under a schema, or a call to one of its tools.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct StructuredOutput {
+    /// The schema's size as JSON text (the tools' definitions for a call); 0 for any JSON
+    /// object.
+    pub schema_bytes: u32,
+    /// The answer may be a tool call.
+    #[serde(default)]
+    pub tool_call: bool,
+}
+
+/// Schemas up to this size describe the short answers the edge is meant to keep:
+/// labels, extracted fields, a call's few arguments.
+pub const SMALL_SCHEMA_BYTES: u32 = 1024;
+
+impl StructuredOutput {
+    /// Expected tokens of an answer held to this schema: a JSON answer restates the schema's
+    /// property names with short values, so it grows with the schema, not with the prompt's
+    /// cue words. A prior (about a token per eight schema bytes, beside the braces), capped
+    /// where `max_tokens` caps it.
+    pub fn expected_output(self, max_tokens: Option<u32>) -> OutputEstimate {
+        let tokens = (16 + self.schema_bytes / 8).min(512);
+        match max_tokens {
+            Some(m) if m < tokens => OutputEstimate {
+                tokens: m,
+                basis: "max_tokens",
+            },
+            _ => OutputEstimate {
+                tokens,
+                basis: "schema size",
+            },
+        }
+    }
+
+    /// Whether the schema is small enough to count as an edge-friendly request.
+    pub fn is_small(self) -> bool {
+        self.schema_bytes <= SMALL_SCHEMA_BYTES
+    }
+}
+
 /// Rough prompt token count without a tokenizer: ~4 bytes a token for Latin text, one a
 /// character for CJK (a conservative bound used for cost and latency only).
 pub fn prompt_tokens_estimate(text: &str) -> u32 {

@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use sha2::{Digest, Sha256};
-use straddle_chat::{Conversation, Defaults, finish_reason};
+use straddle_chat::{AnswerStream, Conversation, Defaults};
 #[cfg(feature = "webgpu")]
 use straddle_engine::DeviceModel;
 use straddle_engine::model::Model;
@@ -196,8 +196,8 @@ impl EdgeEngine {
 
     /// Starts a reply to `messages_json` (OpenAI-style `[{role, content}]`) with the settings
     /// in `params_json` (the rest of an OpenAI request: `max_tokens`, `temperature`, `top_p`,
-    /// `top_k`, `seed`, `stop`, the penalties, `logit_bias`, `response_format`): tokenizes and
-    /// prefills, then resolves to a [`Generation`].
+    /// `top_k`, `seed`, `stop`, the penalties, `logit_bias`, `response_format`, `tools`,
+    /// `tool_choice`): tokenizes and prefills, then resolves to a [`Generation`].
     pub fn start(&self, messages_json: String, params_json: String) -> js_sys::Promise {
         let backend = self.backend.clone();
         wasm_bindgen_futures::future_to_promise(async move {
@@ -205,7 +205,8 @@ impl EdgeEngine {
             let (request, params) = parse_request(&messages_json, &params_json, constrain)
                 .map_err(|e| invalid_request(&e))?;
             let prompt = request.prompt();
-            let reply = map_backend!(Backend => Reply, backend, e => Running::start(e, prompt, &params)
+            let answer = AnswerStream::new(!request.tools.is_empty());
+            let reply = map_backend!(Backend => Reply, backend, e => Running::start(e, prompt, &params, answer)
                 .await
                 .map_err(|e| JsValue::from(JsError::new(&e.to_string())))?);
             Ok(Generation {
@@ -309,6 +310,8 @@ struct Running<M: CausalLm> {
     /// runs at the start of the next `step`, so each token is handed out as soon as it is
     /// sampled.
     needs_forward: bool,
+    /// What of the answer is content, and the tool call it may be.
+    answer: AnswerStream,
 }
 
 impl<M: CausalLm> Running<M> {
@@ -317,12 +320,14 @@ impl<M: CausalLm> Running<M> {
         engine: Rc<Engine<M>>,
         prompt: Prompt<'_>,
         params: &GenerateParams,
+        answer: AnswerStream,
     ) -> Result<Self, EngineError> {
         let seq = engine.start_async(prompt, params).await?;
         Ok(Self {
             engine,
             seq,
             needs_forward: false,
+            answer,
         })
     }
 
@@ -334,12 +339,13 @@ impl<M: CausalLm> Running<M> {
                 let seqs = &mut [&mut self.seq];
                 self.engine.step_async(seqs, usize::MAX).await?;
             }
-            let Some(ev) = self.engine.next_token(&mut self.seq)? else {
+            let Some(mut ev) = self.engine.next_token(&mut self.seq)? else {
                 return Ok(None);
             };
             self.needs_forward = true;
-            // A token whose text is still pending (half a character, a possible stop string)
-            // is not worth a round trip to JavaScript.
+            ev.text = self.answer.push(&ev.text);
+            // A token whose text is still pending (half a character, a possible stop string,
+            // a tool call being written) is not worth a round trip to JavaScript.
             match (ev.text.is_empty(), self.seq.is_finished()) {
                 (true, false) => continue,
                 (true, true) => return Ok(None),
@@ -388,9 +394,10 @@ impl Generation {
         }
     }
 
-    /// Ends the reply and returns it as JSON: `{text, tokens, finish, prompt_tokens,
-    /// prefill_ms, decode_ms, mean_logprob}`.
-    pub fn finish(&self) -> Result<String, JsError> {
+    /// Ends the reply and returns it as JSON: `{text, rest, tool_calls, tokens, finish,
+    /// prompt_tokens, prefill_ms, decode_ms, grammar_ms, mean_logprob}`. `rest` is content `step` has not
+    /// handed out (a tool call cut short); a whole call is in `tool_calls`, with `call_id`.
+    pub fn finish(&self, call_id: String) -> Result<String, JsError> {
         let reply = match self.state.replace(Slot::Done) {
             Slot::Idle(reply) => reply,
             Slot::Busy => {
@@ -399,17 +406,22 @@ impl Generation {
             }
             Slot::Done => return Err(JsError::new("this reply has already finished")),
         };
-        let c = on_backend!(Reply, *reply, r => r.seq.into_completion());
-        let finish = finish_reason(c.finish);
+        let (c, ending) = on_backend!(Reply, *reply, r => {
+            let c = r.seq.into_completion();
+            let ending = r.answer.finish(c.finish, &call_id);
+            (c, ending)
+        });
         let mean_logprob = if c.logprobs.is_empty() {
             0.0
         } else {
             c.logprobs.iter().sum::<f32>() / c.logprobs.len() as f32
         };
         Ok(serde_json::json!({
-            "text": c.text, "tokens": c.tokens.len(), "finish": finish,
+            "text": c.text, "rest": ending.content, "tool_calls": ending.tool_calls,
+            "tokens": c.tokens.len(), "finish": ending.reason,
             "prompt_tokens": c.prompt_tokens, "prefill_ms": c.prefill_ms,
-            "decode_ms": c.decode_ms, "decode_tokens_per_s": c.decode_tokens_per_s(),
+            "decode_ms": c.decode_ms, "grammar_ms": c.grammar_ms,
+            "decode_tokens_per_s": c.decode_tokens_per_s(),
             "mean_logprob": mean_logprob,
         })
         .to_string())
@@ -491,5 +503,22 @@ mod tests {
             Err(GrammarError::InvalidSchema("no".into()))
         });
         assert!(refused.unwrap_err().starts_with("response_format:"));
+        let tools = r#"{"tools":[{"type":"function","function":{"name":"f"}}],
+            "tool_choice":{"type":"function","function":{"name":"g"}}}"#;
+        assert!(parse(msgs, tools).unwrap_err().starts_with("tool_choice:"));
+        let offered = r#"{"tools":[{"type":"function","function":{"name":"f"}}]}"#;
+        let mut asked = None;
+        let refused = parse_request(msgs, offered, |f| {
+            asked = Some(f.clone());
+            Err(GrammarError::InvalidSchema("no".into()))
+        });
+        assert!(refused.unwrap_err().starts_with("tools:"));
+        assert!(matches!(
+            asked,
+            Some(OutputFormat::ToolCall {
+                required: false,
+                ..
+            })
+        ));
     }
 }

@@ -1,7 +1,7 @@
 // Every option and request field of the package's types, as a TypeScript user writes them;
 // `tsc -p web/test/types` (web/test/types.test.mjs) must accept this file. The
 // `@ts-expect-error` lines must stay errors: they prove the types are checked at all.
-import Straddle, { StraddleError, type ChatCompletionChunk, type ResponseFormat } from "../../src/index.js";
+import Straddle, { StraddleError, type ChatCompletionChunk, type ChatMessage, type ResponseFormat, type Tool } from "../../src/index.js";
 
 async function everyOption(): Promise<void> {
   const s = await Straddle.create({
@@ -51,7 +51,7 @@ async function everyOption(): Promise<void> {
     signal: new AbortController().signal,
     straddle: { route: "auto" },
   });
-  const answer: string = whole.choices[0].message.content;
+  const answer: string = whole.choices[0].message.content ?? "";
   console.log(JSON.parse(answer), whole.straddle.route, whole.usage.total_tokens);
   const stream = await s.chat.completions.create({
     messages: [{ role: "user", content: "Hi" }],
@@ -61,6 +61,23 @@ async function everyOption(): Promise<void> {
   for await (const chunk of stream) {
     const c: ChatCompletionChunk = chunk;
     console.log(c.choices[0].delta.content ?? "", c.straddle?.cost.usd);
+  }
+  const weather: Tool = {
+    type: "function",
+    function: { name: "get_weather", description: "Weather in a city", parameters: { type: "object" }, strict: true },
+  };
+  const asked: ChatMessage = { role: "user", content: "Weather in Oslo?" };
+  const called = await s.chat.completions.create({
+    messages: [asked], tools: [weather], tool_choice: "required", parallel_tool_calls: false,
+  });
+  const call = called.choices[0].message.tool_calls?.[0];
+  if (called.choices[0].finish_reason === "tool_calls" && call) {
+    const reply = await s.chat.completions.create({
+      messages: [asked, { role: "assistant", content: null, tool_calls: [call] },
+        { role: "tool", tool_call_id: call.id, content: "-3C" }],
+      tools: [weather], tool_choice: { type: "function", function: { name: "get_weather" } }, stream: true,
+    });
+    for await (const chunk of reply) console.log(chunk.choices[0].delta.tool_calls?.[0].function?.arguments);
   }
   const d = s.route({ messages: [{ role: "user", content: "Hi" }] });
   console.log(d.target, d.trace.rule, (await s.stats()).requests, s.device().backend);
@@ -77,6 +94,8 @@ async function everyOption(): Promise<void> {
   s.route({ messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "x" } }] }] });
   // @ts-expect-error: logit_bias maps token ids to numbers
   s.route({ messages: [{ role: "user", content: "x" }], logit_bias: { "17": "ban" } });
+  // @ts-expect-error: tool_choice is a mode or a named function
+  s.route({ messages: [asked], tools: [weather], tool_choice: "always" });
   console.log(yaml, nameless);
 }
 

@@ -1,4 +1,5 @@
 import { useState } from "react";
+import { StraddleError } from "straddle";
 import { useStraddle } from "./useStraddle.js";
 
 // Where the worker is and the tenant token come from the page's host (the demo server's
@@ -9,10 +10,11 @@ export function App() {
   const { client, progress, error } = useStraddle({ model: config.model, sha256: config.sha256, worker: config.worker, token: config.token, policy: config.policy });
   const [prompt, setPrompt] = useState("Hello! How are you today?");
   const [answer, setAnswer] = useState("");
-  const [meta, setMeta] = useState(null);
+  const [meta, setMeta] = useState(/** @type {import("straddle").StraddleMeta | null} */ (null));
   const [busy, setBusy] = useState(false);
 
   async function ask() {
+    if (!client) return;
     setBusy(true);
     setAnswer("");
     setMeta(null);
@@ -23,7 +25,7 @@ export function App() {
         if (chunk.straddle) setMeta(chunk.straddle);
       }
     } catch (e) {
-      setAnswer(`${e.code ?? "error"}: ${e.message}`);
+      setAnswer(e instanceof StraddleError ? `${e.code}: ${e.message}` : String(e));
     } finally {
       setBusy(false);
     }

@@ -1,4 +1,5 @@
 import { createRoot } from "react-dom/client";
 import { App } from "./App.jsx";
 
-createRoot(document.getElementById("root")).render(<App />);
+const root = document.getElementById("root");
+if (root) createRoot(root).render(<App />);

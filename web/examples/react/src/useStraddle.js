@@ -2,10 +2,22 @@
 import { useEffect, useState } from "react";
 import { Straddle } from "straddle";
 
+/**
+ * @typedef {object} StraddleState
+ * @property {Straddle | null} client Set once the model is loaded.
+ * @property {import("straddle").LoadProgress | null} progress
+ * @property {import("straddle").StraddleError | null} error Why the client could not start.
+ */
+
+/**
+ * @param {import("straddle").StraddleOptions} options
+ * @returns {StraddleState}
+ */
 export function useStraddle(options) {
-  const [state, setState] = useState({ client: null, progress: null, error: null });
+  const [state, setState] = useState(/** @type {StraddleState} */ ({ client: null, progress: null, error: null }));
   const key = JSON.stringify({ ...options, token: undefined });
   useEffect(() => {
+    /** @type {Straddle | null} */
     let client = null;
     let gone = false;
     Straddle.create({ ...options, onProgress: (progress) => !gone && setState((s) => ({ ...s, progress })) })
