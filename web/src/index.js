@@ -13,6 +13,8 @@ const ROLES = new Set(["system", "user", "assistant", "tool"]);
 const PRIOR_TOKENS_PER_S = { webgpu: 30, cpu: 10 };
 const DEFAULT_MAX_TOKENS = 256;
 const RTT_STALE_MS = 60_000;
+/** How old the cloud's load report may be before a decision asks again. */
+const LOAD_STALE_MS = 2_000;
 /** Why a page that asked for threads runs the CPU model on one. */
 const NOT_ISOLATED = "the page is not cross-origin isolated, so it cannot share memory with workers "
   + "(serve it with Cross-Origin-Opener-Policy: same-origin and Cross-Origin-Embedder-Policy: require-corp)";
@@ -174,6 +176,11 @@ function gatherCall(calls, d) {
   if (d.function?.arguments) call.function.arguments += d.function.arguments;
 }
 
+/** The tokens a request is expected to take on the device: the router's estimate. */
+function expectedTokens(ctx) {
+  return traceValue(ctx.decision, "expected_output_tokens") ?? ctx.req.max_tokens ?? DEFAULT_MAX_TOKENS;
+}
+
 /** A signal's value from a decision's trace. */
 const traceValue = (decision, name) => decision.trace.signals.find((s) => s.name === name)?.value;
 
@@ -220,7 +227,10 @@ export class Straddle {
     s.setPolicyNow(o.policy);
     s.feedbackStore = await FeedbackStore.open();
     if (o.learn) await s.restoreLearner();
-    if (o.worker) s.refreshRtt();
+    if (o.worker) {
+      s.refreshRtt();
+      s.refreshLoad();
+    }
     s.battery = await readBattery(o.battery);
     s.ready = o.model ? s.loadModel() : Promise.resolve();
     if (o.waitForModel) await s.ready;
@@ -235,6 +245,13 @@ export class Straddle {
     this.edge = null; // {host, backend, languages, name, tokensPerS}
     this.edgeError = null;
     this.rtt = { ms: null, at: 0, probing: null };
+    // The cloud's load as the worker relays it, and its measured time to first token.
+    this.cloudLoad = { report: null, at: 0, probing: null };
+    this.cloudTtftMs = null;
+    // The device answers one request at a time: those waiting, and the promise the next one
+    // waits on.
+    this.edgeJobs = [];
+    this.edgeTail = Promise.resolve();
     this.offline = false;
     this.sessionStats = new SessionStats();
     this.answers = new Map(); // id -> what feedback needs
@@ -327,6 +344,47 @@ export class Straddle {
     })();
   }
 
+  /** Asks the worker how loaded the cloud is, when the last answer is stale. */
+  refreshLoad() {
+    if (!this.worker || this.cloudLoad.probing || performance.now() - this.cloudLoad.at < LOAD_STALE_MS && this.cloudLoad.at) return;
+    this.cloudLoad.probing = (async () => {
+      let report = null;
+      try {
+        const r = await fetch(`${this.worker}/v1/load`, { cache: "no-store", signal: AbortSignal.timeout(3000) });
+        if (r.status === 200) report = await r.json();
+      } catch {
+        // No report: the measured time to first token stands in.
+      }
+      this.cloudLoad = { report, at: performance.now(), probing: null };
+    })();
+    return this.cloudLoad.probing;
+  }
+
+  /**
+   * Runs `work` on the device once the answers ahead of it are done: one at a time, so two
+   * requests never interleave on the engine. `work` gets its job, whose `done` it counts up.
+   */
+  async onEdge(expectedTokens, work) {
+    const job = { expected: expectedTokens, done: 0 };
+    this.edgeJobs.push(job);
+    const ahead = this.edgeTail;
+    let release;
+    this.edgeTail = new Promise((r) => { release = r; });
+    try {
+      await ahead;
+      return await work(job);
+    } finally {
+      this.edgeJobs.splice(this.edgeJobs.indexOf(job), 1);
+      release();
+    }
+  }
+
+  /** Seconds of answers ahead of a new request on the device, at its measured speed. */
+  edgeBusySeconds() {
+    const tokens = this.edgeJobs.reduce((sum, j) => sum + Math.max(0, j.expected - j.done), 0);
+    return this.edge && tokens > 0 ? tokens / this.edge.tokensPerS : 0;
+  }
+
   setPolicyNow(policy) {
     this.policyJson = this.resolvePolicy(policy);
     this.policy = JSON.parse(this.policyJson);
@@ -347,6 +405,7 @@ export class Straddle {
 
   context() {
     this.refreshRtt();
+    this.refreshLoad();
     const conn = globalThis.navigator?.connection;
     return {
       online: this.cloudUsable(),
@@ -367,6 +426,9 @@ export class Straddle {
       // Once the worker has said the tenant's budget is spent, the rest of the UTC day stays
       // on the device instead of paying a round trip to be refused.
       budget_remaining_usd: this.budgetSpentOn === utcDay() ? 0 : undefined,
+      cloud_load: this.cloudLoad.report ?? undefined,
+      cloud_ttft_ms: this.cloudTtftMs ?? undefined,
+      edge_busy_s: this.edgeBusySeconds() || undefined,
     };
   }
 
@@ -554,8 +616,13 @@ export class Straddle {
     return { max_tokens: req.max_tokens ?? DEFAULT_MAX_TOKENS, temperature: req.temperature ?? undefined, top_p: req.top_p ?? undefined, seed: req.seed ?? undefined, stop, ...samplingExtras(req) };
   }
 
+  /** The edge answer, in its turn on the device. */
+  runEdge(ctx, options) {
+    return this.onEdge(expectedTokens(ctx), (job) => this.runEdgeNow(ctx, options, job));
+  }
+
   /** The edge answer, watched by the cascade when the cloud may take over. */
-  async runEdge(ctx, { cascade }) {
+  async runEdgeNow(ctx, { cascade }, job) {
     const { req, decision, signal } = ctx;
     const gen = this.edge.host.generate(req.messages, this.edgeParams(req));
     const onAbort = () => gen.cancel();
@@ -569,6 +636,7 @@ export class Straddle {
     try {
       for await (const t of gen.tokens) {
         count += 1;
+        job.done = count;
         if (!held) {
           ctx.emitted = true;
           ctx.emit(t.text);
@@ -668,7 +736,12 @@ export class Straddle {
    * answer is the cloud's, token for token at temperature 0. A failed verify call leaves the
    * edge to finish alone, marked `degraded`.
    */
-  async runSpeculative(ctx) {
+  runSpeculative(ctx) {
+    return this.onEdge(expectedTokens(ctx), (job) => this.runSpeculativeNow(ctx, job));
+  }
+
+  /** Speculation in its turn on the device (see `runSpeculative`). */
+  async runSpeculativeNow(ctx, job) {
     const { req, decision, signal } = ctx;
     const token = await resolveToken(this.options.token);
     const gen = this.edge.host.speculate(req.messages, this.edgeParams(req), {
@@ -684,6 +757,7 @@ export class Straddle {
           degraded = t.reason;
           continue;
         }
+        job.done += 1;
         ctx.emitted = true;
         ctx.emit(t.text);
       }
@@ -797,7 +871,9 @@ export class Straddle {
     const reid = redaction?.stream();
     try {
       const token = await resolveToken(this.options.token);
+      const asked = performance.now();
       const { stream } = await escalate({ worker: this.worker, token, body, signal, firstByteTimeoutMs: this.options.firstByteTimeoutMs });
+      let firstToken = null;
       let usage = null;
       let finish = "stop";
       let model = "cloud";
@@ -809,6 +885,12 @@ export class Straddle {
         if (choice?.finish_reason) finish = choice.finish_reason;
         for (const d of choice?.delta?.tool_calls ?? []) gatherCall(calls, d);
         const text = choice?.delta?.content;
+        if (text && firstToken === null) {
+          // The cloud's time to first token, smoothed: what the router counts as its queue
+          // where the worker relays no load report.
+          firstToken = performance.now() - asked;
+          this.cloudTtftMs = this.cloudTtftMs === null ? firstToken : 0.7 * this.cloudTtftMs + 0.3 * firstToken;
+        }
         if (text) {
           const shown = reid ? reid.push(text) : text;
           if (shown) {

@@ -7,7 +7,7 @@ import { execFileSync } from "node:child_process";
 import path from "node:path";
 import { startStack, launch, root, model, cloudBin } from "./stack.mjs";
 import { createServer } from "../scripts/serve.mjs";
-import { startWorker, mintToken, admin, TENANT } from "../../worker/test/harness.mjs";
+import { startWorker, startCloud, mintToken, admin, TENANT } from "../../worker/test/harness.mjs";
 
 const skip = !model || !cloudBin ? "set STRADDLE_TEST_MODEL and STRADDLE_CLOUD_BIN (cargo xtask test does)" : false;
 const MODEL_URL = "/models/smollm2-135m-instruct-q4_1.gguf";
@@ -363,6 +363,93 @@ test("a battery reported low and discharging sends a long answer to the cloud; t
     assert.equal(r.route, "cloud", r.reasons.join("; "));
     assert.match(r.reasons.join(" "), /battery: 12% and discharging/);
     assert.ok(r.text.length > 0);
+  } finally {
+    await context.close();
+  }
+});
+
+test("load: a cloud server with a full queue sends a long answer to the edge; the same answer goes to an idle cloud", { skip }, async () => {
+  // A cloud server that decodes one answer at a time, kept full by answers asked of it
+  // directly, behind a worker of its own.
+  const busy = await startCloud(cloudBin, model, ["--max-batch", "1"]);
+  const worker = await startWorker({ UPSTREAM_URL: busy.url, ALLOWED_ORIGINS: stack.webUrl });
+  const filler = JSON.stringify({ messages: [{ role: "user", content: "Write a long story about the sea." }], max_tokens: 600 });
+  const fillers = Array.from({ length: 24 }, () => fetch(`${busy.url}/v1/chat/completions`,
+    { method: "POST", headers: { "content-type": "application/json" }, body: filler }).then((r) => r.text()).catch(() => ""));
+  const { context, page } = await freshPage();
+  try {
+    for (let i = 0; ; i++) {
+      const load = await (await fetch(`${busy.url}/v1/load`)).json();
+      if (load.queued >= 20) break;
+      assert.ok(i < 100, `the cloud never queued: ${JSON.stringify(load)}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const token = mintToken({ origin: stack.webUrl, sid: "load-cloud" });
+    const r = await inPage(page, async (Straddle, _E, config, { busyWorker, token }) => {
+      const messages = [{ role: "user", content: "Write a detailed essay on the history of the printing press." }];
+      const signal = (d, name) => d.trace.signals.find((x) => x.name === name)?.value;
+      const idle = await Straddle.create({ ...config });
+      const calm = idle.route({ messages, max_tokens: 600 });
+      await idle.unload();
+      const s = await Straddle.create({ ...config, worker: busyWorker, token });
+      // The load report arrives in the background; a decision uses the latest one.
+      let d = s.route({ messages, max_tokens: 600 });
+      for (let i = 0; i < 50 && signal(d, "cloud_queued") === undefined; i++) {
+        await new Promise((r) => setTimeout(r, 100));
+        d = s.route({ messages, max_tokens: 600 });
+      }
+      await s.unload();
+      return { calm: { target: calm.target, rule: calm.trace.rule }, full: { target: d.target, rule: d.trace.rule, reasons: d.reasons,
+        queued: signal(d, "cloud_queued"), wait: signal(d, "cloud_queue_s") } };
+    }, { busyWorker: worker.url, token });
+    assert.deepEqual(r.calm, { target: "cloud", rule: "long_output" });
+    assert.equal(r.full.rule, "cloud_queue", JSON.stringify(r.full));
+    assert.equal(r.full.target, "edge");
+    assert.ok(r.full.queued >= 20 && r.full.wait > 0, JSON.stringify(r.full));
+    assert.match(r.full.reasons.join(" "), /cloud queueing/);
+  } finally {
+    await context.close();
+    busy.kill();
+    await Promise.all(fillers);
+    await worker.mf.dispose().catch(() => {});
+  }
+});
+
+test("load: with the device busy the next request goes to the cloud; under privacy-strict a private one waits its turn, and both answers are as if each ran alone", { skip }, async () => {
+  const { context, page } = await freshPage();
+  try {
+    const r = await inPage(page, async (Straddle, _E, config) => {
+      const long = { messages: [{ role: "user", content: "Tell me a story about a fox who learns to sail." }], max_tokens: 48, temperature: 0, straddle: { route: "edge" } };
+      const short = { messages: [{ role: "user", content: "What is the capital of France?" }], max_tokens: 12, temperature: 0 };
+      const private_ = { messages: [{ role: "user", content: "Write a one-line greeting to ana.lopez@example.com." }], max_tokens: 12, temperature: 0 };
+      const text = (a) => a.choices[0].message.content;
+      const s = await Straddle.create({ ...config });
+      const first = s.chat.completions.create(long);
+      await new Promise((r) => setTimeout(r, 50));
+      const busy = s.route(short);
+      const second = await s.chat.completions.create(short);
+      await first;
+      await s.unload();
+      // Without a worker every answer is the device's, so each can be compared with itself.
+      const strict = await Straddle.create({ ...config, worker: undefined, policy: "privacy-strict" });
+      const firstAgain = strict.chat.completions.create(long);
+      await new Promise((r) => setTimeout(r, 50));
+      const queued = await strict.chat.completions.create(private_);
+      const both = [text(await firstAgain), text(queued)];
+      const alone = [text(await strict.chat.completions.create(long)), text(await strict.chat.completions.create(private_))];
+      const routes = [queued.straddle.route, queued.straddle.reasons.join("; ")];
+      await strict.unload();
+      return { busy: { rule: busy.trace.rule, wait: busy.trace.signals.find((x) => x.name === "edge_busy_s")?.value },
+        second: [second.straddle.route, second.straddle.reasons.join("; ")], routes, both, alone };
+    });
+    assert.equal(r.busy.rule, "edge_busy", JSON.stringify(r.busy));
+    assert.ok(r.busy.wait > 0);
+    assert.equal(r.second[0], "cloud", r.second[1]);
+    assert.match(r.second[1], /edge busy/);
+    assert.equal(r.routes[0], "edge", r.routes[1]);
+    assert.match(r.routes[1], /privacy/);
+    assert.deepEqual(r.both, r.alone, "queued answers never interleave");
+    assert.ok(r.both.every((t) => t.length > 0));
   } finally {
     await context.close();
   }

@@ -7,7 +7,7 @@
 use std::borrow::Cow;
 use std::cell::RefCell;
 
-use straddle_protocol::{ApiError, ErrorKind};
+use straddle_protocol::{ApiError, ErrorKind, LoadReport};
 use worker::{
     AbortController, Delay, Env, Fetch, Headers, Method, Request, RequestInit, Response, Result,
 };
@@ -340,6 +340,28 @@ pub async fn models(env: &Env) -> Result<Response> {
         }));
     }
     Response::from_json(&serde_json::json!({"object": "list", "data": data}))
+}
+
+/// `GET /v1/load`: how loaded the upstreams that would answer next are (the first priority
+/// tier), summed over those that report it (`straddle-cloud` does; vLLM and llama.cpp's
+/// server do not, and the page then falls back on its measured time to first token).
+/// `204` when none reports.
+pub async fn load(env: &Env) -> Result<Response> {
+    let list = upstream_list(env).unwrap_or_default();
+    let Some(first) = list.iter().map(|u| u.priority).min() else {
+        return Response::empty().map(|r| r.with_status(204));
+    };
+    let mut total: Option<LoadReport> = None;
+    for up in list.iter().filter(|u| u.priority == first) {
+        match get_json::<LoadReport>(env, up, "/v1/load").await {
+            Ok(load) => total = Some(total.map_or(load, |t| t.plus(load))),
+            Err(e) => worker::console_log!("upstream {} reports no load: {e}", up.name),
+        }
+    }
+    match total {
+        Some(load) => Response::from_json(&load),
+        None => Response::empty().map(|r| r.with_status(204)),
+    }
 }
 
 /// GETs `path` from `up` as JSON, within the upstream's first-byte timeout.

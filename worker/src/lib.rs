@@ -82,6 +82,10 @@ async fn routes(req: Request, env: Env) -> Result<Response> {
         .get_async("/v1/models", |_, ctx| async move {
             forward::models(&ctx.env).await
         })
+        .get_async(
+            "/v1/load",
+            |_, ctx| async move { forward::load(&ctx.env).await },
+        )
         .put_async("/v1/tenants/:id", |mut req, ctx| async move {
             let Some(tenant) = admin_tenant(&req, &ctx) else {
                 return admin_refusal(&req, &ctx);

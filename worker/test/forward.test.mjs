@@ -181,3 +181,18 @@ test("tools pass through to a third-party upstream as sent", { skip }, async () 
     fake.close();
   }
 });
+
+test("/v1/load relays the cloud server's load report; an upstream that has none answers 204", { skip }, async () => {
+  const res = await fetch(`${worker.url}/v1/load`);
+  assert.equal(res.status, 200);
+  const load = await res.json();
+  assert.ok(load.slots >= 1 && load.queued >= 0 && load.active >= 0, JSON.stringify(load));
+  const fake = await startFakeUpstream();
+  const viaFake = await startWorker({ UPSTREAM_URL: fake.url });
+  try {
+    assert.equal((await fetch(`${viaFake.url}/v1/load`)).status, 204);
+  } finally {
+    await viaFake.mf.dispose();
+    fake.close();
+  }
+});

@@ -78,9 +78,9 @@ export const freePort = () => new Promise((resolve) => {
 });
 
 /** The real cloud server on a free port of 127.0.0.1, once it answers /health. */
-export async function startCloud(bin, model) {
+export async function startCloud(bin, model, args = []) {
   const port = await freePort();
-  const proc = spawn(bin, ["--model", model, "--listen", `127.0.0.1:${port}`], { stdio: "ignore" });
+  const proc = spawn(bin, ["--model", model, "--listen", `127.0.0.1:${port}`, ...args], { stdio: "ignore" });
   const url = `http://127.0.0.1:${port}`;
   const deadline = Date.now() + 60_000;
   for (;;) {

@@ -6,7 +6,9 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use straddle_protocol::{ApiError, ChatRequest, ErrorKind, ModelInfo, ModelList, VerifyRequest};
+use straddle_protocol::{
+    ApiError, ChatRequest, ErrorKind, LoadReport, ModelInfo, ModelList, VerifyRequest,
+};
 
 pub mod backend;
 mod chat;
@@ -74,6 +76,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/health", get(health))
         .route("/v1/models", get(models))
+        .route("/v1/load", get(load))
         .route("/v1/chat/completions", post(chat))
         .route("/v1/verify", post(verify_route))
         .route("/metrics", get(metrics))
@@ -88,6 +91,12 @@ async fn health(State(state): State<Arc<AppState>>) -> Json<serde_json::Value> {
         "backend": state.model.backend,
         "generation": state.scheduler.is_some(),
     }))
+}
+
+/// How loaded the server is, for the page's router (relayed by the worker).
+async fn load(State(state): State<Arc<AppState>>) -> Result<Json<LoadReport>, ErrorResponse> {
+    let scheduler = state.scheduler.as_ref().ok_or_else(not_ready)?;
+    Ok(Json(scheduler.load()))
 }
 
 async fn models(State(state): State<Arc<AppState>>) -> Json<ModelList> {

@@ -13,7 +13,7 @@ use straddle_chat::Conversation;
 use straddle_engine::{
     Constraint, Finish, GenerateParams, GrammarError, ModelCache, OutputFormat, Sequence,
 };
-use straddle_protocol::{ApiError, ErrorKind};
+use straddle_protocol::{ApiError, ErrorKind, LoadReport};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::backend::{Served, ServedModel};
@@ -104,6 +104,8 @@ pub struct Scheduler {
     tx: mpsc::SyncSender<(Job, Instant)>,
     pub metrics: Arc<Metrics>,
     constrain: Arc<Constrain>,
+    /// Sequences decoded at once.
+    slots: usize,
 }
 
 impl std::fmt::Debug for Scheduler {
@@ -137,6 +139,23 @@ impl Scheduler {
             tx,
             metrics,
             constrain,
+            slots: max_batch.max(1),
+        }
+    }
+
+    /// The load now: what waits, what runs, and the decode rate per sequence so far.
+    pub fn load(&self) -> LoadReport {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let decode_s = g(&self.metrics.decode_ns) as f64 / 1e9;
+        // Each step decodes one token of every live sequence: steps a second is the rate one
+        // sequence sees.
+        let tokens_per_s =
+            (decode_s > 0.0).then(|| (g(&self.metrics.steps) as f64 / decode_s) as f32);
+        LoadReport {
+            queued: u32::try_from(g(&self.metrics.queue_depth)).unwrap_or(u32::MAX),
+            active: u32::try_from(g(&self.metrics.active)).unwrap_or(u32::MAX),
+            slots: u32::try_from(self.slots).unwrap_or(u32::MAX),
+            tokens_per_s,
         }
     }
 

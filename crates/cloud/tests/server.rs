@@ -169,6 +169,16 @@ fn answers_streamed_and_whole_and_rejects_bad_input() {
         .to_string();
     assert!(!text.is_empty());
     assert_eq!(v["usage"]["completion_tokens"], 12);
+    // The load the page's router reads: nothing waits (the answer's own slot may still be
+    // closing), and one sequence's rate.
+    let (status, load) = http(p, "GET", "/v1/load", "").expect("load");
+    assert_eq!(status, 200, "{load}");
+    let load: straddle_protocol::LoadReport = serde_json::from_str(&load).expect("a load report");
+    assert!(load.queued == 0 && load.active <= 1, "{load:?}");
+    assert!(
+        load.slots >= 1 && load.tokens_per_s.is_some_and(|r| r > 0.0),
+        "{load:?}"
+    );
     // The prompt with SmolLM2's template and default system prompt is 35 tokens (llama.cpp's count).
     assert_eq!(v["usage"]["prompt_tokens"], 35);
 

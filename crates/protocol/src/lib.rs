@@ -8,6 +8,7 @@
 pub mod chat;
 pub mod envelope;
 pub mod error;
+pub mod load;
 pub mod sse;
 pub mod token;
 pub mod tools;
@@ -16,5 +17,6 @@ pub mod verify;
 pub use chat::*;
 pub use envelope::*;
 pub use error::*;
+pub use load::*;
 pub use tools::*;
 pub use verify::*;

@@ -13,6 +13,7 @@ use crate::price::Price;
 use crate::quality::{self, EdgeSignals, Estimate, QualityError, QualityModel};
 use crate::signals;
 use crate::task::TaskType;
+use straddle_protocol::LoadReport;
 
 /// Where to answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -83,6 +84,18 @@ pub struct Context {
     /// the answer's expected length then follows the schema.
     #[serde(default)]
     pub structured: Option<signals::StructuredOutput>,
+    /// The cloud server's load as the worker relays it (`GET /v1/load`): its queue adds to
+    /// the cloud's latency, its measured rate replaces the policy's. Unknown: no queue.
+    #[serde(default)]
+    pub cloud_load: Option<LoadReport>,
+    /// The cloud's measured time to first token (the page's running average), for an
+    /// upstream that reports no load: what it takes beyond the round trip counts as queue.
+    #[serde(default)]
+    pub cloud_ttft_ms: Option<f32>,
+    /// Seconds until the on-device engine is free for this request: the answers ahead of
+    /// it on this page.
+    #[serde(default)]
+    pub edge_busy_s: Option<f32>,
 }
 
 /// Scenario weights of the composite score (larger means that term matters more).
@@ -548,8 +561,14 @@ impl Measured {
 /// What each target would cost: seconds, dollars, the device's joules, and the quality of
 /// its answer.
 struct Estimates {
+    /// Includes `edge_wait`.
     edge_latency: f64,
+    /// Seconds behind the answers already queued on this device.
+    edge_wait: f64,
+    /// Includes `cloud_queue`.
     cloud_latency: f64,
+    /// Seconds the cloud would keep the request waiting for a slot.
+    cloud_queue: f64,
     speculative_latency: f64,
     cloud_cost: f64,
     speculative_cost: f64,
@@ -578,8 +597,9 @@ impl Estimates {
             .edge_prefill_tokens_per_s
             .filter(|s| *s > 0.0)
             .map_or(0.0, |s| prompt_tokens / f64::from(s));
+        let edge_wait = ctx.edge_busy_s.map_or(0.0, f64::from).max(0.0);
         let edge_latency = if ctx.edge_tokens_per_s > 0.0 {
-            edge_prefill + out / f64::from(ctx.edge_tokens_per_s)
+            edge_wait + edge_prefill + out / f64::from(ctx.edge_tokens_per_s)
         } else {
             f64::INFINITY
         };
@@ -589,7 +609,13 @@ impl Estimates {
         });
         let rtt = f64::from(ctx.rtt_ms) / 1000.0;
         let cloud_rate = f64::from(policy.cloud_tokens_per_s.max(1.0));
-        let cloud_latency = rtt + upload + out / cloud_rate;
+        let (cloud_queue, cloud_rate) = cloud_wait(ctx, out, cloud_rate, rtt);
+        // The cloud's bill in seconds: upload, queue, compute, download (each token comes
+        // down as one SSE chunk of JSON).
+        let download = ctx.bandwidth_kbps.filter(|k| *k > 0.0).map_or(0.0, |k| {
+            out * SSE_CHUNK_BYTES * 8.0 / (f64::from(k) * 1000.0)
+        });
+        let cloud_latency = rtt + upload + cloud_queue + out / cloud_rate + download;
         let cloud_cost = policy.cloud_price(prompt_tokens, out);
         // Speculative: one round trip and one cloud pass per verify call, the edge drafting
         // every output token; the prompt and the drafts are billed as input, one token a call
@@ -633,7 +659,9 @@ impl Estimates {
                 edge_joules + cloud_joules,
             ),
             edge_latency,
+            edge_wait,
             cloud_latency,
+            cloud_queue,
             speculative_latency,
             cloud_cost,
             speculative_cost,
@@ -645,6 +673,27 @@ impl Estimates {
             cloud_quality,
             estimate,
         }
+    }
+}
+
+/// The bytes of one streamed token: an SSE chunk of OpenAI's JSON around a few characters.
+const SSE_CHUNK_BYTES: f64 = 150.0;
+
+/// The cloud's queue in seconds and its decode rate: from the server's load report where the
+/// worker relays one (requests ahead are assumed as long as this one), else from the
+/// measured time to first token beyond the round trip; `rate` is the policy's where nothing
+/// was measured.
+fn cloud_wait(ctx: &Context, out: f64, rate: f64, rtt: f64) -> (f64, f64) {
+    match (ctx.cloud_load, ctx.cloud_ttft_ms) {
+        (Some(load), _) => {
+            let rate = load
+                .tokens_per_s
+                .filter(|r| *r > 0.0)
+                .map_or(rate, f64::from);
+            (load.wait_s(out / rate), rate)
+        }
+        (None, Some(ttft)) => ((f64::from(ttft) / 1000.0 - rtt).max(0.0), rate),
+        (None, None) => (0.0, rate),
     }
 }
 
@@ -731,6 +780,10 @@ fn trace_signals(
             "structured_schema_bytes",
             ctx.structured.map(|s| f64::from(s.schema_bytes)),
         ),
+        ("edge_busy_s", Some(e.edge_wait).filter(|w| *w > 0.0)),
+        ("cloud_queued", ctx.cloud_load.map(|l| f64::from(l.queued))),
+        ("cloud_queue_s", Some(e.cloud_queue).filter(|w| *w > 0.0)),
+        ("cloud_ttft_ms", ctx.cloud_ttft_ms.map(f64::from)),
         // The cost model's own estimates, so a learner can correct them from feedback.
         (
             "edge_latency_s",
@@ -764,14 +817,16 @@ type Rule = fn(&Facts) -> Option<Ruling>;
 
 /// The rules, in order; the first that applies decides. Privacy first: it is a constraint,
 /// not a weight.
-const RULES: [(&str, Rule); 8] = [
+const RULES: [(&str, Rule); 10] = [
     ("privacy", privacy),
     ("offline", offline),
     ("edge_unavailable", edge_unavailable),
     ("edge_context", edge_context),
     ("budget", budget),
+    ("edge_busy", edge_busy),
     ("language", language),
     ("battery", battery),
+    ("cloud_queue", cloud_queue),
     ("long_output", long_output),
 ];
 
@@ -874,6 +929,34 @@ fn battery(f: &Facts) -> Option<Ruling> {
         f.e.edge_joules, f.e.cloud_joules
     );
     Some((Target::Cloud, vec![why]))
+}
+
+/// A busy device: the answers queued ahead of this one would keep it waiting longer than the
+/// whole cloud answer takes. (A private request never gets here: it waits its turn.)
+fn edge_busy(f: &Facts) -> Option<Ruling> {
+    let e = &f.e;
+    if e.edge_wait <= e.cloud_latency {
+        return None;
+    }
+    let why = format!(
+        "edge busy: {:.1} s of answers ahead on this device; the cloud answers in about {:.1} s",
+        e.edge_wait, e.cloud_latency
+    );
+    Some((Target::Cloud, vec![why]))
+}
+
+/// A queueing cloud: waiting for its slot would take longer than the edge's whole answer,
+/// and the edge can take the request.
+fn cloud_queue(f: &Facts) -> Option<Ruling> {
+    let e = &f.e;
+    if e.cloud_queue <= e.edge_latency || !f.m.lang_ok || !f.m.fits_edge {
+        return None;
+    }
+    let why = format!(
+        "cloud queueing: about {:.1} s before it would start; the edge answers in about {:.1} s",
+        e.cloud_queue, e.edge_latency
+    );
+    Some((Target::Edge, vec![why]))
 }
 
 /// An answer longer than the policy lets the edge write.
@@ -1147,6 +1230,86 @@ mod tests {
         };
         assert!(!large.is_small());
         assert_eq!(large.expected_output(Some(30)).tokens, 30);
+    }
+
+    #[test]
+    fn a_busy_device_sends_a_request_to_the_cloud_unless_it_is_private() {
+        let prompt = "What is the capital of France?";
+        let free = decide(prompt, None, &ctx(), &Policy::default());
+        assert_eq!(free.target, Target::Edge, "{:?}", free.reasons);
+        let busy = Context {
+            edge_busy_s: Some(30.0),
+            ..ctx()
+        };
+        let d = decide(prompt, None, &busy, &Policy::default());
+        assert_eq!(d.target, Target::Cloud, "{:?}", d.reasons);
+        assert_eq!(d.trace.rule.as_deref(), Some("edge_busy"));
+        assert_eq!(signal(&d, "edge_busy_s"), 30.0);
+        // A moment's wait is not worth the trip.
+        let brief = Context {
+            edge_busy_s: Some(0.05),
+            ..ctx()
+        };
+        assert_eq!(
+            decide(prompt, None, &brief, &Policy::default()).target,
+            Target::Edge
+        );
+        // Private data waits its turn on the device.
+        let private = "What is the capital of France? My card is 4111 1111 1111 1111.";
+        let d = decide(private, None, &busy, &Policy::default());
+        assert_eq!(d.target, Target::Edge);
+        assert_eq!(d.trace.rule.as_deref(), Some("privacy"));
+    }
+
+    #[test]
+    fn a_queueing_cloud_sends_a_long_answer_to_the_edge_and_its_queue_is_in_the_bill() {
+        let essay = "Write a detailed 500-word essay on the history of the printing press.";
+        let calm = decide(essay, Some(400), &ctx(), &Policy::default());
+        assert_eq!(calm.target, Target::Cloud, "{:?}", calm.reasons);
+        let full = Context {
+            cloud_load: Some(LoadReport {
+                queued: 40,
+                active: 8,
+                slots: 8,
+                tokens_per_s: Some(20.0),
+            }),
+            ..ctx()
+        };
+        let d = decide(essay, Some(400), &full, &Policy::default());
+        assert_eq!(d.target, Target::Edge, "{:?}", d.reasons);
+        assert_eq!(d.trace.rule.as_deref(), Some("cloud_queue"));
+        assert_eq!(signal(&d, "cloud_queued"), 40.0);
+        assert!(
+            signal(&d, "cloud_queue_s")
+                .as_f64()
+                .is_some_and(|s| s > 60.0)
+        );
+        // An upstream that reports no load: the measured time to first token stands in.
+        let slow = Context {
+            cloud_ttft_ms: Some(120_000.0),
+            ..ctx()
+        };
+        let d = decide(essay, Some(400), &slow, &Policy::default());
+        assert_eq!(
+            d.trace.rule.as_deref(),
+            Some("cloud_queue"),
+            "{:?}",
+            d.reasons
+        );
+        // A free slot: no queue, the usual decision.
+        let idle = Context {
+            cloud_load: Some(LoadReport {
+                queued: 0,
+                active: 2,
+                slots: 8,
+                tokens_per_s: Some(20.0),
+            }),
+            ..ctx()
+        };
+        assert_eq!(
+            decide(essay, Some(400), &idle, &Policy::default()).target,
+            Target::Cloud
+        );
     }
 
     #[test]
