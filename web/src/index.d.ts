@@ -110,6 +110,11 @@ export interface StraddleOptions {
    */
   learn?: boolean;
   /**
+   * Report edge answers' usage to the worker (default true): counts, timings and versions,
+   * never text, in batches, so the tenant's usage covers both tiers.
+   */
+  reportUsage?: boolean;
+  /**
    * Let the router choose speculative decoding (this device drafts, the cloud verifies) when
    * the worker's cloud verifies drafts with the same tokenizer. Default true.
    */

@@ -13,6 +13,11 @@ const ROLES = new Set(["system", "user", "assistant", "tool"]);
 const PRIOR_TOKENS_PER_S = { webgpu: 30, cpu: 10 };
 const DEFAULT_MAX_TOKENS = 256;
 const RTT_STALE_MS = 60_000;
+/** Edge usage is sent to the worker in batches of this many, or after this long. */
+const USAGE_BATCH = 20;
+const USAGE_FLUSH_MS = 10_000;
+/** The most answers one report carries (the worker's limit). */
+const USAGE_BATCH_MAX = 100;
 /** How old the cloud's load report may be before a decision asks again. */
 const LOAD_STALE_MS = 2_000;
 /** Why a page that asked for threads runs the CPU model on one. */
@@ -251,6 +256,9 @@ export class Straddle {
     // The device answers one request at a time: those waiting, and the promise the next one
     // waits on.
     this.edgeJobs = [];
+    // Edge answers' usage not yet sent to the worker.
+    this.usageQueue = [];
+    this.usageTimer = null;
     this.edgeTail = Promise.resolve();
     this.offline = false;
     this.sessionStats = new SessionStats();
@@ -545,7 +553,43 @@ export class Straddle {
     const meta = { ...end.meta, latency_ms: performance.now() - started, ttft_ms: end.ttft_ms ?? null };
     this.sessionStats.record(meta, end.usage.completion_tokens);
     this.answers.set(id, { route: meta.route, decision: end.decision, cost_usd: meta.cost.usd, latency_s: meta.latency_ms / 1000 });
+    if (meta.route === "edge") this.reportEdgeAnswer(id, end, meta);
     return meta;
+  }
+
+  /**
+   * Queues an edge answer's usage for the worker (counts, timings and versions; never text),
+   * sent in batches so usage by user, feature and session covers both tiers.
+   */
+  reportEdgeAnswer(id, end, meta) {
+    if (!this.worker || this.options.reportUsage === false) return;
+    const d = end.decision;
+    this.usageQueue.push({
+      id, prompt_tokens: end.usage.prompt_tokens, completion_tokens: end.usage.completion_tokens,
+      latency_ms: meta.latency_ms, ...(meta.ttft_ms !== null && { ttft_ms: meta.ttft_ms }), reasons: meta.reasons,
+      router_version: routerVersion(), policy_version: d.trace.policy_version, quality_model_version: d.quality?.model_version ?? "",
+      edge_model_sha256: this.edge?.sha256 ?? "", model: this.edge?.name ?? "",
+    });
+    // Never more than a report's worth kept: the oldest go first while the cloud is away.
+    this.usageQueue.splice(0, Math.max(0, this.usageQueue.length - USAGE_BATCH_MAX));
+    if (this.usageQueue.length >= USAGE_BATCH) this.flushUsage();
+    else this.usageTimer ??= setTimeout(() => this.flushUsage(), USAGE_FLUSH_MS);
+  }
+
+  /** Sends the queued edge usage; what fails stays queued (the worker counts an id once). */
+  async flushUsage() {
+    clearTimeout(this.usageTimer);
+    this.usageTimer = null;
+    if (!this.usageQueue.length || !this.cloudUsable()) return;
+    const answers = this.usageQueue.splice(0);
+    try {
+      const token = await resolveToken(this.options.token);
+      const headers = { "content-type": "application/json", ...(token && { authorization: `Bearer ${token}` }) };
+      const r = await fetch(`${this.worker}/v1/usage/edge`, { method: "POST", headers, body: JSON.stringify({ answers }), keepalive: true });
+      if (!r.ok && r.status >= 500) throw new Error(`the worker answered ${r.status}`);
+    } catch {
+      this.usageQueue.unshift(...answers.slice(0, USAGE_BATCH_MAX - this.usageQueue.length));
+    }
   }
 
   /**
@@ -953,6 +997,7 @@ export class Straddle {
 
   /** Frees the model and the worker; the client answers from the cloud afterwards, if allowed. */
   async unload() {
+    await this.flushUsage();
     this.edge?.host.unload();
     this.edge = null;
     this.edgeError = new StraddleError("edge_unavailable", "the model was unloaded");

@@ -455,6 +455,31 @@ test("load: with the device busy the next request goes to the cloud; under priva
   }
 });
 
+test("edge answers are reported to the worker, counts and versions only, and show in the tenant's usage by session", { skip }, async () => {
+  const { context, page, sent } = await freshPage();
+  try {
+    const token = mintToken({ origin: stack.webUrl, sid: "usage-edge" });
+    const prompt = "Name a colour of the sky.";
+    const r = await inPage(page, async (Straddle, _E, config, { token, prompt }) => {
+      const s = await Straddle.create({ ...config, token });
+      const a = await s.chat.completions.create({ messages: [{ role: "user", content: prompt }], max_tokens: 8, straddle: { route: "edge" } });
+      await s.unload();
+      return { route: a.straddle.route, text: a.choices[0].message.content, id: a.id };
+    }, { token, prompt });
+    assert.equal(r.route, "edge");
+    const reports = sent.filter((q) => q.url.endsWith("/v1/usage/edge"));
+    assert.equal(reports.length, 1, "one batch, sent when the client unloads");
+    assert.ok(!reports[0].body.includes(prompt) && !reports[0].body.includes(r.text.trim()), reports[0].body);
+    assert.equal(JSON.parse(reports[0].body).answers[0].id, r.id);
+    const groups = (await (await admin(stack.workerUrl, "GET", `/v1/tenants/${TENANT}/usage?group_by=session`)).json()).groups;
+    const mine = groups.find((g) => g.key === "usage-edge");
+    assert.equal(mine?.requests, 1, JSON.stringify(groups));
+    assert.ok(mine.tokens_out > 0 && mine.usd === 0);
+  } finally {
+    await context.close();
+  }
+});
+
 test("the cascade hands an unsure edge answer to the cloud mid-stream and says the edge tokens were discarded", { skip }, async () => {
   const { context, page } = await freshPage();
   try {

@@ -89,6 +89,9 @@ pub struct Record {
     /// Answered by a failover upstream after the first choice failed.
     #[serde(default)]
     pub degraded: bool,
+    /// An edge answer's cloud price at the first upstream's rates: what it saved.
+    #[serde(default)]
+    pub saved_usd: f64,
 }
 
 /// The Durable Object.
@@ -100,7 +103,7 @@ pub struct TenantBudget {
 
 const DAY_MS: i64 = 86_400_000;
 /// What usage may be grouped by.
-const GROUP_BY: &str = "user, session, feature, model, outcome, upstream, degraded, \
+const GROUP_BY: &str = "user, session, feature, model, outcome, upstream, degraded, route, \
                         router_version, policy_version, quality_model_version, edge_model, upstream_model";
 /// Most records one usage call lists.
 const MAX_RECORDS: i64 = 1000;
@@ -216,6 +219,16 @@ impl DurableObject for TenantBudget {
                 let (hold_id, record): (String, Record) = req.json().await?;
                 self.settle(&hold_id, &record)?;
                 Response::from_json(&serde_json::json!({"settled": true}))
+            }
+            (Method::Post, "/edge") => {
+                let records: Vec<Record> = req.json().await?;
+                let new = records
+                    .iter()
+                    .map(|r| self.insert_record(r))
+                    .sum::<Result<usize>>()?;
+                Response::from_json(
+                    &serde_json::json!({"recorded": new, "duplicates": records.len() - new}),
+                )
             }
             (Method::Put, "/tenant") => {
                 let tenant: Tenant = req.json().await?;
@@ -575,15 +588,11 @@ impl TenantBudget {
     /// Replaces the hold with what was actually spent and writes the cost record (once: a
     /// repeated settle of the same id changes nothing).
     fn settle(&self, hold_id: &str, r: &Record) -> Result<()> {
-        let (_, _, existing) = self.sums(
-            "SELECT 0.0 AS usd, 0 AS tokens, COUNT(*) AS n FROM records WHERE id = ?",
-            vec![SqlStorageValue::from(r.id.as_str())],
-        )?;
         self.sql.exec(
             "DELETE FROM holds WHERE id = ?",
             vec![SqlStorageValue::from(hold_id)],
         )?;
-        if existing > 0 {
+        if self.is_recorded(&r.id)? {
             return Ok(());
         }
         let mut scopes = vec![Scope::Tenant, Scope::User(&r.user)];
@@ -602,6 +611,24 @@ impl TenantBudget {
                     SqlStorageValue::from(r.tokens_in + r.tokens_out),
                 ],
             )?;
+        }
+        self.insert_record(r).map(drop)
+    }
+
+    /// Whether a record with this id exists: a retried settle or report counts once.
+    fn is_recorded(&self, id: &str) -> Result<bool> {
+        let (_, _, n) = self.sums(
+            "SELECT 0.0 AS usd, 0 AS tokens, COUNT(*) AS n FROM records WHERE id = ?",
+            vec![SqlStorageValue::from(id)],
+        )?;
+        Ok(n > 0)
+    }
+
+    /// Writes `r` unless its id is recorded already; 1 if it was written. Spending is the
+    /// caller's (an edge answer spends nothing).
+    fn insert_record(&self, r: &Record) -> Result<usize> {
+        if self.is_recorded(&r.id)? {
+            return Ok(0);
         }
         self.sql.exec(
             "INSERT INTO records (id, ts_ms, json, user, session, feature, model, tokens_in, tokens_out, usd, outcome, upstream, degraded) \
@@ -622,7 +649,7 @@ impl TenantBudget {
                 SqlStorageValue::from(i64::from(r.degraded)),
             ],
         )?;
-        Ok(())
+        Ok(1)
     }
 
     fn records(&self, from: i64, to: i64, limit: i64) -> Result<serde_json::Value> {
@@ -662,6 +689,7 @@ impl TenantBudget {
             tokens_in: Option<i64>,
             tokens_out: Option<i64>,
             usd: Option<f64>,
+            saved_usd: Option<f64>,
         }
         // The column comes from this list, never from the query string.
         let column = match group_by {
@@ -673,6 +701,7 @@ impl TenantBudget {
             Some("outcome") => "outcome",
             Some("upstream") => "upstream",
             Some("degraded") => "CASE degraded WHEN 1 THEN 'degraded' ELSE 'first_choice' END",
+            Some("route") => "CASE outcome WHEN 'edge' THEN 'edge' ELSE 'cloud' END",
             // Versions live in the record's JSON: a model or router update shows as a new key.
             Some("router_version") => "json_extract(json, '$.router_version')",
             Some("policy_version") => "json_extract(json, '$.policy_version')",
@@ -690,7 +719,8 @@ impl TenantBudget {
             .exec(
                 &format!(
                     "SELECT {column} AS key, COUNT(*) AS requests, SUM(tokens_in) AS tokens_in, \
-                     SUM(tokens_out) AS tokens_out, SUM(usd) AS usd FROM records \
+                     SUM(tokens_out) AS tokens_out, SUM(usd) AS usd, \
+                     SUM(COALESCE(json_extract(json, '$.saved_usd'), 0)) AS saved_usd FROM records \
                      WHERE ts_ms >= ? AND ts_ms < ? GROUP BY key ORDER BY key"
                 ),
                 vec![SqlStorageValue::from(from), SqlStorageValue::from(to)],

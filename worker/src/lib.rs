@@ -15,6 +15,7 @@ pub mod origins;
 mod privacy;
 pub mod tenant;
 mod upstreams;
+mod usage;
 mod verify;
 
 use error::error_response;
@@ -67,6 +68,8 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
         chat::chat(req, &env, &ctx).await?
     } else if req.method() == Method::Post && req.path() == "/v1/verify" {
         verify::verify(req, &env).await?
+    } else if req.method() == Method::Post && req.path() == "/v1/usage/edge" {
+        usage::edge(req, &env).await?
     } else {
         routes(req, env.clone()).await?
     };

@@ -12,6 +12,7 @@ pub mod load;
 pub mod sse;
 pub mod token;
 pub mod tools;
+pub mod usage;
 pub mod verify;
 
 pub use chat::*;
@@ -19,4 +20,5 @@ pub use envelope::*;
 pub use error::*;
 pub use load::*;
 pub use tools::*;
+pub use usage::*;
 pub use verify::*;

@@ -23,6 +23,7 @@ async function everyOption(): Promise<void> {
     session: "s-1",
     feature: "summarize",
     learn: true,
+    reportUsage: true,
     speculative: true,
     wasmUrl: new URL("https://example.com/straddle_bg.wasm"),
   });
