@@ -92,6 +92,9 @@ pub struct Record {
     /// An edge answer's cloud price at the first upstream's rates: what it saved.
     #[serde(default)]
     pub saved_usd: f64,
+    /// The page's cascade handed this answer to the cloud mid-stream.
+    #[serde(default)]
+    pub escalated_mid_stream: bool,
 }
 
 /// The Durable Object.
@@ -690,6 +693,11 @@ impl TenantBudget {
             tokens_out: Option<i64>,
             usd: Option<f64>,
             saved_usd: Option<f64>,
+            /// Of the group's answers, the share the cloud gave: with edge usage reported,
+            /// the escalation rate, so a router or model update that moves it shows here.
+            cloud_share: Option<f64>,
+            /// The share the page's cascade handed to the cloud mid-stream.
+            cascade_rate: Option<f64>,
         }
         // The column comes from this list, never from the query string.
         let column = match group_by {
@@ -720,7 +728,10 @@ impl TenantBudget {
                 &format!(
                     "SELECT {column} AS key, COUNT(*) AS requests, SUM(tokens_in) AS tokens_in, \
                      SUM(tokens_out) AS tokens_out, SUM(usd) AS usd, \
-                     SUM(COALESCE(json_extract(json, '$.saved_usd'), 0)) AS saved_usd FROM records \
+                     SUM(COALESCE(json_extract(json, '$.saved_usd'), 0)) AS saved_usd, \
+                     AVG(CASE outcome WHEN 'edge' THEN 0.0 ELSE 1.0 END) AS cloud_share, \
+                     AVG(CASE json_extract(json, '$.escalated_mid_stream') WHEN 1 THEN 1.0 ELSE 0.0 END) AS cascade_rate \
+                     FROM records \
                      WHERE ts_ms >= ? AND ts_ms < ? GROUP BY key ORDER BY key"
                 ),
                 vec![SqlStorageValue::from(from), SqlStorageValue::from(to)],

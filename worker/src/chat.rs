@@ -150,6 +150,7 @@ fn record_template(hold: &Hold, caller: &Caller, req: &ChatRequest) -> Record {
         policy_version: claim(|e| e.policy_version.clone()),
         quality_model_version: claim(|e| e.quality_model_version.clone()),
         edge_model_sha256: claim(|e| e.edge_model_sha256.clone()),
+        escalated_mid_stream: envelope.is_some_and(|e| e.escalated_mid_stream),
         ..Record::default()
     }
 }

@@ -45,6 +45,15 @@ test("edge answers are recorded once, attributed to the token's user, session an
   assert.equal(byModel.groups.find((g) => g.key === "ab".repeat(32))?.requests, 3);
   // Edge answers spend none of the tenant's budget.
   assert.ok(byRoute.today.tokens < 100, JSON.stringify(byRoute.today));
+  // Per router version: one escalation (handed over mid-stream by the cascade) beside the
+  // three edge answers of the same version, so the version's escalation rate is a quarter.
+  const escalated = await chat(worker.url, { messages: [{ role: "user", content: "hi" }], max_tokens: 10,
+    straddle: { router_version: "straddle-router/0.1.0", escalated_mid_stream: true } }, { token: mintToken({ sid: "page-1" }) });
+  assert.equal(escalated.status, 200);
+  const byVersion = (await usage("?group_by=router_version")).groups.find((g) => g.key === "straddle-router/0.1.0");
+  assert.equal(byVersion.requests, 4, JSON.stringify(byVersion));
+  assert.equal(byVersion.cloud_share, 0.25);
+  assert.equal(byVersion.cascade_rate, 0.25);
 });
 
 test("a report is refused with the field named: text in it, too many answers, no token", async () => {
