@@ -46,6 +46,11 @@ impl Conversation {
         }
     }
 
+    /// The answer's stream: it may open with a tool call when tools are offered.
+    pub fn answer_stream(&self) -> AnswerStream {
+        AnswerStream::new(!self.tools.is_empty())
+    }
+
     /// The prompt: an answer after the conversation, or the rest of its last turn.
     pub fn prompt(&self) -> Prompt<'_> {
         if self.continues {

@@ -40,16 +40,16 @@ pub async fn complete(
             .requests
             .load(std::sync::atomic::Ordering::Relaxed)
     );
-    let answer = AnswerStream::new(!req.offered_tools().is_empty());
+    let conversation = Conversation::of(&req);
     let reply = Reply {
         id,
         created,
         model,
-        answer,
+        answer: conversation.answer_stream(),
     };
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     if let Err(e) = scheduler.submit(Job {
-        conversation: Conversation::of(&req),
+        conversation,
         params,
         events: tx,
     }) {

@@ -336,19 +336,13 @@ impl<C: ModelCache> Sequence<C> {
     /// The next token, drawn from the logits under the grammar's mask when constrained (so
     /// its log-probability and entropy are those of the tokens the grammar allows).
     fn choose(&mut self) -> Result<sample::Sampled, GrammarError> {
+        if let Some(c) = &mut self.constraint {
+            // In place: these logits are spent once a token is drawn from them.
+            let masking = Instant::now();
+            c.mask(&mut self.logits)?;
+            self.out.grammar_ms += masking.elapsed().as_secs_f64() * 1000.0;
+        }
         let sampling = &self.params.sampling;
-        let Some(c) = &mut self.constraint else {
-            return Ok(sample::sample(
-                &self.logits,
-                sampling,
-                &self.context,
-                &mut self.rng,
-            ));
-        };
-        // In place: these logits are spent once a token is drawn from them.
-        let masking = Instant::now();
-        c.mask(&mut self.logits)?;
-        self.out.grammar_ms += masking.elapsed().as_secs_f64() * 1000.0;
         Ok(sample::sample(
             &self.logits,
             sampling,

@@ -205,7 +205,7 @@ impl EdgeEngine {
             let (request, params) = parse_request(&messages_json, &params_json, constrain)
                 .map_err(|e| invalid_request(&e))?;
             let prompt = request.prompt();
-            let answer = AnswerStream::new(!request.tools.is_empty());
+            let answer = request.answer_stream();
             let reply = map_backend!(Backend => Reply, backend, e => Running::start(e, prompt, &params, answer)
                 .await
                 .map_err(|e| JsValue::from(JsError::new(&e.to_string())))?);
