@@ -3,7 +3,7 @@
 //! data), hold the worst case in the tenant's budget — and afterwards settle it.
 
 use straddle_protocol::token::Claims;
-use straddle_protocol::{ApiError, ErrorKind, Message};
+use straddle_protocol::{ApiError, ErrorKind, Message, Tool};
 use straddle_router::price::Price;
 use worker::{Env, Method, Request, RequestInit, Result, Stub};
 
@@ -371,6 +371,18 @@ fn refused(answer: &HoldAnswer) -> Refusal {
             .into()
         }
     }
+}
+
+/// A conservative prompt size: two bytes a token (real tokenizers average three to four on
+/// English, about one a character on Chinese — which is three bytes) plus framing per message,
+/// and the tool definitions the template writes into the prompt. What an upstream's template
+/// adds on its own (a default system turn) is not seen here: billing, capped at the hold so
+/// that no limit is overshot, records it as `unbilled_tokens`.
+pub(crate) fn prompt_tokens_bound(messages: &[Message], tools: Option<&[Tool]>) -> i64 {
+    let half = |bytes: usize| bytes.div_ceil(2) as i64;
+    let messages: i64 = messages.iter().map(|m| half(m.content.len()) + 8).sum();
+    let tools = tools.map_or(0, |t| serde_json::to_string(t).map_or(0, |j| half(j.len())));
+    messages + tools
 }
 
 #[cfg(test)]

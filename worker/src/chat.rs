@@ -13,7 +13,9 @@ use straddle_protocol::sse::{self, Parser};
 use straddle_protocol::{ApiError, ChatChunk, ChatRequest, ChatResponse, ErrorKind};
 use worker::{ByteStream, Context, Env, Headers, Request, Response, Result};
 
-use crate::admission::{Bill, Caller, budget_stub, caller, dearest_prices, json_body, now_ms};
+use crate::admission::{
+    Bill, Caller, budget_stub, caller, dearest_prices, json_body, now_ms, prompt_tokens_bound,
+};
 use crate::budget::{Hold, Record};
 use crate::deadline::Deadline;
 use crate::error::{Refusal, respond};
@@ -28,15 +30,6 @@ const CHAT_PATH: &str = "/v1/chat/completions";
 
 /// `max_tokens` assumed when a request gives none (the hold must have a bound).
 const DEFAULT_MAX_TOKENS: u32 = 1024;
-
-/// A conservative prompt size: two bytes a token (real tokenizers average three to four on
-/// English, about one a character on Chinese — which is three bytes) plus framing per message.
-fn prompt_tokens_bound(req: &ChatRequest) -> i64 {
-    req.messages
-        .iter()
-        .map(|m| m.content.len().div_ceil(2) as i64 + 8)
-        .sum()
-}
 
 /// `POST /v1/chat/completions`.
 pub async fn chat(req: Request, env: &Env, ctx: &Context) -> Result<Response> {
@@ -56,7 +49,7 @@ async fn serve(
         .and_then(|()| caller.permits(&parsed.model, &parsed.messages))?;
     let list = upstreams_serving(env, &parsed.model)?;
     let max_tokens = max_tokens(&caller, &parsed)?;
-    let prompt_bound = prompt_tokens_bound(&parsed);
+    let prompt_bound = prompt_tokens_bound(&parsed.messages, parsed.tools.as_deref());
     // A growing hold starts with a first chunk of output; the stream extends it.
     let growing = parsed.stream && caller.tenant.growing_holds();
     let held_out = match growing {

@@ -5,7 +5,7 @@
 use straddle_protocol::{ApiError, ErrorKind, VerifyRequest, VerifyResponse};
 use worker::{Env, Request, Response, Result};
 
-use crate::admission::{Bill, caller, dearest_prices, json_body, now_ms};
+use crate::admission::{Bill, caller, dearest_prices, json_body, now_ms, prompt_tokens_bound};
 use crate::budget::Record;
 use crate::error::{Refusal, respond};
 use crate::forward::{Outgoing, forward, relay_failure, text_within, total_timeout, upstream_list};
@@ -15,7 +15,7 @@ use crate::upstreams::Upstream;
 const MAX_DRAFT: usize = 64;
 
 /// What the request asks the verifier to read, as a token bound: the prefix's ids when given
-/// (exact), else two bytes a token of the messages, or on a continuing session call the one
+/// (exact), else the messages' bound as the template renders them, or on a continuing session call the one
 /// pending token; plus the draft.
 fn input_tokens_bound(req: &VerifyRequest) -> i64 {
     if req.continues_session() {
@@ -23,11 +23,7 @@ fn input_tokens_bound(req: &VerifyRequest) -> i64 {
     }
     let prefix = match &req.prefix_tokens {
         Some(ids) => ids.len() as i64,
-        None => req
-            .messages
-            .iter()
-            .map(|m| m.content.len().div_ceil(2) as i64 + 8)
-            .sum(),
+        None => prompt_tokens_bound(&req.messages, None),
     };
     prefix + req.draft_tokens.len() as i64
 }

@@ -93,3 +93,26 @@ export async function startCloud(bin, model, args = []) {
   }
   return { url, kill: () => proc.kill() };
 }
+
+/**
+ * llama.cpp's own `llama-server` on a free port of 127.0.0.1, serving `model` with
+ * continuous batching over `slots` slots, once it answers /health (it says 503 while loading).
+ */
+export async function startLlamaServer(bin, model, { slots = 2, ctxPerSlot = 2048 } = {}) {
+  const port = await freePort();
+  const proc = spawn(bin, [
+    "-m", model, "--host", "127.0.0.1", "--port", String(port), "-t", "2",
+    "-np", String(slots), "-cb", "-c", String(slots * ctxPerSlot), "-a", "smollm2",
+  ], { stdio: "ignore" });
+  const url = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    try { if ((await fetch(`${url}/health`)).ok) break; } catch { /* not up yet */ }
+    if (Date.now() > deadline || proc.exitCode !== null) {
+      proc.kill();
+      throw new Error("llama-server did not start");
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  return { url, proc, kill: () => proc.kill() };
+}

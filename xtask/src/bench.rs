@@ -5,6 +5,7 @@ use std::process::Command;
 
 use anyhow::{Context, bail};
 
+use crate::llama_cpp;
 use crate::setup;
 use crate::util::{self, root};
 
@@ -49,7 +50,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
 fn llama_python() -> anyhow::Result<std::path::PathBuf> {
     let venv = root().join("tests/reference/.venv");
     let python = venv.join("bin/python");
-    let cmake_args = llama_cmake_args();
+    let cmake_args = llama_cpp::cpu_flags().0.join(" ");
     let stamp = venv.join("straddle-cmake-args");
     let ok = python.is_file()
         && std::fs::read_to_string(&stamp).is_ok_and(|s| s == cmake_args)
@@ -80,28 +81,6 @@ fn llama_python() -> anyhow::Result<std::path::PathBuf> {
     Ok(python)
 }
 
-/// llama.cpp's CPU flags for this machine: the instruction sets our kernels may use too, so
-/// the peer runs at its best. GGML_NATIVE=ON produced a binary that died with SIGILL on an
-/// AVX-512 machine (the compiler's idea of the host, not what the VM allows), so the flags
-/// are named from what the program detects.
-fn llama_cmake_args() -> String {
-    let mut args =
-        "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON".to_string();
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f")
-        && std::arch::is_x86_feature_detected!("avx512cd")
-        && std::arch::is_x86_feature_detected!("avx512vl")
-        && std::arch::is_x86_feature_detected!("avx512dq")
-        && std::arch::is_x86_feature_detected!("avx512bw")
-    {
-        args.push_str(" -DGGML_AVX512=ON");
-        if std::arch::is_x86_feature_detected!("avx512vnni") {
-            args.push_str(" -DGGML_AVX512_VNNI=ON");
-        }
-    }
-    args
-}
-
 /// Our CPU engine beside llama.cpp on the default model, or on Gemma 3 270M with `gemma`;
 /// then the burn model on its backends (the default model only: it runs Llama's layers).
 fn engine(gemma: bool) -> anyhow::Result<()> {
@@ -114,6 +93,7 @@ fn engine(gemma: bool) -> anyhow::Result<()> {
     util::build_fast(&["-p", "straddle-engine", "--example", "bench"])?;
     let ours_bin = util::target_dir().join("fast/examples/bench");
     let python = llama_python()?;
+    let llama = llama_cpp::tools()?;
     let (np, nd) = (PROMPT_TOKENS.to_string(), DECODE_TOKENS.to_string());
     let mut rows = Vec::new();
     // Alternate the two twice so a noisy neighbour hurts both alike.
@@ -152,6 +132,9 @@ fn engine(gemma: bool) -> anyhow::Result<()> {
             )?;
             into.push(serde_json::from_str::<serde_json::Value>(peer.trim())?);
         }
+        let (short, long) = llama_bench(&llama.bench, &model, threads)?;
+        rows.push(short);
+        long_rows.push(long);
     }
     let best_of = |rows: &[serde_json::Value], name: &str, key: &str| {
         rows.iter()
@@ -166,12 +149,21 @@ fn engine(gemma: bool) -> anyhow::Result<()> {
         "| engine | threads | prefill tok/s ({PROMPT_TOKENS}-token prompt) | prefill tok/s ({LONG_PROMPT_TOKENS}-token prompt) | decode tok/s ({DECODE_TOKENS} tokens) | decode GB/s read ÷ measured | load ms |\n|---|---|---|---|---|---|---|\n"
     ));
     // The AVX2 row exists only where the machine's best family is another.
-    let names = ["straddle-cpu", "straddle-cpu (avx2)", "llama.cpp"]
-        .into_iter()
-        .filter(|name| rows.iter().any(|r| r["engine"] == *name));
+    let names = [
+        "straddle-cpu",
+        "straddle-cpu (avx2)",
+        "llama-bench",
+        "llama.cpp",
+    ]
+    .into_iter()
+    .filter(|name| rows.iter().any(|r| r["engine"] == *name));
     for name in names {
         let label = match (name, &best_kernels) {
             ("straddle-cpu", Some(k)) => format!("straddle-cpu ({k})"),
+            ("llama-bench", _) => format!("llama.cpp `llama-bench` ({})", llama.build),
+            ("llama.cpp", _) => {
+                "llama-cpp-python 0.3.36 (Python wrapper, an argmax round trip per token)".into()
+            }
             _ => name.to_string(),
         };
         let load = rows
@@ -186,17 +178,22 @@ fn engine(gemma: bool) -> anyhow::Result<()> {
                 .partial_cmp(&b["decode_tps"].as_f64())
                 .unwrap_or(std::cmp::Ordering::Equal)
         });
+        let load = if load.is_finite() {
+            format!("{load:.0}")
+        } else {
+            "—".into()
+        };
         table.push_str(&format!(
-            "| {label} | {threads} | {:.1} | {:.1} | {:.1} | {} | {load:.0} |\n",
+            "| {label} | {threads} | {:.1} | {:.1} | {:.1} | {} | {load} |\n",
             best(name, "prefill_tps"),
             best_long(name),
             best(name, "decode_tps"),
             fastest.map_or("—".into(), bandwidth_cell)
         ));
     }
-    let ratio = |k: &str| best("straddle-cpu", k) / best("llama.cpp", k).max(1e-9);
-    let long_ratio = best_long("straddle-cpu") / best_long("llama.cpp").max(1e-9);
-    table.push_str(&format!("\nRatio (ours ÷ llama.cpp): prefill {:.2}× ({PROMPT_TOKENS} tokens), {long_ratio:.2}× ({LONG_PROMPT_TOKENS} tokens), decode {:.2}×. Best of 2 alternating runs each.\n", ratio("prefill_tps"), ratio("decode_tps")));
+    let ratio = |k: &str| best("straddle-cpu", k) / best("llama-bench", k).max(1e-9);
+    let long_ratio = best_long("straddle-cpu") / best_long("llama-bench").max(1e-9);
+    table.push_str(&format!("\nRatio (ours ÷ `llama-bench`): prefill {:.2}× ({PROMPT_TOKENS} tokens), {long_ratio:.2}× ({LONG_PROMPT_TOKENS} tokens), decode {:.2}×. Best of 2 alternating rounds each; `llama-bench` reports the mean of its 3 repetitions per round (`-r 3`), its decode row is `tg{DECODE_TOKENS}` at depth {PROMPT_TOKENS} (`-d {PROMPT_TOKENS}`), as ours decodes after the {PROMPT_TOKENS}-token prompt. The Python wrapper's row is kept to show what it costs: it is not the peer.\n", ratio("prefill_tps"), ratio("decode_tps")));
     if let Some(r) = rows.iter().find(|r| r["engine"] == "straddle-cpu") {
         table.push_str(&format!(
             "Resident weights (quantized): {} MB; f32 KV cache at 2,048 positions: {} MB.\nDecode GB/s: what a decoded token reads (every weight once, and the cached keys and values) × tokens per second, beside what a plain pass measured just after (host: every thread summing a 512 MiB buffer; device: `x + 1` over 96 MiB, reads and writes counted): the fraction of the memory-bandwidth bound.\n",
@@ -217,6 +214,63 @@ fn engine(gemma: bool) -> anyhow::Result<()> {
             &format!("Command: `cargo xtask bench engine`\n\n{table}"),
         ),
     }
+}
+
+/// One round of llama.cpp's own `llama-bench` on `model`: `(a row with the short prompt's
+/// prefill and the decode after it, a row with the long prompt's prefill)`, shaped as our
+/// bench's rows.
+fn llama_bench(
+    bin: &std::path::Path,
+    model: &str,
+    threads: usize,
+) -> anyhow::Result<(serde_json::Value, serde_json::Value)> {
+    let run = |args: &[String]| -> anyhow::Result<Vec<serde_json::Value>> {
+        let out = util::output(
+            Command::new(bin)
+                .args([
+                    "-m",
+                    model,
+                    "-t",
+                    &threads.to_string(),
+                    "-r",
+                    "3",
+                    "-o",
+                    "json",
+                ])
+                .args(args),
+        )?;
+        serde_json::from_str(&out).context("reading llama-bench's JSON")
+    };
+    let prefill = run(&[
+        "-p".into(),
+        format!("{PROMPT_TOKENS},{LONG_PROMPT_TOKENS}"),
+        "-n".into(),
+        "0".into(),
+    ])?;
+    let decode = run(&[
+        "-p".into(),
+        "0".into(),
+        "-n".into(),
+        DECODE_TOKENS.to_string(),
+        "-d".into(),
+        PROMPT_TOKENS.to_string(),
+    ])?;
+    let rate = |rows: &[serde_json::Value], key: &str, n: usize| {
+        rows.iter()
+            .find(|r| r[key].as_u64() == Some(n as u64))
+            .and_then(|r| r["avg_ts"].as_f64())
+            .with_context(|| format!("llama-bench printed no {key} = {n} row"))
+    };
+    let short = serde_json::json!({
+        "engine": "llama-bench",
+        "prefill_tps": rate(&prefill, "n_prompt", PROMPT_TOKENS)?,
+        "decode_tps": rate(&decode, "n_gen", DECODE_TOKENS)?,
+    });
+    let long = serde_json::json!({
+        "engine": "llama-bench",
+        "prefill_tps": rate(&prefill, "n_prompt", LONG_PROMPT_TOKENS)?,
+    });
+    Ok((short, long))
 }
 
 /// The burn model (`DeviceModel`) on each backend, as table rows with their heading.
@@ -705,79 +759,95 @@ fn wait_health(url: &str, child: &mut std::process::Child) -> anyhow::Result<()>
     bail!("server at {url} did not come up")
 }
 
-/// `cargo xtask bench cloud`: our server beside llama-cpp-python's server, same GGUF.
+/// Tokens each client of the cloud bench asks for.
+const CLOUD_ANSWER_TOKENS: u32 = 64;
+
+/// `cargo xtask bench cloud`: our server beside llama.cpp's own `llama-server` (continuous
+/// batching, `-np` equal to the stream count), same GGUF, same threads, same prompts,
+/// alternating level by level, two rounds.
 fn cloud() -> anyhow::Result<()> {
     let tools = setup::run()?;
     util::build_fast(&["-p", "straddle-cloud"])?;
-    let python = llama_python()?;
-    util::run(Command::new(&python).args([
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "llama-cpp-python[server]==0.3.36",
-    ]))
-    .context("installing the llama.cpp server extras")?;
-    let (ours_port, peer_port) = (18090u16, 18091u16);
-    let mut table = String::from(
-        "| server | streams | completion tok/s | first token p50 / p99 ms | whole answer p50 / p99 ms |\n|---|---|---|---|---|\n",
-    );
-    let levels = [1usize, 4, 16, 32];
-    for (name, port) in [
-        ("straddle-cloud", ours_port),
-        ("llama.cpp server", peer_port),
-    ] {
-        let mut child = if port == ours_port {
-            spawn_cloud(
-                &util::target_dir().join("fast/straddle-cloud"),
-                &tools.model,
-                port,
-            )?
-        } else {
-            Command::new(&python)
-                .args(["-m", "llama_cpp.server", "--model"])
-                .arg(&tools.model)
-                .args([
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    &port.to_string(),
-                    "--n_threads",
-                    "2",
-                    "--n_ctx",
-                    "2048",
-                    // By default a new streamed request interrupts the one being answered
-                    // (it ends empty); queue them instead, as a server under load must.
-                    "--interrupt_requests",
-                    "False",
-                ])
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .spawn()?
-        };
-        let base = format!("http://127.0.0.1:{port}");
-        let result = (|| -> anyhow::Result<()> {
-            wait_health(&format!("{base}/v1/models"), &mut child)?;
-            load(&base, 1, 8)?; // warm-up
-            for &n in &levels {
-                let l = load(&base, n, 32)?;
-                table.push_str(&format!(
-                    "| {name} | {n} | {:.1} | {:.0} / {:.0} | {:.0} / {:.0} |\n",
-                    l.tokens_per_s, l.ttft.0, l.ttft.1, l.total.0, l.total.1
-                ));
-            }
-            Ok(())
-        })();
-        let _ = child.kill();
-        let _ = child.wait();
-        result?;
+    let llama = llama_cpp::tools()?;
+    let port = 18090u16;
+    let mut rows: Vec<(&str, usize, Vec<Load>)> = Vec::new();
+    for n in [1usize, 4, 16, 32] {
+        for name in ["straddle-cloud", "llama-server"] {
+            rows.push((name, n, Vec::new()));
+        }
     }
-    table.push_str("\nEach client streams one chat request for 32 tokens (greedy), all started together; tok/s is all clients' completion tokens over the wall time. Both servers use the machine's 2 cores; llama-cpp-python's server answers one request at a time, ours batches (continuous batching with chunked prefill).\n");
+    for _round in 0..2 {
+        for row in rows.iter_mut() {
+            let (name, n, loads) = row;
+            let mut child = match *name {
+                "straddle-cloud" => spawn_cloud(
+                    &util::target_dir().join("fast/straddle-cloud"),
+                    &tools.model,
+                    port,
+                )?,
+                _ => spawn_llama_server(&llama.server, &tools.model, port, *n)?,
+            };
+            let result = (|| -> anyhow::Result<Load> {
+                wait_health(&format!("http://127.0.0.1:{port}/health"), &mut child)?;
+                let base = format!("http://127.0.0.1:{port}");
+                load(&base, 1, 8)?; // warm-up
+                load(&base, *n, CLOUD_ANSWER_TOKENS)
+            })();
+            let _ = child.kill();
+            let _ = child.wait();
+            loads.push(result?);
+        }
+    }
+    let table = cloud_table(&rows, &llama.build);
     println!("{table}");
     write_section(
         "Cloud server",
         &format!("Command: `cargo xtask bench cloud`\n\n{table}"),
     )
+}
+
+/// llama.cpp's `llama-server` on 127.0.0.1:`port` with `slots` slots, continuous batching and
+/// the machine's cores, quietly.
+fn spawn_llama_server(
+    bin: &std::path::Path,
+    model: &std::path::Path,
+    port: u16,
+    slots: usize,
+) -> anyhow::Result<std::process::Child> {
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    // Each slot holds its prompt (about 40 tokens with the template) and the answer.
+    let ctx = slots * 512;
+    Ok(Command::new(bin)
+        .arg("-m")
+        .arg(model)
+        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        .args(["-t", &threads.to_string(), "-np", &slots.to_string(), "-cb"])
+        .args(["-c", &ctx.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()?)
+}
+
+/// The cloud bench's table: one row per server and stream count, each cell listing the rounds.
+fn cloud_table(rows: &[(&str, usize, Vec<Load>)], llama_build: &str) -> String {
+    let mut table = String::from(
+        "| server | streams | completion tok/s | first token p50 / p99 ms | whole answer p50 / p99 ms |\n|---|---|---|---|---|\n",
+    );
+    let join = |loads: &[Load], cell: &dyn Fn(&Load) -> String| {
+        loads.iter().map(cell).collect::<Vec<_>>().join(", ")
+    };
+    for (name, n, loads) in rows {
+        table.push_str(&format!(
+            "| {name} | {n} | {} | {} | {} |\n",
+            join(loads, &|l| format!("{:.1}", l.tokens_per_s)),
+            join(loads, &|l| format!("{:.0} / {:.0}", l.ttft.0, l.ttft.1)),
+            join(loads, &|l| format!("{:.0} / {:.0}", l.total.0, l.total.1)),
+        ));
+    }
+    table.push_str(&format!(
+        "\nEach client streams one chat request for {CLOUD_ANSWER_TOKENS} tokens (greedy), all started together; tok/s is all clients' completion tokens over the wall time; each cell lists the two rounds (the servers alternate at every stream count). Both servers use the machine's cores; `llama-server` ({llama_build}) runs `-np` equal to the stream count with continuous batching (`-cb`), ours its defaults (continuous batching with chunked prefill, up to 32 sequences).\n"
+    ));
+    table
 }
 
 /// `cargo xtask bench speculative`: edge-draft / cloud-verify beside plain cloud streaming at

@@ -6,6 +6,7 @@ mod build;
 mod demo;
 mod file_server;
 mod fuzz;
+mod llama_cpp;
 mod setup;
 mod test;
 mod util;

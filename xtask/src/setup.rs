@@ -126,6 +126,26 @@ pub fn run() -> anyhow::Result<Tools> {
     })
 }
 
+/// A venv of its own in the cache holding exactly `packages` (pinned), for a tool a test or
+/// a build needs from PyPI; returns its `bin` folder. Rebuilt when the list changes.
+pub fn python_venv(name: &str, packages: &[&str]) -> anyhow::Result<PathBuf> {
+    let venv = cache_dir().join(name);
+    let bin = venv.join("bin");
+    let stamp = venv.join("straddle-packages");
+    let wanted = packages.join(" ");
+    if bin.join("python").is_file() && std::fs::read_to_string(&stamp).is_ok_and(|s| s == wanted) {
+        return Ok(bin);
+    }
+    let _ = std::fs::remove_dir_all(&venv);
+    sh(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+    sh(Command::new(bin.join("pip"))
+        .args(["install", "--quiet"])
+        .args(packages))
+    .with_context(|| format!("installing {wanted} from PyPI"))?;
+    std::fs::write(&stamp, &wanted)?;
+    Ok(bin)
+}
+
 /// A nightly toolchain with `rust-src`, for `-Z build-std` with atomics. Uses the nightly the
 /// machine has rather than fetching one (a newer nightly may not build our dependencies);
 /// without one the threaded package is not built, and the page runs the CPU model on one thread.

@@ -264,13 +264,21 @@ pub(crate) fn worker_and_cloud_built(tools: &Tools) -> anyhow::Result<std::path:
     Ok(util::target_dir().join("debug/straddle-cloud"))
 }
 
+/// The official `openai` Python package the client tests pin.
+const OPENAI_PYTHON: &str = "openai==3.60.0";
+
 fn worker(tools: &Tools) -> anyhow::Result<Counts> {
-    // The forwarding tests need a real upstream.
+    // The forwarding tests need real upstreams: ours, and llama.cpp's own server.
     let cloud = worker_and_cloud_built(tools)?;
+    let llama = crate::llama_cpp::tools()?;
+    // The official Python client, as integrators run it.
+    let clients = setup::python_venv("clients-venv", &[OPENAI_PYTHON])?;
     counted(
         Command::new("npm")
             .args(["test", "--silent"])
             .env("STRADDLE_CLOUD_BIN", cloud)
+            .env("STRADDLE_LLAMA_SERVER", &llama.server)
+            .env("STRADDLE_CLIENTS_PYTHON", clients.join("python"))
             .env("STRADDLE_TEST_MODEL", &tools.model)
             .current_dir(root().join("worker")),
     )

@@ -1,0 +1,78 @@
+// The clients integrators point at us, unmodified: the official `openai` Python package
+// against the cloud server and against the worker in front of it, and the Vercel AI SDK's
+// OpenAI-compatible provider against the worker. Real cloud server, real model, workerd.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
+import { APICallError, generateText, streamText } from "ai";
+import { startWorker, startCloud, mintToken, ORIGIN } from "./harness.mjs";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const python = process.env.STRADDLE_CLIENTS_PYTHON;
+const cloudBin = process.env.STRADDLE_CLOUD_BIN;
+const model = process.env.STRADDLE_TEST_MODEL;
+const skip = !python || !cloudBin || !model
+  ? "set STRADDLE_CLIENTS_PYTHON, STRADDLE_CLOUD_BIN and STRADDLE_TEST_MODEL (cargo xtask test does)"
+  : false;
+if (skip && process.env.CI) throw new Error(skip);
+
+let cloud, worker;
+before(async () => {
+  if (skip) return;
+  cloud = await startCloud(cloudBin, model);
+  worker = await startWorker({ UPSTREAM_URL: cloud.url });
+});
+after(async () => {
+  await worker?.mf.dispose();
+  cloud?.kill();
+});
+
+/** Runs the Python client's suite against `env`; resolves to its output once it passed. */
+function pythonSuite(env) {
+  return new Promise((resolve, reject) => {
+    const proc = spawn(python, [path.join(here, "clients/openai_python.py")], { env: { ...process.env, ...env } });
+    let out = "";
+    proc.stdout.on("data", (d) => { out += d; });
+    proc.stderr.on("data", (d) => { out += d; });
+    proc.on("close", (code) => (code === 0 ? resolve(out) : reject(new Error(`openai_python.py exited ${code}:\n${out}`))));
+  });
+}
+
+test("the official openai Python client against the cloud server: whole, streamed, usage, typed errors, abort", { skip }, async () => {
+  const out = await pythonSuite({ STRADDLE_BASE_URL: `${cloud.url}/v1` });
+  assert.match(out, /Ran 6 tests/);
+  // The token check is the worker's; the cloud server behind it has none to fail.
+  assert.match(out, /OK \(skipped=1\)/);
+});
+
+test("the official openai Python client through the worker, with a tenant token", { skip }, async () => {
+  const out = await pythonSuite({ STRADDLE_BASE_URL: `${worker.url}/v1`, STRADDLE_API_KEY: mintToken(), STRADDLE_ORIGIN: ORIGIN });
+  assert.match(out, /Ran 6 tests/);
+  assert.match(out, /\nOK\n/);
+});
+
+const provider = (token = mintToken()) => createOpenAICompatible({
+  name: "straddle", baseURL: `${worker.url}/v1`, apiKey: token, headers: { origin: ORIGIN }, includeUsage: true,
+});
+
+test("the Vercel AI SDK's OpenAI-compatible provider generates and streams through the worker", { skip }, async () => {
+  const ask = { prompt: "Name three primary colors.", maxOutputTokens: 12, temperature: 0, maxRetries: 0 };
+  const whole = await generateText({ model: provider()("smollm2"), ...ask });
+  assert.ok(whole.text.length > 0);
+  assert.ok(whole.usage.outputTokens > 0 && whole.usage.inputTokens > 0, JSON.stringify(whole.usage));
+  const streamed = streamText({ model: provider()("smollm2"), ...ask });
+  let text = "";
+  for await (const part of streamed.textStream) text += part;
+  assert.equal(text, whole.text);
+  assert.equal((await streamed.usage).outputTokens, whole.usage.outputTokens);
+});
+
+test("the AI SDK surfaces the worker's refusal as an APICallError with its status", { skip }, async () => {
+  await assert.rejects(
+    generateText({ model: provider("not-a-token")("smollm2"), prompt: "hi", maxRetries: 0 }),
+    (err) => APICallError.isInstance(err) && err.statusCode === 401,
+  );
+});
