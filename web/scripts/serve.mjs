@@ -1,7 +1,7 @@
 // Static server for the demo page and the browser tests: serves the package directory,
 // /models/ from the model cache (so the 98 MB file never enters the repo), and
 // /demo/config.json (where the worker is, the tenant token, the model and its SHA-256).
-// Usage: node scripts/serve.mjs --port 8080 --root <dir> [--models <dir>] [--worker URL] [--token T] [--isolated]
+// Usage: node scripts/serve.mjs --port 8080 --root <dir> [--models <dir>] [--worker URL] [--token T] [--cloud-label TEXT] [--isolated]
 // --isolated sends COOP/COEP, which makes the page cross-origin isolated: the browser then
 // allows shared memory, and the CPU model runs on the threaded build.
 import http from "node:http";
@@ -92,6 +92,7 @@ if (import.meta.url === `file://${process.argv[1]}`) {
   const config = {};
   if (arg("--worker")) config.worker = arg("--worker");
   if (arg("--token")) config.token = arg("--token");
+  if (arg("--cloud-label")) config.cloudLabel = arg("--cloud-label");
   const isolated = process.argv.includes("--isolated");
   createServer({ root, models, config, isolated }).listen(port, "127.0.0.1", () => {
     console.log(`serving ${root} on http://127.0.0.1:${port}/`);

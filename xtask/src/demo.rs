@@ -137,18 +137,98 @@ fn wait_up(
     )
 }
 
+/// Where the demo's cloud tier is.
+enum CloudTier {
+    /// `straddle-cloud` on 127.0.0.1 with the edge's own small model: a stand-in, and the
+    /// page says so.
+    StandIn,
+    /// `--upstream URL [--upstream-key-env VAR] [--upstream-model NAME]`: any
+    /// OpenAI-compatible provider or server behind the worker.
+    External {
+        url: String,
+        key: Option<String>,
+        model: Option<String>,
+    },
+}
+
+impl CloudTier {
+    fn from_args(args: &[String]) -> anyhow::Result<Self> {
+        let value = |flag: &str| -> anyhow::Result<Option<String>> {
+            match args.iter().position(|a| a == flag) {
+                None => Ok(None),
+                Some(i) => args
+                    .get(i + 1)
+                    .filter(|v| !v.starts_with("--"))
+                    .map(|v| Some(v.clone()))
+                    .with_context(|| format!("{flag} needs a value")),
+            }
+        };
+        let Some(url) = value("--upstream")? else {
+            for flag in ["--upstream-key-env", "--upstream-model"] {
+                if value(flag)?.is_some() {
+                    bail!("{flag} goes with --upstream URL");
+                }
+            }
+            return Ok(Self::StandIn);
+        };
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            bail!("--upstream {url}: an http(s) URL of an OpenAI-compatible API, without /v1");
+        }
+        let key = match value("--upstream-key-env")? {
+            Some(var) => Some(std::env::var(&var).with_context(|| {
+                format!("--upstream-key-env {var}: the variable {var} is not set")
+            })?),
+            None => None,
+        };
+        let model = value("--upstream-model")?;
+        Ok(Self::External { url, key, model })
+    }
+
+    /// What the page shows for the cloud tier, so no one mistakes the stand-in for a large
+    /// model.
+    fn label(&self, edge_model: &Path) -> String {
+        match self {
+            Self::StandIn => format!(
+                "local stand-in: {} (the edge's own small model; `cargo xtask demo --upstream URL` puts a real one here)",
+                edge_model.file_name().unwrap_or_default().to_string_lossy()
+            ),
+            Self::External { url, model, .. } => format!(
+                "{} at {url}",
+                model.as_deref().unwrap_or("the model the page asks for")
+            ),
+        }
+    }
+}
+
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let check = args.iter().any(|a| a == "--check");
+    let tier = CloudTier::from_args(args)?;
     let ports = Ports {
         cloud: port_arg(args, "--port-cloud", "STRADDLE_PORT_CLOUD", 8090)?,
         worker: port_arg(args, "--port-worker", "STRADDLE_PORT_WORKER", 8787)?,
         web: port_arg(args, "--port-web", "STRADDLE_PORT_WEB", 8080)?,
     };
-    ensure_free(ports.cloud, "--port-cloud")?;
+    if matches!(tier, CloudTier::StandIn) {
+        ensure_free(ports.cloud, "--port-cloud")?;
+    }
     ensure_free(ports.worker, "--port-worker")?;
     ensure_free(ports.web, "--port-web")?;
-
     let tools = setup::run()?;
+    build(&tools)?;
+    let logs = util::target_dir().join("demo-logs");
+    std::fs::create_dir_all(&logs)?;
+    let stop = stop_on_signals()?;
+    let mut services = Vec::new();
+    let result = start_and_supervise(&tools, &tier, &ports, &logs, check, &stop, &mut services);
+    for svc in services.iter_mut().rev() {
+        svc.stop();
+    }
+    // An external upstream's key outlives the run nowhere.
+    let _ = std::fs::remove_file(logs.join(KEY_FILE));
+    result
+}
+
+fn build(tools: &setup::Tools) -> anyhow::Result<()> {
     eprintln!("demo: building (first time: several minutes)");
     // The test profile (dependencies and the engine optimised), resolved for the whole
     // workspace: `-p straddle-cloud` alone would resolve other features and compile burn a
@@ -158,93 +238,161 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
             .args(["build", "--quiet", "--workspace", "--bins"])
             .current_dir(util::root()),
     )?;
-    crate::build::web_with_profile(&tools, "dev")?;
-    crate::build::worker(&tools)?;
+    crate::build::web_with_profile(tools, "dev")?;
+    crate::build::worker(tools)
+}
 
-    let logs = util::target_dir().join("demo-logs");
-    std::fs::create_dir_all(&logs)?;
-    let stop = stop_on_signals()?;
-
-    // The demo tenant's secret lives only as long as this run; the token below is what a
-    // tenant's backend would hand its page.
-    let secret = demo_secret();
-    let mut services = Vec::new();
-    let result = (|| -> anyhow::Result<()> {
-        let cloud_url = format!("http://127.0.0.1:{}", ports.cloud);
-        let worker_url = format!("http://127.0.0.1:{}", ports.worker);
-        let web_url = format!("http://127.0.0.1:{}", ports.web);
-        services.push(Service::start(
+/// Starts the cloud stand-in (unless the tier is external), the worker and the page's
+/// server, each once the one before answers, then prints where they are and supervises them.
+fn start_and_supervise(
+    tools: &setup::Tools,
+    tier: &CloudTier,
+    ports: &Ports,
+    logs: &Path,
+    check: bool,
+    stop: &AtomicBool,
+    services: &mut Vec<Service>,
+) -> anyhow::Result<()> {
+    let up =
+        |svc: &mut Service, url: String, secs| wait_up(svc, &url, Duration::from_secs(secs), stop);
+    let cloud_url = match tier {
+        CloudTier::StandIn => format!("http://127.0.0.1:{}", ports.cloud),
+        CloudTier::External { url, .. } => url.clone(),
+    };
+    let worker_url = format!("http://127.0.0.1:{}", ports.worker);
+    let web_url = format!("http://127.0.0.1:{}", ports.web);
+    if matches!(tier, CloudTier::StandIn) {
+        let cloud = Service::start(
             "cloud",
             Command::new(util::target_dir().join("debug/straddle-cloud"))
                 .arg("--model")
                 .arg(&tools.model)
                 .arg("--listen")
                 .arg(format!("127.0.0.1:{}", ports.cloud)),
-            &logs,
-        )?);
-        let up = |svc: Option<&mut Service>, url: String, secs| match svc {
-            Some(svc) => wait_up(svc, &url, Duration::from_secs(secs), &stop),
-            None => Ok(()),
-        };
-        up(services.last_mut(), format!("{cloud_url}/health"), 60)?;
-        services.push(Service::start(
-            "worker",
-            Command::new(root().join("worker/node_modules/.bin/wrangler"))
-                .args([
-                    "dev",
-                    "--local",
-                    "--ip",
-                    "127.0.0.1",
-                    "--port",
-                    &ports.worker.to_string(),
-                ])
-                .args(["--var", &format!("UPSTREAM_URL:{cloud_url}")])
-                .args(["--var", &format!("TENANT_SECRET_DEMO:{secret}")])
-                .args(["--var", &format!("ALLOWED_ORIGINS:{web_url}")])
-                .arg("--show-interactive-dev-session=false")
-                .env("WASM_BINDGEN_BIN", &tools.wasm_bindgen)
-                .env("ESBUILD_BIN", &tools.esbuild)
-                .env("WRANGLER_SEND_METRICS", "false")
-                .current_dir(root().join("worker")),
-            &logs,
-        )?);
-        up(services.last_mut(), format!("{worker_url}/health"), 300)?;
-        // The page's token is bound to the page's origin, as a tenant's backend would mint it.
-        let page_token = demo_token(&secret, Some(&web_url));
-        services.push(Service::start(
-            "web",
-            Command::new("node")
-                .arg(root().join("web/scripts/serve.mjs"))
-                .args(["--port", &ports.web.to_string(), "--root"])
-                .arg(root().join("web"))
-                .arg("--models")
-                .arg(tools.model.parent().unwrap_or(Path::new(".")))
-                .args(["--worker", &worker_url, "--token", &page_token])
-                // Cross-origin isolation lets the CPU model use every core (wasm threads).
-                .arg("--isolated"),
-            &logs,
-        )?);
-        up(services.last_mut(), format!("{web_url}/demo/"), 30)?;
-
-        println!("\nStraddle demo is running:");
-        println!("  demo page     {web_url}/demo/");
-        println!("  worker        {worker_url}   (wrangler dev --local)");
-        println!("  cloud server  {cloud_url}");
-        println!("  logs          {}", logs.display());
-        let token = demo_token(&secret, None);
-        println!("  tenant token  {token}");
-        println!("                (tenant `demo`, 1 hour; send as `Authorization: Bearer …`)");
-        if check {
-            return check_stack(&cloud_url, &worker_url, &web_url, &token);
+            logs,
+        )?;
+        services.push(cloud);
+        if let Some(svc) = services.last_mut() {
+            up(svc, format!("{cloud_url}/health"), 60)?;
         }
-        println!("Press Ctrl-C to stop.");
-        std::io::stdout().flush()?;
-        supervise(&mut services, &stop)
-    })();
-    for svc in services.iter_mut().rev() {
-        svc.stop();
     }
-    result
+    // The demo tenant's secret lives only as long as this run; the tokens below are what a
+    // tenant's backend would hand its page and its servers.
+    let secret = demo_secret();
+    services.push(start_worker(tools, tier, ports, &secret, &web_url, logs)?);
+    if let Some(svc) = services.last_mut() {
+        up(svc, format!("{worker_url}/health"), 300)?;
+    }
+    // The page's token is bound to the page's origin, as a tenant's backend would mint it.
+    let page_token = demo_token(&secret, Some(&web_url));
+    services.push(Service::start(
+        "web",
+        Command::new("node")
+            .arg(root().join("web/scripts/serve.mjs"))
+            .args(["--port", &ports.web.to_string(), "--root"])
+            .arg(root().join("web"))
+            .arg("--models")
+            .arg(tools.model.parent().unwrap_or(Path::new(".")))
+            .args(["--worker", &worker_url, "--token", &page_token])
+            .args(["--cloud-label", &tier.label(&tools.model)])
+            // Cross-origin isolation lets the CPU model use every core (wasm threads).
+            .arg("--isolated"),
+        logs,
+    )?);
+    if let Some(svc) = services.last_mut() {
+        up(svc, format!("{web_url}/demo/"), 30)?;
+    }
+    println!("\nStraddle demo is running:");
+    println!("  demo page     {web_url}/demo/");
+    println!("  worker        {worker_url}   (wrangler dev --local)");
+    println!("  cloud         {}", tier.label(&tools.model));
+    println!("  logs          {}", logs.display());
+    let token = demo_token(&secret, None);
+    println!("  tenant token  {token}");
+    println!("                (tenant `demo`, 1 hour; send as `Authorization: Bearer …`)");
+    if check {
+        return check_stack(tier, &cloud_url, &worker_url, &web_url, &token);
+    }
+    println!("Press Ctrl-C to stop.");
+    std::io::stdout().flush()?;
+    supervise(services, stop)
+}
+
+/// The worker under `wrangler dev --local`, in front of the tier's upstream. An external
+/// upstream's key goes through an env file only this user can read, never the command line.
+fn start_worker(
+    tools: &setup::Tools,
+    tier: &CloudTier,
+    ports: &Ports,
+    secret: &str,
+    web_url: &str,
+    logs: &Path,
+) -> anyhow::Result<Service> {
+    let mut cmd = Command::new(root().join("worker/node_modules/.bin/wrangler"));
+    cmd.args(["dev", "--local", "--ip", "127.0.0.1", "--port"])
+        .arg(ports.worker.to_string())
+        .args(["--var", &format!("TENANT_SECRET_DEMO:{secret}")])
+        .args(["--var", &format!("ALLOWED_ORIGINS:{web_url}")])
+        .arg("--show-interactive-dev-session=false")
+        .env("WASM_BINDGEN_BIN", &tools.wasm_bindgen)
+        .env("ESBUILD_BIN", &tools.esbuild)
+        .env("WRANGLER_SEND_METRICS", "false")
+        .current_dir(root().join("worker"));
+    match tier {
+        CloudTier::StandIn => {
+            cmd.args([
+                "--var",
+                &format!("UPSTREAM_URL:http://127.0.0.1:{}", ports.cloud),
+            ]);
+        }
+        CloudTier::External { url, key, model } => {
+            let upstreams = external_upstreams(url, key.is_some(), model.as_deref());
+            cmd.args(["--var", &format!("UPSTREAMS:{upstreams}")]);
+            if let Some(key) = key {
+                cmd.arg("--env-file").arg(key_file(logs, key)?);
+            }
+        }
+    }
+    Service::start("worker", &mut cmd, logs)
+}
+
+/// The env file that hands an external upstream's key to wrangler, in the logs folder.
+const KEY_FILE: &str = "upstream.env";
+
+/// The name of the secret binding that holds an external upstream's key.
+const UPSTREAM_KEY_BINDING: &str = "DEMO_UPSTREAM_API_KEY";
+
+/// The worker's `UPSTREAMS` for one external upstream: the page's `default` model renamed to
+/// the provider's, its key read from a secret binding.
+fn external_upstreams(url: &str, has_key: bool, model: Option<&str>) -> String {
+    let mut upstream = serde_json::json!({ "name": "upstream", "url": url.trim_end_matches('/') });
+    if let Some(model) = model {
+        // The page asks for `default`; a client that names the provider's model gets it too.
+        let names = [("default", model), (model, model)];
+        upstream["models"] = names
+            .into_iter()
+            .map(|(asked, sent)| (asked.to_owned(), serde_json::Value::from(sent)))
+            .collect::<serde_json::Map<_, _>>()
+            .into();
+    }
+    if has_key {
+        upstream["api_key_secret"] = UPSTREAM_KEY_BINDING.into();
+    }
+    serde_json::json!([upstream]).to_string()
+}
+
+/// Writes the key to an env file readable by this user alone; returns its path.
+fn key_file(logs: &Path, key: &str) -> anyhow::Result<PathBuf> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = logs.join(KEY_FILE);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)?;
+    writeln!(file, "{UPSTREAM_KEY_BINDING}={key}")?;
+    Ok(path)
 }
 
 /// A flag raised by Ctrl-C, SIGTERM (a process manager) or SIGHUP (a closed terminal)
@@ -335,13 +483,22 @@ fn demo_token(secret: &str, origin: Option<&str>) -> String {
 }
 
 /// Headless check: each component's health, then one prompt through the worker.
-fn check_stack(cloud: &str, worker: &str, web: &str, token: &str) -> anyhow::Result<()> {
+fn check_stack(
+    tier: &CloudTier,
+    cloud: &str,
+    worker: &str,
+    web: &str,
+    token: &str,
+) -> anyhow::Result<()> {
     println!("\ncomponents:");
-    for (name, url) in [
-        ("cloud", format!("{cloud}/health")),
+    // An external provider has no `/health` of ours; the prompt below reaches it.
+    let cloud_health =
+        matches!(tier, CloudTier::StandIn).then(|| ("cloud", format!("{cloud}/health")));
+    let ours = [
         ("worker", format!("{worker}/health")),
         ("page", format!("{web}/demo/")),
-    ] {
+    ];
+    for (name, url) in cloud_health.into_iter().chain(ours) {
         match get(&url) {
             Ok((200, _)) => println!("  {name:<8} up"),
             Ok((s, _)) => println!("  {name:<8} answered {s}"),
@@ -361,7 +518,7 @@ fn check_stack(cloud: &str, worker: &str, web: &str, token: &str) -> anyhow::Res
                     .unwrap_or("<none>")
             );
             // This check posts to the worker itself; the page routes in the browser first.
-            println!("route:  cloud (worker → cloud server; the demo page routes in the browser)");
+            println!("route:  cloud (worker → {cloud}; the demo page routes in the browser)");
         }
         Ok((status, text)) => {
             let msg = serde_json::from_str::<serde_json::Value>(&text)
@@ -373,4 +530,71 @@ fn check_stack(cloud: &str, worker: &str, web: &str, token: &str) -> anyhow::Res
         Err(e) => println!("answer: worker unreachable ({e})"),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_stand_in_serves_unless_an_upstream_is_named() -> anyhow::Result<()> {
+        assert!(matches!(
+            CloudTier::from_args(&args(&["--check"]))?,
+            CloudTier::StandIn
+        ));
+        let tier = CloudTier::from_args(&args(&[
+            "--upstream",
+            "https://api.example.com",
+            "--upstream-model",
+            "big-1",
+        ]))?;
+        let CloudTier::External { url, key, model } = &tier else {
+            bail!("expected an external tier");
+        };
+        assert_eq!(url, "https://api.example.com");
+        assert_eq!((key.as_deref(), model.as_deref()), (None, Some("big-1")));
+        assert_eq!(
+            tier.label(Path::new("/m/edge.gguf")),
+            "big-1 at https://api.example.com"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn upstream_flags_are_checked_before_anything_starts() {
+        let refused = |list: &[&str]| CloudTier::from_args(&args(list)).is_err();
+        assert!(refused(&["--upstream"]), "no URL");
+        assert!(refused(&["--upstream", "api.example.com"]), "not http(s)");
+        assert!(
+            refused(&["--upstream-model", "m"]),
+            "model without upstream"
+        );
+        assert!(refused(&[
+            "--upstream",
+            "http://x",
+            "--upstream-key-env",
+            "STRADDLE_SURELY_UNSET_VAR"
+        ]));
+    }
+
+    #[test]
+    fn an_external_upstream_renames_the_pages_model_and_names_its_key_binding() {
+        let json: serde_json::Value = serde_json::from_str(&external_upstreams(
+            "https://p.example/",
+            true,
+            Some("m-7b"),
+        ))
+        .unwrap_or_default();
+        assert_eq!(json[0]["url"], "https://p.example");
+        assert_eq!(json[0]["models"]["default"], "m-7b");
+        assert_eq!(json[0]["models"]["m-7b"], "m-7b");
+        assert_eq!(json[0]["api_key_secret"], UPSTREAM_KEY_BINDING);
+        let bare: serde_json::Value =
+            serde_json::from_str(&external_upstreams("http://x", false, None)).unwrap_or_default();
+        assert!(bare[0].get("models").is_none() && bare[0].get("api_key_secret").is_none());
+    }
 }
