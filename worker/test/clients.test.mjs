@@ -1,5 +1,6 @@
 // The clients integrators point at us, unmodified: the official `openai` Python package
-// against the cloud server and against the worker in front of it, and the Vercel AI SDK's
+// against the cloud server and against the worker in front of it, the `openai` npm package
+// against the cloud server (through the worker: forward.test.mjs), and the Vercel AI SDK's
 // OpenAI-compatible provider against the worker. Real cloud server, real model, workerd.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
@@ -8,6 +9,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import { APICallError, generateText, streamText } from "ai";
+import OpenAI from "openai";
 import { startWorker, startCloud, mintToken, ORIGIN } from "./harness.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -75,4 +77,34 @@ test("the AI SDK surfaces the worker's refusal as an APICallError with its statu
     generateText({ model: provider("not-a-token")("smollm2"), prompt: "hi", maxRetries: 0 }),
     (err) => APICallError.isInstance(err) && err.statusCode === 401,
   );
+});
+
+test("the official openai npm client against the cloud server: whole, streamed, a typed error naming the field, abort", { skip }, async () => {
+  const client = new OpenAI({ baseURL: `${cloud.url}/v1`, apiKey: "unused", maxRetries: 0 });
+  const ask = { model: "smollm2", messages: [{ role: "user", content: "Name three primary colors." }], max_tokens: 12, temperature: 0 };
+  const whole = await client.chat.completions.create(ask);
+  assert.ok(whole.choices[0].message.content.length > 0);
+  assert.equal(whole.usage.total_tokens, whole.usage.prompt_tokens + whole.usage.completion_tokens);
+  let text = "";
+  let usage;
+  for await (const chunk of await client.chat.completions.create({ ...ask, stream: true, stream_options: { include_usage: true } })) {
+    text += chunk.choices[0]?.delta?.content ?? "";
+    usage = chunk.usage ?? usage;
+  }
+  assert.equal(text, whole.choices[0].message.content);
+  assert.equal(usage?.completion_tokens, whole.usage.completion_tokens);
+  await assert.rejects(client.chat.completions.create({ ...ask, temperature: 3 }), (err) => err instanceof OpenAI.BadRequestError && err.param === "temperature");
+  // Aborted after the first chunk of an answer that cannot end early (its end-of-turn tokens
+  // banned) and would take seconds: the server cancels the sequence at once.
+  const controller = new AbortController();
+  const endless = { ...ask, max_tokens: 2000, logit_bias: { 0: -100, 1: -100, 2: -100 }, stream: true };
+  const stream = await client.chat.completions.create(endless, { signal: controller.signal });
+  // The client ends its iteration quietly once aborted.
+  for await (const _ of stream) controller.abort();
+  let active = 1;
+  for (let i = 0; i < 20 && active > 0; i++) {
+    active = (await (await fetch(`${cloud.url}/v1/load`)).json()).active;
+    if (active > 0) await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.equal(active, 0, "the aborted sequence was cancelled");
 });
