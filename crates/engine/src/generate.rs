@@ -606,16 +606,23 @@ impl<M: CausalLm> Engine<M> {
         prefix: Option<&PromptPrefix<M::Cache>>,
     ) -> Result<Sequence<M::Cache>, EngineError> {
         let ids = self.prompt_tokens(prompt)?;
+        // Only the positions this answer can reach: a batch of short answers would otherwise
+        // allocate and clear a whole context's keys and values per sequence.
+        let positions = params.context.min(
+            ids.len()
+                .saturating_add(params.max_tokens)
+                .saturating_add(1),
+        );
         let shared = prefix.map_or(0, |p| p.shared_with(&ids));
         let reused = prefix
             .filter(|_| shared > 0)
             .and_then(|p| p.cache.prefix(shared));
         let (cache, shared) = match reused {
             Some(mut cache) => {
-                self.model.reserve(&mut cache, params.context);
+                self.model.reserve(&mut cache, positions);
                 (cache, shared)
             }
-            None => (self.model.new_cache(params.context), 0),
+            None => (self.model.new_cache(positions), 0),
         };
         let (ids, cache) = with_room(ids, cache)?;
         let mut seq = Sequence::queued(cache, ids, params);
