@@ -20,6 +20,8 @@ commands:
   test           fmt, clippy, native, wasm (Chromium), worker (workerd), browser e2e
   demo [--check] build and start cloud + worker + demo page; --check runs one prompt and exits
                [--port-cloud N] [--port-worker N] [--port-web N]
+               [--upstream URL [--upstream-key-env VAR] [--upstream-model NAME]]
+               (any OpenAI-compatible server or provider behind the worker instead of ours)
   build-web      build crates/web to web/pkg with the settings of wasm-pack.toml
   build-worker   build worker/ for workerd (offline worker-build)
   bench [name]   run benchmarks and write BENCHMARKS.md
