@@ -615,7 +615,7 @@ impl TenantBudget {
                 ],
             )?;
         }
-        self.insert_record(r).map(drop)
+        self.write_record(r)
     }
 
     /// Whether a record with this id exists: a retried settle or report counts once.
@@ -633,6 +633,11 @@ impl TenantBudget {
         if self.is_recorded(&r.id)? {
             return Ok(0);
         }
+        self.write_record(r).map(|()| 1)
+    }
+
+    /// Writes `r`, whose id the caller has checked is new.
+    fn write_record(&self, r: &Record) -> Result<()> {
         self.sql.exec(
             "INSERT INTO records (id, ts_ms, json, user, session, feature, model, tokens_in, tokens_out, usd, outcome, upstream, degraded) \
              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -652,7 +657,7 @@ impl TenantBudget {
                 SqlStorageValue::from(i64::from(r.degraded)),
             ],
         )?;
-        Ok(1)
+        Ok(())
     }
 
     fn records(&self, from: i64, to: i64, limit: i64) -> Result<serde_json::Value> {

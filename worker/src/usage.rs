@@ -3,6 +3,7 @@
 //! charged as `saved_usd`), so usage by user, feature and session covers both tiers.
 
 use straddle_protocol::{EdgeAnswer, EdgeUsageReport};
+use straddle_router::price::Price;
 use worker::{Env, Method, Request, Response, Result};
 
 use crate::admission::{Caller, budget_call, caller, cost_usd, json_body, now_ms};
@@ -30,14 +31,7 @@ async fn record(mut req: Request, env: &Env) -> std::result::Result<Response, Re
     let records: Vec<Record> = report
         .answers
         .iter()
-        .map(|a| Record {
-            saved_usd: cost_usd(
-                price,
-                i64::from(a.prompt_tokens),
-                i64::from(a.completion_tokens),
-            ),
-            ..edge_record(&caller, a, now)
-        })
+        .map(|a| edge_record(&caller, a, price, now))
         .collect();
     let body = serde_json::to_string(&records)?;
     let written: serde_json::Value =
@@ -45,8 +39,10 @@ async fn record(mut req: Request, env: &Env) -> std::result::Result<Response, Re
     Ok(Response::from_json(&written)?)
 }
 
-/// The record of one edge answer, attributed to the token's user, session and feature.
-fn edge_record(caller: &Caller, a: &EdgeAnswer, now: i64) -> Record {
+/// The record of one edge answer, attributed to the token's user, session and feature, with
+/// what the cloud would have charged for it at `price`.
+fn edge_record(caller: &Caller, a: &EdgeAnswer, price: Price, now: i64) -> Record {
+    let (tokens_in, tokens_out) = (i64::from(a.prompt_tokens), i64::from(a.completion_tokens));
     Record {
         // Namespaced, so a page's id can never match a cloud request's hold.
         id: format!("edge:{}:{}", caller.claims.sid, a.id),
@@ -61,8 +57,9 @@ fn edge_record(caller: &Caller, a: &EdgeAnswer, now: i64) -> Record {
         policy_version: a.policy_version.clone(),
         quality_model_version: a.quality_model_version.clone(),
         edge_model_sha256: a.edge_model_sha256.clone(),
-        tokens_in: i64::from(a.prompt_tokens),
-        tokens_out: i64::from(a.completion_tokens),
+        tokens_in,
+        tokens_out,
+        saved_usd: cost_usd(price, tokens_in, tokens_out),
         ttfb_ms: a.ttft_ms.unwrap_or(0.0) as i64,
         total_ms: a.latency_ms as i64,
         outcome: "edge".into(),

@@ -15,8 +15,8 @@ use crate::upstreams::Upstream;
 const MAX_DRAFT: usize = 64;
 
 /// What the request asks the verifier to read, as a token bound: the prefix's ids when given
-/// (exact), else the messages' bound as the template renders them, or on a continuing session call the one
-/// pending token; plus the draft.
+/// (exact), else the messages' [`prompt_tokens_bound`], or on a continuing session call the
+/// one pending token; plus the draft.
 fn input_tokens_bound(req: &VerifyRequest) -> i64 {
     if req.continues_session() {
         return 1 + req.draft_tokens.len() as i64;
