@@ -3,12 +3,12 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import OpenAI from "openai";
-import { startWorker, chat, admin, freePort, startCloud, mintToken, ORIGIN } from "./harness.mjs";
+import { startWorker, chat, admin, freePort, startCloud, mintToken, ORIGIN, needsEnv } from "./harness.mjs";
 import { startFakeUpstream } from "./fake-upstream.mjs";
 
 const cloudBin = process.env.STRADDLE_CLOUD_BIN;
 const model = process.env.STRADDLE_TEST_MODEL;
-const skip = !cloudBin || !model ? "set STRADDLE_CLOUD_BIN and STRADDLE_TEST_MODEL (cargo xtask test does)" : false;
+const skip = needsEnv("STRADDLE_CLOUD_BIN", "STRADDLE_TEST_MODEL");
 
 let cloud, worker, deadWorker;
 before(async () => {

@@ -43,6 +43,18 @@ export async function startWorker(bindings = {}, options = {}) {
   return { mf, url: url.toString().replace(/\/$/, "") };
 }
 
+/**
+ * `false` when every named variable is set (`cargo xtask test` sets them all), else why the
+ * tests that need them skip; under CI a missing one fails the run instead of skipping.
+ */
+export function needsEnv(...names) {
+  const missing = names.filter((n) => !process.env[n]);
+  if (!missing.length) return false;
+  const why = `set ${missing.join(", ")} (cargo xtask test does)`;
+  if (process.env.CI) throw new Error(why);
+  return why;
+}
+
 const b64url = (x) => Buffer.from(x).toString("base64url");
 
 /** An HS256 tenant token; `claims` override the defaults. */

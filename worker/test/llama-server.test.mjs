@@ -5,15 +5,12 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import OpenAI from "openai";
-import { startWorker, chat, admin, freePort, startCloud, startLlamaServer, mintToken, ORIGIN } from "./harness.mjs";
+import { startWorker, chat, admin, freePort, startCloud, startLlamaServer, mintToken, ORIGIN, needsEnv } from "./harness.mjs";
 
 const llamaBin = process.env.STRADDLE_LLAMA_SERVER;
 const cloudBin = process.env.STRADDLE_CLOUD_BIN;
 const model = process.env.STRADDLE_TEST_MODEL;
-const skip = !llamaBin || !cloudBin || !model
-  ? "set STRADDLE_LLAMA_SERVER, STRADDLE_CLOUD_BIN and STRADDLE_TEST_MODEL (cargo xtask test does)"
-  : false;
-if (skip && process.env.CI) throw new Error(skip);
+const skip = needsEnv("STRADDLE_LLAMA_SERVER", "STRADDLE_CLOUD_BIN", "STRADDLE_TEST_MODEL");
 
 const CTX_PER_SLOT = 1024;
 let llama, cloud, direct, toLlama, fromLlama;

@@ -2,11 +2,11 @@
 // budget and cost records apply to speculative decoding's verify calls as to chat.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { startWorker, mintToken, admin, ORIGIN, startCloud } from "./harness.mjs";
+import { startWorker, mintToken, admin, ORIGIN, startCloud, needsEnv } from "./harness.mjs";
 
 const cloudBin = process.env.STRADDLE_CLOUD_BIN;
 const model = process.env.STRADDLE_TEST_MODEL;
-const skip = !cloudBin || !model ? "set STRADDLE_CLOUD_BIN and STRADDLE_TEST_MODEL (cargo xtask test does)" : false;
+const skip = needsEnv("STRADDLE_CLOUD_BIN", "STRADDLE_TEST_MODEL");
 
 let cloud, worker, chatOnly;
 before(async () => {
