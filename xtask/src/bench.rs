@@ -745,6 +745,7 @@ fn cloud() -> anyhow::Result<()> {
     util::build_fast(&["-p", "straddle-cloud"])?;
     let llama = llama_cpp::tools()?;
     let port = 18090u16;
+    let base = format!("http://127.0.0.1:{port}");
     let mut rows: Vec<(&str, usize, Vec<Load>)> = Vec::new();
     for n in [1usize, 4, 16, 32] {
         for name in ["straddle-cloud", "llama-server"] {
@@ -763,8 +764,7 @@ fn cloud() -> anyhow::Result<()> {
                 _ => spawn_llama_server(&llama.server, &tools.model, port, *n)?,
             };
             let result = (|| -> anyhow::Result<Load> {
-                wait_health(&format!("http://127.0.0.1:{port}/health"), &mut child)?;
-                let base = format!("http://127.0.0.1:{port}");
+                wait_health(&format!("{base}/health"), &mut child)?;
                 load(&base, 1, 8)?; // warm-up
                 load(&base, *n, CLOUD_ANSWER_TOKENS)
             })();

@@ -184,6 +184,14 @@ impl CloudTier {
         Ok(Self::External { url, key, model })
     }
 
+    /// The upstream's base URL.
+    fn url(&self, ports: &Ports) -> String {
+        match self {
+            Self::StandIn => format!("http://127.0.0.1:{}", ports.cloud),
+            Self::External { url, .. } => url.clone(),
+        }
+    }
+
     /// What the page shows for the cloud tier, so no one mistakes the stand-in for a large
     /// model.
     fn label(&self, edge_model: &Path) -> String {
@@ -253,12 +261,7 @@ fn start_and_supervise(
     stop: &AtomicBool,
     services: &mut Vec<Service>,
 ) -> anyhow::Result<()> {
-    let up =
-        |svc: &mut Service, url: String, secs| wait_up(svc, &url, Duration::from_secs(secs), stop);
-    let cloud_url = match tier {
-        CloudTier::StandIn => format!("http://127.0.0.1:{}", ports.cloud),
-        CloudTier::External { url, .. } => url.clone(),
-    };
+    let cloud_url = tier.url(ports);
     let worker_url = format!("http://127.0.0.1:{}", ports.worker);
     let web_url = format!("http://127.0.0.1:{}", ports.web);
     if matches!(tier, CloudTier::StandIn) {
@@ -271,21 +274,16 @@ fn start_and_supervise(
                 .arg(format!("127.0.0.1:{}", ports.cloud)),
             logs,
         )?;
-        services.push(cloud);
-        if let Some(svc) = services.last_mut() {
-            up(svc, format!("{cloud_url}/health"), 60)?;
-        }
+        launch(services, cloud, &format!("{cloud_url}/health"), 60, stop)?;
     }
     // The demo tenant's secret lives only as long as this run; the tokens below are what a
     // tenant's backend would hand its page and its servers.
     let secret = demo_secret();
-    services.push(start_worker(tools, tier, ports, &secret, &web_url, logs)?);
-    if let Some(svc) = services.last_mut() {
-        up(svc, format!("{worker_url}/health"), 300)?;
-    }
+    let worker = start_worker(tools, tier, ports, &secret, &web_url, logs)?;
+    launch(services, worker, &format!("{worker_url}/health"), 300, stop)?;
     // The page's token is bound to the page's origin, as a tenant's backend would mint it.
     let page_token = demo_token(&secret, Some(&web_url));
-    services.push(Service::start(
+    let web = Service::start(
         "web",
         Command::new("node")
             .arg(root().join("web/scripts/serve.mjs"))
@@ -298,10 +296,8 @@ fn start_and_supervise(
             // Cross-origin isolation lets the CPU model use every core (wasm threads).
             .arg("--isolated"),
         logs,
-    )?);
-    if let Some(svc) = services.last_mut() {
-        up(svc, format!("{web_url}/demo/"), 30)?;
-    }
+    )?;
+    launch(services, web, &format!("{web_url}/demo/"), 30, stop)?;
     println!("\nStraddle demo is running:");
     println!("  demo page     {web_url}/demo/");
     println!("  worker        {worker_url}   (wrangler dev --local)");
@@ -316,6 +312,21 @@ fn start_and_supervise(
     println!("Press Ctrl-C to stop.");
     std::io::stdout().flush()?;
     supervise(services, stop)
+}
+
+/// Keeps `svc` among the supervised `services` and waits until `url` answers.
+fn launch(
+    services: &mut Vec<Service>,
+    svc: Service,
+    url: &str,
+    secs: u64,
+    stop: &AtomicBool,
+) -> anyhow::Result<()> {
+    services.push(svc);
+    match services.last_mut() {
+        Some(svc) => wait_up(svc, url, Duration::from_secs(secs), stop),
+        None => Ok(()),
+    }
 }
 
 /// The worker under `wrangler dev --local`, in front of the tier's upstream. An external
@@ -340,10 +351,7 @@ fn start_worker(
         .current_dir(root().join("worker"));
     match tier {
         CloudTier::StandIn => {
-            cmd.args([
-                "--var",
-                &format!("UPSTREAM_URL:http://127.0.0.1:{}", ports.cloud),
-            ]);
+            cmd.args(["--var", &format!("UPSTREAM_URL:{}", tier.url(ports))]);
         }
         CloudTier::External { url, key, model } => {
             let upstreams = external_upstreams(url, key.is_some(), model.as_deref());
