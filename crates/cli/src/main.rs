@@ -96,8 +96,9 @@ enum Command {
         #[arg(long, default_value = "crates/router/data/quality-model.json")]
         quality_out: PathBuf,
     },
-    /// Compare routing policies (the seed-1 EdgeRouter baseline, the fixed policy, the
-    /// bandit) on a simulated stream with drifting difficulty.
+    /// Compare routing policies (the seed-1 EdgeRouter baseline, the fixed policy with and
+    /// without the energy and load signals, the bandit) on a simulated day: drifting
+    /// difficulty, a phone's battery running down, bursts of load at the cloud.
     Sim {
         /// Requests in the stream.
         #[arg(long, default_value_t = 100)]
@@ -107,6 +108,10 @@ enum Command {
         /// One request in this many carries a card number.
         #[arg(long, default_value_t = 20)]
         personal_every: usize,
+        /// The simulated world: `day` (both), `calm-cloud` (no bursts) or `on-mains` (the
+        /// phone plugged in all day).
+        #[arg(long, default_value = "day")]
+        world: String,
     },
     /// Mint a tenant token (HS256) the way a tenant's backend would, for local testing.
     Token {
@@ -293,11 +298,21 @@ fn main() -> anyhow::Result<()> {
             requests,
             seed,
             personal_every,
+            world,
         } => {
             use straddle_router::sim;
-            let world = sim::World::default();
-            let stream = sim::stream(&sim::bundled_corpus(), requests, seed, personal_every);
-            println!("{requests} requests, seed {seed}, world = sim::World::default()\n");
+            let name = world;
+            let world = sim::World::named(&name).with_context(|| {
+                format!("no world {name:?}: one of {}", sim::World::NAMES.join(", "))
+            })?;
+            let stream = sim::stream(
+                &world,
+                &sim::bundled_corpus(),
+                requests,
+                seed,
+                personal_every,
+            );
+            println!("{requests} requests, seed {seed}, world {name} (sim::World::named)\n");
             print!("{}", sim::table(&sim::compare(&world, &stream, seed)));
             Ok(())
         }

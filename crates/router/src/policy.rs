@@ -96,6 +96,10 @@ pub struct Context {
     /// it on this page.
     #[serde(default)]
     pub edge_busy_s: Option<f32>,
+    /// The browser asks pages to save data (the Network Information API's `saveData`):
+    /// speculation, which sends the drafts up again with every verify call, is not chosen.
+    #[serde(default)]
+    pub save_data: bool,
 }
 
 /// Scenario weights of the composite score (larger means that term matters more).
@@ -426,7 +430,8 @@ pub struct QualityCheck {
     pub edge_signals: bool,
     /// The estimate before generation.
     pub estimate: Estimate,
-    /// The policy's bar for the estimate at the first token.
+    /// The bar for the estimate at the first token: the policy's, moved by how much slower
+    /// the cloud is and what the edge would cost the battery.
     pub bar: f64,
 }
 
@@ -583,6 +588,7 @@ struct Estimates {
     edge_score: f64,
     cloud_score: f64,
     speculative_score: f64,
+    bar: QualityBar,
 }
 
 impl Estimates {
@@ -648,6 +654,11 @@ impl Estimates {
             policy.weights.score(seconds, usd, quality, joules, drain)
         };
         Self {
+            bar: QualityBar::of(
+                policy,
+                cloud_latency - edge_latency,
+                (edge_joules - cloud_joules) * drain,
+            ),
             edge_score: score(edge_latency, 0.0, edge_quality, edge_joules),
             cloud_score: score(cloud_latency, cloud_cost, cloud_quality, cloud_joules),
             // The cloud's own answer either way: speculation is worth it when its latency and
@@ -673,6 +684,72 @@ impl Estimates {
             cloud_quality,
             estimate,
         }
+    }
+}
+
+/// The least P(edge answer acceptable) for the edge to answer, at its first token. The
+/// policy's `min_edge_quality` is set for a device on mains power and a cloud that answers no
+/// slower than the edge; what else the score weighs moves it, at the weights' own rate
+/// against a unit of quality: each second the cloud would take beyond the edge (a slow or
+/// distant network, a queue) lowers it by `latency / quality`, and each joule the edge would
+/// spend beyond the cloud on battery raises it by `energy · drain / quality`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct QualityBar {
+    policy: f64,
+    /// Zero or below.
+    latency_shift: f64,
+    /// Zero or above.
+    energy_shift: f64,
+}
+
+impl QualityBar {
+    /// The bar for a cloud `cloud_slower_s` seconds slower than the edge (negative: faster),
+    /// with the edge spending `extra_joules_drained` more than the cloud, weighed by drain.
+    fn of(policy: &Policy, cloud_slower_s: f64, extra_joules_drained: f64) -> Self {
+        let w = policy.weights;
+        let in_quality = |x: f64| {
+            if w.quality > 0.0 && x.is_finite() {
+                x.max(0.0) / w.quality
+            } else {
+                0.0
+            }
+        };
+        QualityBar {
+            policy: policy.min_edge_quality,
+            latency_shift: -in_quality(w.latency * cloud_slower_s),
+            energy_shift: in_quality(w.energy * extra_joules_drained),
+        }
+    }
+
+    /// The bar at the first token.
+    fn at_first_token(&self) -> f64 {
+        (self.policy + self.latency_shift + self.energy_shift).clamp(0.0, 1.0)
+    }
+
+    /// The bar before generation: lower, since the first token applies the whole bar before
+    /// any text is shown.
+    fn before_generation(&self) -> f64 {
+        self.at_first_token() * PRE_GENERATION_BAR
+    }
+
+    /// How the bar moved from the policy's, for the reasons; `None` when it did not.
+    fn moved(&self, e: &Estimates) -> Option<String> {
+        let mut parts = vec![];
+        if self.latency_shift < 0.0 {
+            parts.push(format!(
+                "{:+.2} for a cloud {:.1} s slower than the edge",
+                self.latency_shift,
+                e.cloud_latency - e.edge_latency
+            ));
+        }
+        if self.energy_shift > 0.0 {
+            parts.push(format!(
+                "{:+.2} for {:.1} J more from the battery on the edge",
+                self.energy_shift,
+                e.edge_joules - e.cloud_joules
+            ));
+        }
+        (!parts.is_empty()).then(|| format!("the policy's {:.2} {}", self.policy, parts.join(", ")))
     }
 }
 
@@ -763,6 +840,8 @@ fn trace_signals(
         sig("edge_energy_j", e.edge_joules.into()),
         sig("cloud_energy_j", e.cloud_joules.into()),
         sig("energy_drain", e.drain.into()),
+        sig("quality_bar", e.bar.at_first_token().into()),
+        sig("save_data", ctx.save_data.into()),
     ];
     let optional = [
         ("bandwidth_kbps", ctx.bandwidth_kbps.map(f64::from)),
@@ -784,6 +863,14 @@ fn trace_signals(
         ("cloud_queued", ctx.cloud_load.map(|l| f64::from(l.queued))),
         ("cloud_queue_s", Some(e.cloud_queue).filter(|w| *w > 0.0)),
         ("cloud_ttft_ms", ctx.cloud_ttft_ms.map(f64::from)),
+        (
+            "quality_bar_latency_shift",
+            Some(e.bar.latency_shift).filter(|s| *s != 0.0),
+        ),
+        (
+            "quality_bar_energy_shift",
+            Some(e.bar.energy_shift).filter(|s| *s != 0.0),
+        ),
         // The cost model's own estimates, so a learner can correct them from feedback.
         (
             "edge_latency_s",
@@ -796,6 +883,15 @@ fn trace_signals(
         if let Some(v) = value {
             signals.push(sig(name, v.into()));
         }
+    }
+    if let Some(b) = ctx.battery {
+        signals.push(sig("battery_charging", b.charging.into()));
+    }
+    if let Some(backend) = ctx.edge_backend {
+        signals.push(sig(
+            "edge_backend",
+            serde_json::to_value(backend).unwrap_or_default(),
+        ));
     }
     signals
 }
@@ -977,11 +1073,21 @@ impl Facts<'_> {
     /// Whether the cloud's answer comes faster or cheaper by speculation than by plain
     /// streaming.
     fn speculate(&self) -> bool {
-        self.ctx.cloud_verifies && self.e.speculative_score < self.e.cloud_score
+        self.ctx.cloud_verifies
+            && !self.ctx.save_data
+            && self.e.speculative_score < self.e.cloud_score
     }
 
     /// The way to the cloud's answer: speculative (with its reason) or plain.
     fn in_the_cloud(&self, reasons: &mut Vec<String>) -> Target {
+        let cheaper = self.ctx.cloud_verifies && self.e.speculative_score < self.e.cloud_score;
+        if cheaper && self.ctx.save_data {
+            reasons.push(
+                "save-data: plain streaming, since speculation sends the drafts up again with \
+                 every verify call"
+                    .into(),
+            );
+        }
         if !self.speculate() {
             return Target::Cloud;
         }
@@ -1012,15 +1118,12 @@ impl Facts<'_> {
             };
             return self.decision(target, None, reasons, scores);
         };
-        // Before generation the bar is lower: the edge's first token, moments later, applies
-        // the whole bar before any text is shown, so only a request the edge is unlikely to
-        // answer well is sent away unseen.
-        let bar = self.policy.min_edge_quality;
-        let before = bar * PRE_GENERATION_BAR;
+        let (bar, before) = (e.bar.at_first_token(), e.bar.before_generation());
         let p = estimate.p_edge_ok;
+        let moved = e.bar.moved(e).map_or(String::new(), |m| format!("; {m}"));
         let mut reasons = vec![format!(
             "quality: P(edge answer acceptable) {p:.2} before generation (bar {before:.2}; \
-             {bar:.2} at the first token)"
+             {bar:.2} at the first token{moved})"
         )];
         let target = if p >= before {
             Target::Edge
@@ -1296,13 +1399,13 @@ mod tests {
             "{:?}",
             d.reasons
         );
-        // A free slot: no queue, the usual decision.
+        // A free slot on a cloud that decodes faster than the edge: the usual decision.
         let idle = Context {
             cloud_load: Some(LoadReport {
                 queued: 0,
                 active: 2,
                 slots: 8,
-                tokens_per_s: Some(20.0),
+                tokens_per_s: Some(60.0),
             }),
             ..ctx()
         };
@@ -1310,6 +1413,163 @@ mod tests {
             decide(essay, Some(400), &idle, &Policy::default()).target,
             Target::Cloud
         );
+    }
+
+    #[test]
+    fn a_slow_network_lowers_the_bar_and_keeps_a_short_answer_on_the_edge() {
+        let problem = "A train leaves at 3 pm at 60 km/h and another at 4 pm at 90 km/h. \
+                       When does the second catch up?";
+        let near = decide(problem, Some(24), &ctx(), &Policy::default());
+        let q = near.quality.clone().expect("scored by the quality model");
+        assert_eq!(
+            q.bar,
+            Policy::default().min_edge_quality,
+            "{:?}",
+            near.reasons
+        );
+        assert!(
+            near.trace
+                .signals
+                .iter()
+                .all(|s| s.name != "quality_bar_latency_shift")
+        );
+        // Two seconds to the worker and a narrow link: the cloud's answer comes seconds after
+        // the edge's would, and each second is worth a quarter of the quality scale under
+        // the balanced weights.
+        let far = Context {
+            rtt_ms: 2000.0,
+            bandwidth_kbps: Some(100.0),
+            ..ctx()
+        };
+        let d = decide(problem, Some(24), &far, &Policy::default());
+        let shift = signal(&d, "quality_bar_latency_shift")
+            .as_f64()
+            .unwrap_or(0.0);
+        let seconds = |name| signal(&d, name).as_f64().unwrap_or(0.0);
+        let slower = seconds("cloud_latency_s") - seconds("edge_latency_s");
+        assert!(slower > 1.5, "{slower}");
+        assert!((shift + slower / 4.0).abs() < 1e-9, "{shift} vs {slower}");
+        let bar = d.quality.as_ref().expect("scored").bar;
+        assert!((bar - (0.5 + shift).max(0.0)).abs() < 1e-9);
+        assert_eq!(signal(&d, "quality_bar").as_f64(), Some(bar));
+        assert_eq!(d.target, Target::Edge, "{:?}", d.reasons);
+        assert!(d.reasons[0].contains("for a cloud"), "{:?}", d.reasons);
+        // The accuracy-first preset hardly trades quality for seconds.
+        let strict = decide(
+            problem,
+            Some(24),
+            &far,
+            &Policy::preset("high-accuracy").unwrap(),
+        );
+        assert!(strict.quality.expect("scored").bar > 0.7);
+    }
+
+    #[test]
+    fn on_battery_the_edge_s_joules_raise_the_bar() {
+        let prompt = "Explain how a rainbow forms.";
+        let on_battery = |level| Context {
+            battery: Some(Battery {
+                level,
+                charging: false,
+            }),
+            ..ctx()
+        };
+        let bar = |c: &Context, p: &Policy| decide(prompt, Some(200), c, p).quality.unwrap().bar;
+        let balanced = Policy::default();
+        assert_eq!(bar(&ctx(), &balanced), balanced.min_edge_quality);
+        let (full, low) = (
+            bar(&on_battery(1.0), &balanced),
+            bar(&on_battery(0.3), &balanced),
+        );
+        assert!(
+            balanced.min_edge_quality < full && full < low,
+            "{full} {low}"
+        );
+        let saver = Policy::preset("battery-saver").unwrap();
+        assert!(bar(&on_battery(1.0), &saver) > full);
+    }
+
+    #[test]
+    fn save_data_chooses_plain_streaming_over_speculation() {
+        let essay = "Write a detailed 2000-word essay on the history of the printing press.";
+        // The thrifty tenant of the test above, for whom speculation pays.
+        let policy = Policy {
+            weights: Weights {
+                latency: 0.01,
+                cost: 8.0,
+                quality: 4.0,
+                energy: 0.0,
+            },
+            cloud_price_out_per_1k: 0.015,
+            ..Policy::default()
+        };
+        let verifying = Context {
+            cloud_verifies: true,
+            ..ctx()
+        };
+        let d = decide(essay, None, &verifying, &policy);
+        assert_eq!(d.target, Target::Speculative, "{:?}", d.reasons);
+        let saving = Context {
+            save_data: true,
+            ..verifying
+        };
+        let d = decide(essay, None, &saving, &policy);
+        assert_eq!(d.target, Target::Cloud, "{:?}", d.reasons);
+        assert!(d.reasons.iter().any(|r| r.starts_with("save-data")));
+        assert_eq!(signal(&d, "save_data"), &serde_json::Value::Bool(true));
+    }
+
+    #[test]
+    fn the_readme_names_every_traced_signal() {
+        let readme = include_str!("../../../README.md");
+        let table = readme
+            .split("<!-- signals:")
+            .nth(1)
+            .and_then(|t| t.split("<!-- /signals -->").next())
+            .expect("README.md has the signals table");
+        let documented: std::collections::BTreeSet<&str> = table
+            .lines()
+            .filter_map(|row| row.strip_prefix("| "))
+            .filter_map(|row| row.split(" | ").next())
+            .flat_map(|names| names.split(", "))
+            .filter_map(|n| n.strip_prefix('`')?.strip_suffix('`'))
+            .collect();
+        // Every optional signal present: a page with everything measured, on battery, with
+        // a structured answer, a busy device, a loaded cloud and a slow network.
+        let everything = Context {
+            rtt_ms: 3000.0,
+            bandwidth_kbps: Some(100.0),
+            edge_prefill_tokens_per_s: Some(400.0),
+            edge_context_tokens: Some(2048),
+            budget_remaining_usd: Some(1.0),
+            battery: Some(Battery {
+                level: 0.9,
+                charging: false,
+            }),
+            edge_backend: Some(EdgeBackend::Cpu),
+            structured: Some(signals::StructuredOutput {
+                schema_bytes: 200,
+                tool_call: false,
+            }),
+            cloud_load: Some(LoadReport {
+                queued: 3,
+                active: 8,
+                slots: 8,
+                tokens_per_s: Some(30.0),
+            }),
+            cloud_ttft_ms: Some(900.0),
+            edge_busy_s: Some(0.5),
+            ..ctx()
+        };
+        let d = decide(
+            "What is the capital of France?",
+            Some(16),
+            &everything,
+            &Policy::default(),
+        );
+        let traced: std::collections::BTreeSet<&str> =
+            d.trace.signals.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(traced, documented);
     }
 
     #[test]

@@ -1,10 +1,14 @@
 //! A simulated request stream for comparing routing policies where real feedback is not to
 //! hand: prompts from the task corpus, some carrying personal data, a hidden difficulty
-//! that drifts, and a world model of what each target's answer would have been worth. Every
+//! that drifts, a phone's battery running down, a cloud tier that goes through bursts of
+//! load, and a world model of what each target's answer would have been worth. Every
 //! number of the world is a stated assumption ([`World::default`]); the point is the
 //! comparison between policies on the same stream, not the absolute rewards.
 
+use straddle_protocol::LoadReport;
+
 use crate::bandit::{LinUcb, Observation, RewardWeights};
+use crate::energy::{self, Battery, EdgeBackend, EnergyModel};
 use crate::pii::Sensitivity;
 use crate::policy::{self, Context, Decision, Policy, Target};
 use crate::rng::SplitMix;
@@ -23,8 +27,23 @@ pub struct World {
     pub edge_tokens_per_s: f64,
     pub cloud_tokens_per_s: f64,
     pub rtt_ms: f64,
-    /// Cloud queueing and prefill before the first token, seconds.
+    /// Cloud queueing and prefill before the first token that no load report shows, seconds.
     pub cloud_queue_s: f64,
+    /// The cloud tier's slots, and its bursts: every `burst_every` requests, `burst_len` of
+    /// them find every slot busy and `burst_queued` requests (drawn uniformly) waiting.
+    pub cloud_slots: u32,
+    pub burst_every: usize,
+    pub burst_len: usize,
+    pub burst_queued: (u32, u32),
+    /// How long the answers ahead in the cloud's queue are, in tokens.
+    pub queued_output_tokens: f64,
+    /// The phone: the share of the stream it spends charging, and its charge at the end.
+    pub charging_share: f64,
+    pub final_charge: f32,
+    /// Joules per token on the phone (its CPU runs the edge model).
+    pub energy: EnergyModel,
+    /// Reward lost per joule at full charge; [`energy::drain`] scales it as the charge falls.
+    pub reward_per_joule: f64,
     /// USD per 1,000 prompt / completion tokens.
     pub cloud_price_in_per_1k: f64,
     pub cloud_price_out_per_1k: f64,
@@ -61,6 +80,21 @@ impl Default for World {
             // A busy shared GPU tier: what the fixed policy's latency model (RTT plus
             // decode) does not know, and feedback teaches.
             cloud_queue_s: 1.5,
+            // A shared tier at peak: a quarter of the time every slot is busy and one to
+            // three slots' worth of answers wait.
+            cloud_slots: 8,
+            burst_every: 200,
+            burst_len: 50,
+            burst_queued: (8, 24),
+            queued_output_tokens: 150.0,
+            // A day on a phone: plugged in for the first tenth, then running down to 8 %.
+            charging_share: 0.1,
+            final_charge: 0.08,
+            energy: EnergyModel::default(),
+            // A full battery's 45 J answer costs about a ninth of a good answer (a tenth
+            // of a typical phone's charge per 400 such answers); at 10 % charge, ten times
+            // that.
+            reward_per_joule: 0.0025,
             // A frontier-class cloud model's list prices.
             cloud_price_in_per_1k: 0.0025,
             cloud_price_out_per_1k: 0.01,
@@ -85,11 +119,27 @@ pub struct Request {
     pub difficulty: f64,
     /// Whether personal data was added to the prompt.
     pub personal: bool,
+    /// The phone's battery and the cloud's load when it arrives.
+    pub moment: Moment,
+}
+
+/// The state of the phone and the cloud tier when a request arrives.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Moment {
+    pub battery: Battery,
+    pub cloud: LoadReport,
 }
 
 /// `n` requests drawn from `corpus`; difficulty drifts linearly from `U(0, 0.3)` at the
-/// start to `U(0.5, 1)` at the end, and one in `personal_every` carries a card number.
-pub fn stream(corpus: &[TaskExample], n: usize, seed: u64, personal_every: usize) -> Vec<Request> {
+/// start to `U(0.5, 1)` at the end, one in `personal_every` carries a card number, and each
+/// meets the world's battery and cloud load at its place in the stream.
+pub fn stream(
+    world: &World,
+    corpus: &[TaskExample],
+    n: usize,
+    seed: u64,
+    personal_every: usize,
+) -> Vec<Request> {
     let mut rng = SplitMix(seed);
     (0..n)
         .filter_map(|i| {
@@ -102,11 +152,13 @@ pub fn stream(corpus: &[TaskExample], n: usize, seed: u64, personal_every: usize
             } else {
                 e.text.clone()
             };
+            let moment = world.moment(i, progress, &mut rng);
             Some(Request {
                 text,
                 task: e.label,
                 difficulty,
                 personal,
+                moment,
             })
         })
         .collect()
@@ -118,11 +170,34 @@ pub struct Answer {
     pub quality: f64,
     pub cost_usd: f64,
     pub latency_s: f64,
+    /// Taken from the phone's battery.
+    pub joules: f64,
     pub reward: f64,
     pub breach: bool,
 }
 
 impl World {
+    /// The worlds [`World::named`] knows.
+    pub const NAMES: &[&str] = &["day", "calm-cloud", "on-mains"];
+
+    /// A named world: `day` is the default (a draining battery and bursts of cloud load);
+    /// `calm-cloud` has no bursts and `on-mains` no battery, so each signal can be seen alone.
+    pub fn named(name: &str) -> Option<World> {
+        let day = World::default();
+        Some(match name {
+            "day" => day,
+            "calm-cloud" => World {
+                burst_len: 0,
+                ..day
+            },
+            "on-mains" => World {
+                charging_share: 1.0,
+                ..day
+            },
+            _ => return None,
+        })
+    }
+
     fn edge_skill(&self, task: TaskType) -> f64 {
         self.edge_skill
             .iter()
@@ -130,21 +205,67 @@ impl World {
             .map_or(0.5, |(_, s)| *s)
     }
 
-    /// The chance of a good answer, its cost in USD and its latency in seconds.
-    fn outcome(&self, request: &Request, target: Target) -> (f64, f64, f64) {
+    /// The battery and the cloud's load at request `i`, `progress` through the stream.
+    fn moment(&self, i: usize, progress: f64, rng: &mut SplitMix) -> Moment {
+        let battery = if progress < self.charging_share {
+            Battery {
+                level: 1.0,
+                charging: true,
+            }
+        } else {
+            let run = (progress - self.charging_share) / (1.0 - self.charging_share);
+            Battery {
+                level: 1.0 - (1.0 - self.final_charge) * run as f32,
+                charging: false,
+            }
+        };
+        let bursting = self.burst_every > 0 && i % self.burst_every < self.burst_len;
+        let (lo, hi) = self.burst_queued;
+        let cloud = LoadReport {
+            queued: if bursting {
+                lo + rng.below((hi - lo + 1) as usize) as u32
+            } else {
+                0
+            },
+            active: if bursting {
+                self.cloud_slots
+            } else {
+                self.cloud_slots / 4
+            },
+            slots: self.cloud_slots,
+            tokens_per_s: Some(self.cloud_tokens_per_s as f32),
+        };
+        Moment { battery, cloud }
+    }
+
+    /// The chance of a good answer, its cost in USD, its latency in seconds and the joules
+    /// it takes from the phone.
+    fn outcome(&self, request: &Request, target: Target) -> (f64, f64, f64, f64) {
         let out = f64::from(request.task.typical_output_tokens());
-        let prompt = f64::from(crate::signals::prompt_tokens_estimate(&request.text));
-        let (p_good, cost_usd, latency_s) = match target {
+        let prompt_tokens = crate::signals::prompt_tokens_estimate(&request.text);
+        let prompt = f64::from(prompt_tokens);
+        let output_tokens = request.task.typical_output_tokens();
+        let queue = self.cloud_queue_s
+            + request
+                .moment
+                .cloud
+                .wait_s(self.queued_output_tokens / self.cloud_tokens_per_s);
+        let edge_j =
+            (self.energy).edge_joules(Some(EdgeBackend::Cpu), prompt_tokens, output_tokens);
+        let radio_j = self.energy.cloud_joules(prompt_tokens, output_tokens);
+        let (p_good, cost_usd, latency_s, joules) = match target {
             Target::Edge => (
                 self.edge_skill(request.task) - self.edge_difficulty_penalty * request.difficulty,
                 0.0,
                 out / self.edge_tokens_per_s,
+                edge_j,
             ),
             Target::Cloud => (
                 self.cloud_skill - self.cloud_difficulty_penalty * request.difficulty,
                 prompt / 1000.0 * self.cloud_price_in_per_1k
                     + out / 1000.0 * self.cloud_price_out_per_1k,
-                self.rtt_ms / 1000.0 + self.cloud_queue_s + out / self.cloud_tokens_per_s,
+                self.rtt_ms / 1000.0 + queue + out / self.cloud_tokens_per_s,
+                radio_j,
             ),
             // The cloud's answer, drafted by the edge: one round trip and one output token
             // billed per verify call of three tokens.
@@ -155,12 +276,26 @@ impl World {
                     (prompt + out) / 1000.0 * self.cloud_price_in_per_1k
                         + calls / 1000.0 * self.cloud_price_out_per_1k,
                     calls * (self.rtt_ms / 1000.0 + 1.0 / self.cloud_tokens_per_s)
-                        + self.cloud_queue_s
+                        + queue
                         + out / self.edge_tokens_per_s,
+                    edge_j + radio_j,
                 )
             }
         };
-        (p_good.clamp(0.0, 1.0), cost_usd, latency_s)
+        (p_good.clamp(0.0, 1.0), cost_usd, latency_s, joules)
+    }
+
+    /// The reward of an answer of this quality, cost, latency and energy at `moment`.
+    fn reward(
+        &self,
+        moment: &Moment,
+        quality: f64,
+        cost_usd: f64,
+        latency_s: f64,
+        joules: f64,
+    ) -> f64 {
+        self.reward.reward(quality, cost_usd, latency_s)
+            - self.reward_per_joule * joules * energy::drain(Some(moment.battery))
     }
 
     /// Whether sending `request` to `target` leaks the personal data it carries.
@@ -173,40 +308,60 @@ impl World {
         if Self::breaches(request, target) {
             return self.breach_penalty;
         }
-        let (p_good, cost_usd, latency_s) = self.outcome(request, target);
-        self.reward.reward(p_good, cost_usd, latency_s)
+        let (p_good, cost_usd, latency_s, joules) = self.outcome(request, target);
+        self.reward(&request.moment, p_good, cost_usd, latency_s, joules)
     }
 
     /// The answer `target` gives to `request` (its success drawn from `rng`).
     pub fn answer(&self, request: &Request, target: Target, rng: &mut SplitMix) -> Answer {
-        let (p_good, cost_usd, latency_s) = self.outcome(request, target);
+        let (p_good, cost_usd, latency_s, joules) = self.outcome(request, target);
         let quality = f64::from(rng.next_f64() < p_good);
         let breach = Self::breaches(request, target);
         let reward = if breach {
             self.breach_penalty
         } else {
-            self.reward.reward(quality, cost_usd, latency_s)
+            self.reward(&request.moment, quality, cost_usd, latency_s, joules)
         };
         Answer {
             quality,
             cost_usd,
             latency_s,
+            joules,
             reward,
             breach,
         }
     }
 
-    /// The context a page in this world would hand the router.
-    pub fn context(&self) -> Context {
-        Context {
+    /// The context a page in this world would hand the router at `moment`: with `sight`
+    /// `Full`, the battery, the backend and the cloud's load report as well.
+    pub fn context(&self, moment: &Moment, sight: Sight) -> Context {
+        let base = Context {
             online: true,
             edge_available: true,
             edge_tokens_per_s: self.edge_tokens_per_s as f32,
             rtt_ms: self.rtt_ms as f32,
             edge_languages: vec!["en".into()],
             ..Context::default()
+        };
+        match sight {
+            Sight::LatencyCostQuality => base,
+            Sight::Full => Context {
+                battery: Some(moment.battery),
+                edge_backend: Some(EdgeBackend::Cpu),
+                cloud_load: Some(moment.cloud),
+                ..base
+            },
         }
     }
+}
+
+/// What a router sees of the device and the cloud.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sight {
+    /// Latency, cost and quality: no battery, no load report.
+    LatencyCostQuality,
+    /// The four dimensions: energy and live load as well.
+    Full,
 }
 
 /// The routing policies the simulation compares.
@@ -215,9 +370,11 @@ pub enum Router {
     /// The first seed's `EdgeRouter`: privacy score > 0.7 → edge; else the cloud when the
     /// latency budget exceeds the cloud's latency plus accuracy need × 50 ms; else edge.
     EdgeRouterBaseline,
-    /// Straddle's ordered rules and fixed score ([`policy::decide`]).
-    Fixed(Policy),
-    /// The same rules, then the bandit instead of the fixed score, learning from feedback.
+    /// Straddle's ordered rules and fixed score ([`policy::decide`]), seeing what `Sight`
+    /// says.
+    Fixed(Policy, Sight),
+    /// The same rules with every signal, then the bandit instead of the fixed score, learning
+    /// from feedback.
     Bandit(Policy, Box<LinUcb>),
     /// Knows every request's hidden difficulty and the world: the best any router could do,
     /// for scale.
@@ -229,8 +386,9 @@ impl Router {
     pub fn name(&self) -> &'static str {
         match self {
             Router::EdgeRouterBaseline => "EdgeRouter (seed 1 baseline)",
-            Router::Fixed(_) => "straddle fixed policy",
-            Router::Bandit(..) => "straddle + LinUCB bandit",
+            Router::Fixed(_, Sight::LatencyCostQuality) => "straddle fixed, 3 dimensions",
+            Router::Fixed(_, Sight::Full) => "straddle fixed, + energy and load",
+            Router::Bandit(..) => "straddle + energy and load + LinUCB bandit",
             Router::Oracle => "oracle (knows the hidden difficulty)",
         }
     }
@@ -246,6 +404,8 @@ pub struct Report {
     pub mean_quality: f64,
     pub cost_usd: f64,
     pub mean_latency_s: f64,
+    /// Joules per request taken from the phone while it ran on battery.
+    pub mean_battery_j: f64,
     pub breaches: usize,
 }
 
@@ -267,12 +427,12 @@ impl Report {
 /// Runs `router` over `requests`; answers are drawn from `seed`, identically for every
 /// router, so differences come from the routing alone.
 pub fn run(world: &World, requests: &[Request], mut router: Router, seed: u64) -> Report {
-    let ctx = world.context();
     let mut rng = SplitMix(seed);
     let mut answer_rng = SplitMix(seed ^ 0xA5A5);
-    let (mut rewards, mut edge, mut quality, mut cost, mut latency, mut breaches) = (
+    let (mut rewards, mut edge, mut quality, mut cost, mut latency, mut battery_j, mut breaches) = (
         Vec::with_capacity(requests.len()),
         0usize,
+        0.0,
         0.0,
         0.0,
         0.0,
@@ -295,8 +455,11 @@ pub fn run(world: &World, requests: &[Request], mut router: Router, seed: u64) -
                     Target::Cloud
                 }
             }
-            Router::Fixed(p) => policy::decide(&r.text, None, &ctx, p).target,
+            Router::Fixed(p, sight) => {
+                policy::decide(&r.text, None, &world.context(&r.moment, *sight), p).target
+            }
             Router::Bandit(p, b) => {
+                let ctx = world.context(&r.moment, Sight::Full);
                 let d: Decision = policy::decide(&r.text, None, &ctx, p);
                 if d.trace.rule.is_some() {
                     d.target
@@ -316,6 +479,9 @@ pub fn run(world: &World, requests: &[Request], mut router: Router, seed: u64) -
         quality += a.quality;
         cost += a.cost_usd;
         latency += a.latency_s;
+        if !r.moment.battery.charging {
+            battery_j += a.joules;
+        }
         breaches += usize::from(a.breach);
         rewards.push(a.reward);
     }
@@ -327,6 +493,7 @@ pub fn run(world: &World, requests: &[Request], mut router: Router, seed: u64) -
         mean_quality: quality / n,
         cost_usd: cost,
         mean_latency_s: latency / n,
+        mean_battery_j: battery_j / n,
         breaches,
     }
 }
@@ -360,12 +527,12 @@ pub const WARM_UP: f64 = 0.1;
 /// The routers on one stream, as a Markdown table.
 pub fn table(reports: &[Report]) -> String {
     let mut out = format!(
-        "| router | mean reward | after the first {:.0} % | first half | second half | last quarter | edge share | quality | cloud spend | mean latency | breaches |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| router | mean reward | after the first {:.0} % | first half | second half | last quarter | edge share | quality | cloud spend | mean latency | battery per request | breaches |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         100.0 * WARM_UP
     );
     for r in reports {
         out.push_str(&format!(
-            "| {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.0}% | {:.3} | ${:.4} | {:.2} s | {} |\n",
+            "| {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.0}% | {:.3} | ${:.4} | {:.2} s | {:.1} J | {} |\n",
             r.router,
             r.mean_reward(0.0, 1.0),
             r.mean_reward(WARM_UP, 1.0),
@@ -376,6 +543,7 @@ pub fn table(reports: &[Report]) -> String {
             r.mean_quality,
             r.cost_usd,
             r.mean_latency_s,
+            r.mean_battery_j,
             r.breaches
         ));
     }
@@ -395,7 +563,8 @@ pub fn bundled_corpus() -> Vec<TaskExample> {
 pub fn compare(world: &World, requests: &[Request], seed: u64) -> Vec<Report> {
     [
         Router::EdgeRouterBaseline,
-        Router::Fixed(Policy::default()),
+        Router::Fixed(Policy::default(), Sight::LatencyCostQuality),
+        Router::Fixed(Policy::default(), Sight::Full),
         Router::Bandit(Policy::default(), Box::default()),
         Router::Oracle,
     ]
@@ -412,11 +581,17 @@ mod tests {
     fn after_feedback_the_bandit_beats_the_fixed_policy_and_never_leaks() {
         let world = World::default();
         for seed in [7, 11, 23] {
-            let requests = stream(&bundled_corpus(), 3000, seed, 20);
+            let requests = stream(&world, &bundled_corpus(), 3000, seed, 20);
             let reports = compare(&world, &requests, seed);
-            let [baseline, fixed, bandit, oracle] =
-                [&reports[0], &reports[1], &reports[2], &reports[3]];
-            // The fixed cost model does not know the cloud tier's queue; answers teach it.
+            let [baseline, _, fixed, bandit, oracle] = [
+                &reports[0],
+                &reports[1],
+                &reports[2],
+                &reports[3],
+                &reports[4],
+            ];
+            // The fixed cost model does not know the cloud tier's hidden queue; answers teach
+            // it.
             let after = |r: &Report| r.mean_reward(WARM_UP, 1.0);
             assert!(
                 after(bandit) > after(fixed) + 0.005,
@@ -433,11 +608,53 @@ mod tests {
     }
 
     #[test]
+    fn seeing_the_battery_and_the_cloud_s_load_pays_on_every_stream() {
+        let world = World::default();
+        // Each signal alone: a phone on battery with an idle cloud, a cloud that bursts with
+        // the phone plugged in.
+        let calm_cloud = World::named("calm-cloud").unwrap();
+        let plugged_in = World::named("on-mains").unwrap();
+        for seed in [3, 7, 11, 23] {
+            let run = |w: &World| {
+                let requests = stream(w, &bundled_corpus(), 3000, seed, 20);
+                let reports = compare(w, &requests, seed);
+                let reward = |r: &Report| r.mean_reward(0.0, 1.0);
+                let (three, four) = (&reports[1], &reports[2]);
+                assert_eq!((three.breaches, four.breaches), (0, 0));
+                assert!(
+                    reward(four) > reward(three) + 0.01,
+                    "seed {seed}: {} vs {}",
+                    reward(four),
+                    reward(three)
+                );
+                (three.clone(), four.clone())
+            };
+            run(&world);
+            // On battery it spends less of it; with a queue it waits less.
+            let (three, four) = run(&calm_cloud);
+            assert!(four.mean_battery_j < three.mean_battery_j);
+            let (three, four) = run(&plugged_in);
+            assert!(four.mean_latency_s < three.mean_latency_s);
+        }
+    }
+
+    #[test]
+    fn the_battery_runs_down_and_the_cloud_bursts() {
+        let world = World::default();
+        let requests = stream(&world, &bundled_corpus(), 1000, 5, 20);
+        let battery = |i: usize| requests[i].moment.battery;
+        assert!(battery(0).charging && !battery(500).charging);
+        assert!(battery(999).level < 0.1 && battery(500).level > battery(900).level);
+        let queued = |i: usize| requests[i].moment.cloud.queued;
+        assert!((0..50).all(|i| queued(i) >= 8) && (50..200).all(|i| queued(i) == 0));
+    }
+
+    #[test]
     fn the_same_seed_gives_the_same_stream_and_answers() {
         let corpus = bundled_corpus();
-        let a = stream(&corpus, 50, 42, 10);
-        assert_eq!(a, stream(&corpus, 50, 42, 10));
         let world = World::default();
+        let a = stream(&world, &corpus, 50, 42, 10);
+        assert_eq!(a, stream(&world, &corpus, 50, 42, 10));
         assert_eq!(compare(&world, &a, 42), compare(&world, &a, 42));
     }
 }
