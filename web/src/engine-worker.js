@@ -220,6 +220,8 @@ async function speculate({ id, messages, params, verify }) {
       draft_tokens: Array.from(draft), session, tokenizer_hash: verify.tokenizerHash,
       temperature: params.temperature ?? 0, seed: params.seed ?? 0,
       ...(params.top_p !== undefined && { top_p: params.top_p }),
+      // The page's versions and answer id, for the worker's records.
+      ...(verify.envelope && { straddle: verify.envelope }),
     };
     if (started) body.session_length = spec.prompt().length + spec.tokens().length;
     else body.prefix_tokens = [...spec.prompt(), ...spec.tokens()];

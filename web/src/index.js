@@ -250,6 +250,11 @@ export class Straddle {
     this.edge = null; // {host, backend, languages, name, tokensPerS}
     this.edgeError = null;
     this.rtt = { ms: null, at: 0, probing: null };
+    // A new network (Wi-Fi to cellular, a tunnel) makes the last round trip stale: until it
+    // is measured again, the Network Information API's estimate stands in.
+    globalThis.navigator?.connection?.addEventListener?.("change", () => {
+      this.rtt = { ms: null, at: 0, probing: null };
+    });
     // The cloud's load as the worker relays it, and its measured time to first token.
     this.cloudLoad = { report: null, at: 0, probing: null };
     this.cloudTtftMs = null;
@@ -341,15 +346,18 @@ export class Straddle {
   /** Re-measures the round trip to the worker when the last measurement is stale. */
   refreshRtt() {
     if (!this.worker || this.rtt.probing || performance.now() - this.rtt.at < RTT_STALE_MS && this.rtt.at) return;
-    this.rtt.probing = (async () => {
+    const probe = (async () => {
       const samples = [];
       for (let i = 0; i < 3; i++) {
         const ms = await measureRtt(this.worker);
         if (ms !== null) samples.push(ms);
       }
       samples.sort((a, b) => a - b);
-      this.rtt = { ms: samples.length ? samples[Math.floor(samples.length / 2)] : null, at: performance.now(), probing: null, reachable: samples.length > 0 };
+      // A network change during the probe made its samples stale.
+      if (this.rtt.probing !== probe) return;
+      this.rtt = { ms: samples.length ? samples[Math.floor(samples.length / 2)] : null, at: performance.now(), probing: null };
     })();
+    this.rtt.probing = probe;
   }
 
   /** Asks the worker how loaded the cloud is, when the last answer is stale. */
@@ -437,6 +445,8 @@ export class Straddle {
       cloud_load: this.cloudLoad.report ?? undefined,
       cloud_ttft_ms: this.cloudTtftMs ?? undefined,
       edge_busy_s: this.edgeBusySeconds() || undefined,
+      // The user asked the browser to save data: no speculation, which re-sends its drafts.
+      save_data: conn?.saveData === true,
     };
   }
 
@@ -484,7 +494,7 @@ export class Straddle {
     const created = Math.floor(Date.now() / 1000);
     if (!req.stream) {
       let text = "";
-      const end = await this.answer(req, (t) => { text += t; }, started, stop.signal);
+      const end = await this.answer(req, (t) => { text += t; }, started, stop.signal, id);
       const calls = end.tool_calls?.length ? { tool_calls: end.tool_calls } : {};
       return {
         id, object: "chat.completion", created, model: end.model,
@@ -497,7 +507,7 @@ export class Straddle {
     let wake = null;
     let outcome = null;
     const notify = () => { wake?.(); wake = null; };
-    this.answer(req, (t) => { queue.push(t); notify(); }, started, stop.signal).then(
+    this.answer(req, (t) => { queue.push(t); notify(); }, started, stop.signal, id).then(
       (end) => { outcome = { end }; notify(); },
       (error) => { outcome = { error }; notify(); },
     );
@@ -538,6 +548,19 @@ export class Straddle {
       }
     }
     return chunks();
+  }
+
+  /**
+   * What the worker's records carry of a decision: the versions that made it and the answer's
+   * id, which the user's feedback names.
+   */
+  versions(decision, id) {
+    return {
+      router_version: routerVersion(), policy_version: decision.trace.policy_version,
+      ...(decision.quality && { quality_model_version: decision.quality.model_version }),
+      ...(this.edge?.sha256 && { edge_model_sha256: this.edge.sha256 }),
+      ...(id && { answer_id: id }),
+    };
   }
 
   /** What the cloud charges for these tokens at the policy's prices (the router's formula). */
@@ -597,12 +620,12 @@ export class Straddle {
    * `{meta, usage, finish_reason, model}`. Failover lives here: cloud → edge when the
    * worker fails before answering, edge → cloud when the device cannot, never past privacy.
    */
-  async answer(req, emit, started, signal) {
+  async answer(req, emit, started, signal, id) {
     const decision = this.decide(req);
     if (signal?.aborted) throw new StraddleError("aborted", "the request was aborted");
     let firstAt = null;
     const out = (t) => { if (t) { firstAt ??= performance.now(); emit(t); } };
-    const ctx = { req, decision, signal, emit: out };
+    const ctx = { req, decision, signal, emit: out, id };
     const privateData = decision.trace.rule === "privacy";
     let end;
     if (decision.target === "speculative") {
@@ -790,7 +813,7 @@ export class Straddle {
     const token = await resolveToken(this.options.token);
     const gen = this.edge.host.speculate(req.messages, this.edgeParams(req), {
       url: this.worker, token, tokenizerHash: this.edge.tokenizerHash, timeoutMs: this.options.firstByteTimeoutMs,
-      handOffBelow: this.policy.speculative_min_acceptance,
+      handOffBelow: this.policy.speculative_min_acceptance, envelope: this.versions(decision, ctx.id),
     });
     const onAbort = () => gen.cancel();
     signal?.addEventListener("abort", onAbort, { once: true });
@@ -903,9 +926,7 @@ export class Straddle {
       ...(req.stop !== undefined && req.stop !== null && { stop: req.stop }),
       ...samplingExtras(req),
       straddle: {
-        session: this.session, reasons, router_version: routerVersion(), policy_version: decision.trace.policy_version,
-        ...(decision.quality && { quality_model_version: decision.quality.model_version }),
-        ...(this.edge?.sha256 && { edge_model_sha256: this.edge.sha256 }),
+        session: this.session, reasons, ...this.versions(decision, ctx.id),
         privacy: { entities: found, redacted: Boolean(redaction) },
         prompt_tokens_estimate: traceValue(decision, "prompt_tokens_estimate"),
         ...(this.options.feature && { feature: this.options.feature }),
@@ -980,6 +1001,27 @@ export class Straddle {
     if (this.learner) {
       this.learner.update(JSON.stringify(answer.decision), answer.route, reward, answer.cost_usd, answer.latency_s);
       await this.feedbackStore.putState(this.learnerKey, this.learner.toJson());
+    }
+    await this.reportFeedback(id, reward);
+  }
+
+  /**
+   * Tells the worker the user's reward for answer `id`, so usage by version reports it. Kept
+   * locally either way: a worker that cannot be reached loses only the tenant's copy.
+   */
+  async reportFeedback(id, reward) {
+    if (!this.worker || this.options.reportUsage === false) return;
+    // An edge answer's record must exist before its rating can find it.
+    await this.flushUsage();
+    try {
+      const token = await resolveToken(this.options.token);
+      const resp = await fetch(`${this.worker}/v1/feedback`, {
+        method: "POST", body: JSON.stringify({ feedback: [{ id, reward }] }), signal: AbortSignal.timeout(5000),
+        headers: { "content-type": "application/json", ...(token && { authorization: `Bearer ${token}` }) },
+      });
+      if (!resp.ok) console.warn(`straddle: the worker refused the feedback (${resp.status})`);
+    } catch (e) {
+      console.warn("straddle: the feedback did not reach the worker:", e.message ?? e);
     }
   }
 

@@ -279,6 +279,11 @@ test("speculative decoding: the page drafts, the cloud verifies, the text is the
     assert.equal(r.handed.meta.degraded, null);
     assert.equal(r.handed.usage.completion_tokens, r.longCloud.usage.completion_tokens);
     assert.equal(r.handed.text, r.longCloud.text, "the cloud continued its own greedy answer");
+    // The verify calls carried the page's versions: the tenant sees acceptance by policy.
+    const byPolicy = (await (await admin(worker.url, "GET", `/v1/tenants/${TENANT}/usage?group_by=policy_version`)).json()).groups;
+    const spec = byPolicy.find((g) => g.speculative_acceptance !== null);
+    assert.equal(spec?.key, "balanced-1", JSON.stringify(byPolicy));
+    assert.ok(spec.speculative_acceptance > 0 && spec.speculative_acceptance <= 1, JSON.stringify(spec));
     // The verifier goes away: the edge finishes alone, says so, and the text is still whole.
     await worker.mf.dispose();
     const alone = await page.evaluate(() => window.__ask("speculative"));
@@ -331,6 +336,53 @@ test("the first token sends a word problem to the cloud with the whole history a
     assert.deepEqual(body.messages.map((m) => m.role), ["user", "assistant", "user"]);
     assert.equal(body.messages[2].content, problem);
     assert.ok(r.deltas.join("").length > 0);
+  } finally {
+    await context.close();
+  }
+});
+
+test("network: the word problem the first token sends to the cloud stays on the edge under CDP throttling (2.5 s round trip, 100 kbit/s)", { skip }, async () => {
+  const { context, page, sent } = await freshPage();
+  try {
+    const problem = "A baker makes 14 trays of 18 rolls, sells 3/4 of them at $1.25 each and gives half of " +
+      "the rest to a shelter. How many dollars does she earn, and how many rolls are left?";
+    // The model loads and its speed is measured before the network slows down; on the fast
+    // network the first token sends the problem to the cloud.
+    const calm = await inPage(page, async (Straddle, _E, config, problem) => {
+      const s = await Straddle.create({ ...config, policy: { preset: "balanced" }, backend: "cpu" });
+      await s.chat.completions.create({ messages: [{ role: "user", content: "Hi!" }], max_tokens: 8, straddle: { route: "edge" } });
+      globalThis.throttled = s;
+      const a = await s.chat.completions.create({ messages: [{ role: "user", content: problem }], max_tokens: 24, temperature: 0 });
+      return { route: a.straddle.route, reasons: a.straddle.reasons };
+    }, problem);
+    assert.equal(calm.route, "cloud", calm.reasons.join("; "));
+    assert.match(calm.reasons.join(" "), /first token: P\(edge answer acceptable\)/);
+    const uploads = () => sent.filter((x) => x.url.endsWith("/v1/chat/completions")).length;
+    const before = uploads();
+    const cdp = await context.newCDPSession(page);
+    await cdp.send("Network.enable");
+    await cdp.send("Network.emulateNetworkConditions", { offline: false, latency: 2500, downloadThroughput: 12_500, uploadThroughput: 12_500 });
+    const r = await page.evaluate(async (problem) => {
+      const s = globalThis.throttled;
+      const messages = [{ role: "user", content: problem }];
+      const signal = (d, name) => d.trace.signals.find((x) => x.name === name)?.value;
+      // The page's own round trip replaces the Network Information API's seed once measured.
+      let d = s.route({ messages, max_tokens: 24 });
+      const seeded = signal(d, "rtt_ms");
+      for (let i = 0; i < 200 && !s.rtt.ms; i++) await new Promise((r) => setTimeout(r, 100));
+      d = s.route({ messages, max_tokens: 24 });
+      const a = await s.chat.completions.create({ messages, max_tokens: 24, temperature: 0 });
+      return { seeded, rtt: signal(d, "rtt_ms"), bandwidth: signal(d, "bandwidth_kbps"), shift: signal(d, "quality_bar_latency_shift"),
+        bar: d.quality?.bar, target: d.target, route: a.straddle.route, reasons: a.straddle.reasons, text: a.choices[0].message.content };
+    }, problem);
+    assert.ok(r.seeded >= 2000, `navigator.connection seeds the round trip: ${r.seeded}`);
+    assert.ok(r.rtt >= 2500 && r.bandwidth === 100, JSON.stringify(r));
+    assert.ok(r.shift < -0.25 && r.bar < 0.25, JSON.stringify(r));
+    assert.equal(r.target, "edge");
+    assert.equal(r.route, "edge", r.reasons.join("; "));
+    assert.match(r.reasons.join(" "), /for a cloud [0-9.]+ s slower than the edge/);
+    assert.ok(r.text.length > 0);
+    assert.equal(uploads(), before, "nothing went to the cloud");
   } finally {
     await context.close();
   }
@@ -455,26 +507,38 @@ test("load: with the device busy the next request goes to the cloud; under priva
   }
 });
 
-test("edge answers are reported to the worker, counts and versions only, and show in the tenant's usage by session", { skip }, async () => {
+test("edge answers are reported to the worker, counts and versions only, and with the user's ratings show in the tenant's usage by session", { skip }, async () => {
   const { context, page, sent } = await freshPage();
   try {
     const token = mintToken({ origin: stack.webUrl, sid: "usage-edge" });
     const prompt = "Name a colour of the sky.";
     const r = await inPage(page, async (Straddle, _E, config, { token, prompt }) => {
       const s = await Straddle.create({ ...config, token });
-      const a = await s.chat.completions.create({ messages: [{ role: "user", content: prompt }], max_tokens: 8, straddle: { route: "edge" } });
+      const messages = [{ role: "user", content: prompt }];
+      const a = await s.chat.completions.create({ messages, max_tokens: 8, straddle: { route: "edge" } });
+      const c = await s.chat.completions.create({ messages, max_tokens: 8, straddle: { route: "cloud" } });
+      await s.feedback(a.id, 1);
+      await s.feedback(c.id, 0);
       await s.unload();
-      return { route: a.straddle.route, text: a.choices[0].message.content, id: a.id };
+      return { route: a.straddle.route, cloudRoute: c.straddle.route, text: a.choices[0].message.content, id: a.id, cloudId: c.id };
     }, { token, prompt });
     assert.equal(r.route, "edge");
+    assert.equal(r.cloudRoute, "cloud");
     const reports = sent.filter((q) => q.url.endsWith("/v1/usage/edge"));
-    assert.equal(reports.length, 1, "one batch, sent when the client unloads");
+    assert.equal(reports.length, 1, "one batch, sent before the rating that names its answer");
     assert.ok(!reports[0].body.includes(prompt) && !reports[0].body.includes(r.text.trim()), reports[0].body);
     assert.equal(JSON.parse(reports[0].body).answers[0].id, r.id);
+    // The cloud request names its answer; a rating carries an id and a number, nothing else.
+    const up = sent.find((q) => q.url.endsWith("/v1/chat/completions"));
+    assert.equal(JSON.parse(up.body).straddle.answer_id, r.cloudId);
+    const ratings = sent.filter((q) => q.url.endsWith("/v1/feedback")).map((q) => JSON.parse(q.body));
+    assert.deepEqual(ratings, [{ feedback: [{ id: r.id, reward: 1 }] }, { feedback: [{ id: r.cloudId, reward: 0 }] }]);
     const groups = (await (await admin(stack.workerUrl, "GET", `/v1/tenants/${TENANT}/usage?group_by=session`)).json()).groups;
     const mine = groups.find((g) => g.key === "usage-edge");
-    assert.equal(mine?.requests, 1, JSON.stringify(groups));
-    assert.ok(mine.tokens_out > 0 && mine.usd === 0);
+    assert.equal(mine?.requests, 2, JSON.stringify(groups));
+    assert.ok(mine.tokens_out > 0);
+    assert.equal(mine.cloud_share, 0.5);
+    assert.deepEqual([mine.feedback_count, mine.feedback_reward], [2, 0.5]);
   } finally {
     await context.close();
   }

@@ -31,7 +31,9 @@ export async function startStack() {
   const webUrl = await listen(web);
   const worker = await startWorker({ UPSTREAM_URL: cloud.url, ALLOWED_ORIGINS: webUrl });
   config.worker = worker.url;
-  config.token = mintToken({ origin: webUrl, sid: "browser-test" });
+  // The whole suite shares this token: it outlives the harness's ten-minute default, within
+  // the worker's one-hour limit.
+  config.token = mintToken({ origin: webUrl, sid: "browser-test", exp: Math.floor(Date.now() / 1000) + 3000 });
   return {
     webUrl, workerUrl: worker.url, cloudUrl: cloud.url, config, requests,
     async stopWorker() { await worker.mf.dispose(); },

@@ -3,7 +3,7 @@
 //! data), hold the worst case in the tenant's budget — and afterwards settle it.
 
 use straddle_protocol::token::Claims;
-use straddle_protocol::{ApiError, ErrorKind, Message, Tool};
+use straddle_protocol::{ApiError, ErrorKind, Message, StraddleEnvelope, Tool};
 use straddle_router::price::Price;
 use worker::{Env, Method, Request, RequestInit, Result, Stub};
 
@@ -383,6 +383,32 @@ pub(crate) fn prompt_tokens_bound(messages: &[Message], tools: Option<&[Tool]>) 
     let messages: i64 = messages.iter().map(|m| half(m.content.len()) + 8).sum();
     let tools = tools.map_or(0, |t| serde_json::to_string(t).map_or(0, |j| half(j.len())));
     messages + tools
+}
+
+impl Record {
+    /// This record with what the page's envelope claims: the router's reasons, the versions
+    /// and the answer's id. The claims are for the tenant's usage report; none of the
+    /// worker's own checks depend on them.
+    pub(crate) fn claimed_by(self, envelope: Option<&StraddleEnvelope>) -> Record {
+        let Some(e) = envelope else {
+            return self;
+        };
+        let claim = |v: &Option<String>| v.clone().unwrap_or_default();
+        Record {
+            route_reason: if e.reasons.is_empty() {
+                self.route_reason.clone()
+            } else {
+                e.reasons.join("; ")
+            },
+            router_version: claim(&e.router_version),
+            policy_version: claim(&e.policy_version),
+            quality_model_version: claim(&e.quality_model_version),
+            edge_model_sha256: claim(&e.edge_model_sha256),
+            answer_id: claim(&e.answer_id),
+            escalated_mid_stream: e.escalated_mid_stream,
+            ..self
+        }
+    }
 }
 
 #[cfg(test)]

@@ -11,6 +11,8 @@ use worker::{
     durable_object,
 };
 
+use straddle_protocol::Feedback;
+
 use crate::tenant::{Limits, Tenant};
 
 /// A worst-case hold taken before forwarding.
@@ -95,6 +97,17 @@ pub struct Record {
     /// The page's cascade handed this answer to the cloud mid-stream.
     #[serde(default)]
     pub escalated_mid_stream: bool,
+    /// The page's completion id, which its user's feedback names.
+    #[serde(default)]
+    pub answer_id: String,
+    /// A verify call's drafted tokens and how many of them the cloud accepted.
+    #[serde(default)]
+    pub draft_tokens: i64,
+    #[serde(default)]
+    pub accepted_tokens: i64,
+    /// The user's reward for the answer (0–1), once the page reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reward: Option<f64>,
 }
 
 /// The Durable Object.
@@ -139,6 +152,8 @@ const MIGRATIONS: &[&[&str]] = &[
         "ALTER TABLE records ADD COLUMN upstream TEXT NOT NULL DEFAULT ''",
         "ALTER TABLE records ADD COLUMN degraded INTEGER NOT NULL DEFAULT 0",
     ],
+    // Feedback finds its answer within the caller's session.
+    &["CREATE INDEX records_session ON records (session, ts_ms)"],
 ];
 
 /// Whose limits a check reads: the tenant's, one user's or one feature's.
@@ -231,6 +246,16 @@ impl DurableObject for TenantBudget {
                     .sum::<Result<usize>>()?;
                 Response::from_json(
                     &serde_json::json!({"recorded": new, "duplicates": records.len() - new}),
+                )
+            }
+            (Method::Post, "/feedback") => {
+                let (session, feedback): (String, Vec<Feedback>) = req.json().await?;
+                let found = feedback
+                    .iter()
+                    .map(|f| self.reward(&session, f))
+                    .sum::<Result<usize>>()?;
+                Response::from_json(
+                    &serde_json::json!({"recorded": found, "unknown": feedback.len() - found}),
                 )
             }
             (Method::Put, "/tenant") => {
@@ -660,6 +685,26 @@ impl TenantBudget {
         Ok(())
     }
 
+    /// Sets the reward of the answer `f` names in `session`: 1 when there is one, else 0.
+    /// An answer of several records (a speculative one's verify calls) carries it on its
+    /// first, so each answer counts once in the mean.
+    fn reward(&self, session: &str, f: &Feedback) -> Result<usize> {
+        let rows: Vec<serde::de::IgnoredAny> = self
+            .sql
+            .exec(
+                "UPDATE records SET json = json_set(json, '$.reward', ?) WHERE id = \
+                 (SELECT id FROM records WHERE session = ? AND json_extract(json, '$.answer_id') = ? \
+                  ORDER BY ts_ms, id LIMIT 1) RETURNING id",
+                vec![
+                    SqlStorageValue::from(f.reward),
+                    SqlStorageValue::from(session),
+                    SqlStorageValue::from(f.id.as_str()),
+                ],
+            )?
+            .to_array()?;
+        Ok(rows.len().min(1))
+    }
+
     fn records(&self, from: i64, to: i64, limit: i64) -> Result<serde_json::Value> {
         #[derive(Deserialize)]
         struct Row {
@@ -703,6 +748,11 @@ impl TenantBudget {
             cloud_share: Option<f64>,
             /// The share the page's cascade handed to the cloud mid-stream.
             cascade_rate: Option<f64>,
+            /// Of the tokens the page drafted for the cloud to verify, the share accepted.
+            speculative_acceptance: Option<f64>,
+            /// The users' mean reward, over the answers they rated, and how many they rated.
+            feedback_reward: Option<f64>,
+            feedback_count: i64,
         }
         // The column comes from this list, never from the query string.
         let column = match group_by {
@@ -735,7 +785,11 @@ impl TenantBudget {
                      SUM(tokens_out) AS tokens_out, SUM(usd) AS usd, \
                      SUM(COALESCE(json_extract(json, '$.saved_usd'), 0)) AS saved_usd, \
                      AVG(CASE outcome WHEN 'edge' THEN 0.0 ELSE 1.0 END) AS cloud_share, \
-                     AVG(CASE json_extract(json, '$.escalated_mid_stream') WHEN 1 THEN 1.0 ELSE 0.0 END) AS cascade_rate \
+                     AVG(CASE json_extract(json, '$.escalated_mid_stream') WHEN 1 THEN 1.0 ELSE 0.0 END) AS cascade_rate, \
+                     SUM(COALESCE(json_extract(json, '$.accepted_tokens'), 0)) * 1.0 \
+                       / NULLIF(SUM(COALESCE(json_extract(json, '$.draft_tokens'), 0)), 0) AS speculative_acceptance, \
+                     AVG(json_extract(json, '$.reward')) AS feedback_reward, \
+                     COUNT(json_extract(json, '$.reward')) AS feedback_count \
                      FROM records \
                      WHERE ts_ms >= ? AND ts_ms < ? GROUP BY key ORDER BY key"
                 ),

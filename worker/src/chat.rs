@@ -124,13 +124,8 @@ fn max_tokens(caller: &Caller, req: &ChatRequest) -> std::result::Result<u32, Ap
 }
 
 /// The request's cost record with nothing used yet: who asked, for what, and what the
-/// page's router said (the envelope is the page's claim, for the tenant's cost report; the
-/// worker's own checks do not depend on it).
+/// page's router said.
 fn record_template(hold: &Hold, caller: &Caller, req: &ChatRequest) -> Record {
-    let envelope = req.straddle.as_ref();
-    let claim = |f: fn(&straddle_protocol::StraddleEnvelope) -> Option<String>| {
-        envelope.and_then(f).unwrap_or_default()
-    };
     Record {
         id: hold.id.clone(),
         ts_ms: hold.now_ms,
@@ -138,14 +133,9 @@ fn record_template(hold: &Hold, caller: &Caller, req: &ChatRequest) -> Record {
         session: caller.claims.sid.clone(),
         feature: caller.claims.feat.clone().unwrap_or_default(),
         model: req.model.clone(),
-        route_reason: envelope.map(|e| e.reasons.join("; ")).unwrap_or_default(),
-        router_version: claim(|e| e.router_version.clone()),
-        policy_version: claim(|e| e.policy_version.clone()),
-        quality_model_version: claim(|e| e.quality_model_version.clone()),
-        edge_model_sha256: claim(|e| e.edge_model_sha256.clone()),
-        escalated_mid_stream: envelope.is_some_and(|e| e.escalated_mid_stream),
         ..Record::default()
     }
+    .claimed_by(req.straddle.as_ref())
 }
 
 /// A whole (non-streamed) answer: read within the upstream's total timeout, billed from its

@@ -9,6 +9,7 @@ pub mod budget;
 mod chat;
 mod deadline;
 mod error;
+mod feedback;
 mod forward;
 mod grow;
 pub mod origins;
@@ -70,6 +71,8 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
         verify::verify(req, &env).await?
     } else if req.method() == Method::Post && req.path() == "/v1/usage/edge" {
         usage::edge(req, &env).await?
+    } else if req.method() == Method::Post && req.path() == "/v1/feedback" {
+        feedback::feedback(req, &env).await?
     } else {
         routes(req, env.clone()).await?
     };

@@ -57,6 +57,7 @@ fn edge_record(caller: &Caller, a: &EdgeAnswer, price: Price, now: i64) -> Recor
         policy_version: a.policy_version.clone(),
         quality_model_version: a.quality_model_version.clone(),
         edge_model_sha256: a.edge_model_sha256.clone(),
+        answer_id: a.id.clone(),
         tokens_in,
         tokens_out,
         saved_usd: cost_usd(price, tokens_in, tokens_out),

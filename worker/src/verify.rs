@@ -86,8 +86,10 @@ async fn serve(mut req: Request, env: &Env) -> std::result::Result<Response, Ref
             feature: caller.claims.feat.clone().unwrap_or_default(),
             model: parsed.model.clone(),
             route_reason: "speculative".into(),
+            draft_tokens: parsed.draft_tokens.len() as i64,
             ..Record::default()
-        },
+        }
+        .claimed_by(parsed.straddle.as_ref()),
         hold,
         stub: caller.stub,
     };
@@ -96,7 +98,7 @@ async fn serve(mut req: Request, env: &Env) -> std::result::Result<Response, Ref
         path: "/v1/verify",
         body: &body,
         model: &parsed.model,
-        strip_envelope: false,
+        strip_envelope: true,
         affinity: parsed.session.as_deref(),
     };
     let mut answered = match forward(env, &list, &outgoing).await {
@@ -126,15 +128,19 @@ async fn serve(mut req: Request, env: &Env) -> std::result::Result<Response, Ref
         bill.settle(r).await;
         return Err(total_timeout(&answered.upstream).into());
     };
-    let (t_in, t_out) = match serde_json::from_str::<VerifyResponse>(&text) {
+    let (t_in, t_out, accepted) = match serde_json::from_str::<VerifyResponse>(&text) {
         Ok(v) => (
             i64::from(v.usage.prompt_tokens),
             i64::from(v.usage.completion_tokens),
+            i64::from(v.accepted),
         ),
         // An answer without usage is billed at the worst case held.
-        Err(_) => (tokens_in, tokens_out),
+        Err(_) => (tokens_in, tokens_out, 0),
     };
-    let r = bill.record(Some(&answered), "ok", t_in, t_out, since(&bill));
+    let r = Record {
+        accepted_tokens: accepted,
+        ..bill.record(Some(&answered), "ok", t_in, t_out, since(&bill))
+    };
     bill.settle(r).await;
     let mut out = Response::ok(text)?;
     out.headers_mut().set("content-type", "application/json")?;

@@ -65,3 +65,48 @@ test("a report is refused with the field named: text in it, too many answers, no
   assert.equal((await many.json()).error.param, "answers");
   assert.equal((await report({ answers: [answer("y")] }, { token: null })).status, 401);
 });
+
+test("feedback rates an answer of this session once, edge or cloud, and usage by version averages it", async () => {
+  const token = mintToken({ sid: "page-fb" });
+  const version = { router_version: "straddle-router/fb-test", policy_version: "balanced-1" };
+  await report({ answers: [{ ...answer("fb-edge"), ...version }] }, { token });
+  const cloud = await chat(worker.url, { messages: [{ role: "user", content: "hi" }], max_tokens: 10,
+    straddle: { ...version, answer_id: "fb-cloud" } }, { token });
+  assert.equal(cloud.status, 200);
+  await cloud.text();
+  const rate = (feedback, t = token) => fetch(`${worker.url}/v1/feedback`, { method: "POST",
+    headers: { "content-type": "application/json", origin: ORIGIN, ...(t && { authorization: `Bearer ${t}` }) },
+    body: typeof feedback === "string" ? feedback : JSON.stringify({ feedback }) });
+  // Settlement of the cloud answer's record may trail its response.
+  let first;
+  for (let i = 0; i < 50; i++) {
+    first = await (await rate([{ id: "fb-edge", reward: 1 }, { id: "fb-cloud", reward: 0.5 }])).json();
+    if (first.recorded === 2) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.deepEqual(first, { recorded: 2, unknown: 0 });
+  // Another session cannot rate these answers; an id nobody gave is unknown.
+  const stranger = await (await rate([{ id: "fb-edge", reward: 0 }], mintToken({ sid: "someone-else" }))).json();
+  assert.deepEqual(stranger, { recorded: 0, unknown: 1 });
+  const byVersion = (await usage("?group_by=router_version")).groups.find((g) => g.key === version.router_version);
+  assert.equal(byVersion.requests, 2);
+  assert.equal(byVersion.feedback_count, 2);
+  assert.equal(byVersion.feedback_reward, 0.75);
+  assert.equal(byVersion.speculative_acceptance, null, "no verify calls in this version");
+  // A second rating replaces the first.
+  await rate([{ id: "fb-cloud", reward: 1 }]);
+  const again = (await usage("?group_by=router_version")).groups.find((g) => g.key === version.router_version);
+  assert.equal(again.feedback_reward, 1);
+  assert.equal(again.feedback_count, 2);
+  // Bad input: a reward out of range, text beside it, too many, malformed JSON, no token.
+  const over = await rate([{ id: "fb-edge", reward: 2 }]);
+  assert.equal(over.status, 400);
+  assert.equal((await over.json()).error.param, "feedback[0].reward");
+  const withText = await rate([{ id: "fb-edge", reward: 1, comment: "the answer was about my divorce" }]);
+  assert.equal(withText.status, 400);
+  assert.match((await withText.json()).error.message, /comment/);
+  const many = await rate(Array.from({ length: 101 }, (_, i) => ({ id: `m${i}`, reward: 1 })));
+  assert.equal((await many.json()).error.param, "feedback");
+  assert.equal((await rate("{not json")).status, 400);
+  assert.equal((await rate([{ id: "fb-edge", reward: 1 }], null)).status, 401);
+});

@@ -71,6 +71,28 @@ test("a verify session continues through the worker with the draft alone, billed
   assert.equal((await unsized.json()).error.param, "session_length");
 });
 
+test("verify calls carry the page's versions: acceptance per router version, the answer's feedback counted once", { skip }, async () => {
+  const straddle = { router_version: "straddle-router/spec-test", policy_version: "low-cost-1", answer_id: "chatcmpl-spec" };
+  const token = mintToken({ sid: "spec-page" });
+  // The first call learns the cloud's token; the second drafts it and one it rejects.
+  const a = await (await verify(worker.url, { messages, draft_tokens: [0], straddle }, token)).json();
+  const b = await (await verify(worker.url, { messages, draft_tokens: [a.next_token, 0], straddle }, token)).json();
+  assert.equal(a.accepted + b.accepted, 1);
+  const rated = await fetch(`${worker.url}/v1/feedback`, { method: "POST",
+    headers: { "content-type": "application/json", authorization: `Bearer ${token}`, origin: ORIGIN },
+    body: JSON.stringify({ feedback: [{ id: "chatcmpl-spec", reward: 0.25 }] }) });
+  assert.deepEqual(await rated.json(), { recorded: 1, unknown: 0 });
+  const group = (await (await admin(worker.url, "GET", "/v1/tenants/acme/usage?group_by=router_version")).json())
+    .groups.find((g) => g.key === straddle.router_version);
+  assert.equal(group.requests, 2);
+  assert.ok(Math.abs(group.speculative_acceptance - 1 / 3) < 1e-9, JSON.stringify(group));
+  assert.equal(group.feedback_count, 1, "one answer, however many verify calls it took");
+  assert.equal(group.feedback_reward, 0.25);
+  const byPolicy = (await (await admin(worker.url, "GET", "/v1/tenants/acme/usage?group_by=policy_version")).json())
+    .groups.find((g) => g.key === "low-cost-1");
+  assert.equal(byPolicy?.requests, 2);
+});
+
 test("verify is refused without a token, with a bad draft, without a verify upstream, and past the budget", { skip }, async () => {
   assert.equal((await verify(worker.url, { messages, draft_tokens: [1] }, "")).status, 401);
   const empty = await verify(worker.url, { messages, draft_tokens: [] });

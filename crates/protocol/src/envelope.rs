@@ -44,6 +44,9 @@ pub struct StraddleEnvelope {
     /// True when the body re-sends a history that was started on the edge.
     #[serde(default)]
     pub escalated_mid_stream: bool,
+    /// The page's completion id for this answer, which its user's feedback names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_id: Option<String>,
 }
 
 /// What the browser found and did about personal data before sending.

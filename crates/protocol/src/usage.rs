@@ -1,6 +1,7 @@
 //! The page's report of the answers it gave on the device (`POST /v1/usage/edge`), so that
-//! usage by tenant, user, feature and session covers both tiers. Counts, timings and
-//! versions only: no field can carry a prompt or an answer, and an unknown field is refused.
+//! usage by tenant, user, feature and session covers both tiers, and of the feedback its user
+//! gave on any answer (`POST /v1/feedback`). Counts, timings, versions and rewards only: no
+//! field can carry a prompt or an answer, and an unknown field is refused.
 
 use serde::{Deserialize, Serialize};
 
@@ -47,23 +48,63 @@ pub struct EdgeAnswer {
 impl EdgeUsageReport {
     /// At most [`MAX_EDGE_ANSWERS`] answers, each with an id.
     pub fn validate(&self) -> Result<(), ApiError> {
-        if self.answers.len() > MAX_EDGE_ANSWERS {
-            return Err(ApiError::invalid(
-                "answers",
-                format!("at most {MAX_EDGE_ANSWERS} answers a report"),
-            ));
-        }
+        check_ids("answers", self.answers.iter().map(|a| a.id.as_str()))
+    }
+}
+
+/// The user's verdict on answers the page gave (its `feedback(id, reward)`), by the page's
+/// completion ids: the usage report averages it per version.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeedbackReport {
+    pub feedback: Vec<Feedback>,
+}
+
+/// One answer's reward.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Feedback {
+    /// The page's completion id of the answer.
+    pub id: String,
+    /// 0 (useless) to 1 (just right).
+    pub reward: f64,
+}
+
+impl FeedbackReport {
+    /// At most [`MAX_EDGE_ANSWERS`] rewards, each for an id and within 0..=1.
+    pub fn validate(&self) -> Result<(), ApiError> {
+        check_ids("feedback", self.feedback.iter().map(|f| f.id.as_str()))?;
         match self
-            .answers
+            .feedback
             .iter()
-            .position(|a| !(1..=128).contains(&a.id.len()))
+            .position(|f| !(0.0..=1.0).contains(&f.reward))
         {
             Some(i) => Err(ApiError::invalid(
-                format!("answers[{i}].id"),
-                "must be 1 to 128 characters",
+                format!("feedback[{i}].reward"),
+                "must be a number from 0 to 1",
             )),
             None => Ok(()),
         }
+    }
+}
+
+/// At most [`MAX_EDGE_ANSWERS`] entries in `field`, each with an id of 1 to 128 characters.
+fn check_ids<'a>(field: &str, ids: impl ExactSizeIterator<Item = &'a str>) -> Result<(), ApiError> {
+    if ids.len() > MAX_EDGE_ANSWERS {
+        return Err(ApiError::invalid(
+            field,
+            format!("at most {MAX_EDGE_ANSWERS} entries a report"),
+        ));
+    }
+    match ids
+        .enumerate()
+        .find(|(_, id)| !(1..=128).contains(&id.len()))
+    {
+        Some((i, _)) => Err(ApiError::invalid(
+            format!("{field}[{i}].id"),
+            "must be 1 to 128 characters",
+        )),
+        None => Ok(()),
     }
 }
 
@@ -95,5 +136,31 @@ mod tests {
             nameless.validate().unwrap_err().param.as_deref(),
             Some("answers[1].id")
         );
+    }
+
+    #[test]
+    fn feedback_is_a_bounded_reward_per_id() {
+        let good: FeedbackReport =
+            serde_json::from_str(r#"{"feedback":[{"id":"chatcmpl-1","reward":0.5}]}"#).unwrap();
+        assert!(good.validate().is_ok());
+        let with_text = r#"{"feedback":[{"id":"a","reward":1,"comment":"great answer"}]}"#;
+        assert!(serde_json::from_str::<FeedbackReport>(with_text).is_err());
+        let over = FeedbackReport {
+            feedback: vec![Feedback {
+                id: "a".into(),
+                reward: 1.5,
+            }],
+        };
+        assert_eq!(
+            over.validate().unwrap_err().param.as_deref(),
+            Some("feedback[0].reward")
+        );
+        let nan = FeedbackReport {
+            feedback: vec![Feedback {
+                id: "a".into(),
+                reward: f64::NAN,
+            }],
+        };
+        assert!(nan.validate().is_err());
     }
 }

@@ -39,6 +39,9 @@ pub struct VerifyRequest {
     /// token emitted so far); a mismatch with the server's count is a 409, never a guess.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_length: Option<u32>,
+    /// The page's versions and answer id, for the cost record (the worker strips it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub straddle: Option<crate::StraddleEnvelope>,
 }
 
 impl VerifyRequest {

@@ -1271,6 +1271,20 @@ mod tests {
         }
     }
 
+    /// A price-weighted tenant with an expensive cloud model, for whom speculation pays.
+    fn thrifty() -> Policy {
+        Policy {
+            weights: Weights {
+                latency: 0.01,
+                cost: 8.0,
+                quality: 4.0,
+                energy: 0.0,
+            },
+            cloud_price_out_per_1k: 0.015,
+            ..Policy::default()
+        }
+    }
+
     #[test]
     fn speculation_is_chosen_only_where_the_cloud_verifies_and_the_weights_favour_it() {
         let essay = "Write a detailed 2000-word essay on the history of the printing press.";
@@ -1282,16 +1296,7 @@ mod tests {
         let d = decide(essay, None, &verifies, &Policy::default());
         assert_eq!(d.target, Target::Cloud, "{:?}", d.reasons);
         // A price-weighted tenant with an expensive cloud model: one output token a call.
-        let thrifty = Policy {
-            weights: Weights {
-                latency: 0.01,
-                cost: 8.0,
-                quality: 4.0,
-                energy: 0.0,
-            },
-            cloud_price_out_per_1k: 0.015,
-            ..Policy::default()
-        };
+        let thrifty = thrifty();
         let d = decide(essay, None, &verifies, &thrifty);
         assert_eq!(d.target, Target::Speculative, "{:?}", d.reasons);
         assert!(d.estimated_cost_usd > 0.0);
@@ -1492,17 +1497,8 @@ mod tests {
     #[test]
     fn save_data_chooses_plain_streaming_over_speculation() {
         let essay = "Write a detailed 2000-word essay on the history of the printing press.";
-        // The thrifty tenant of the test above, for whom speculation pays.
-        let policy = Policy {
-            weights: Weights {
-                latency: 0.01,
-                cost: 8.0,
-                quality: 4.0,
-                energy: 0.0,
-            },
-            cloud_price_out_per_1k: 0.015,
-            ..Policy::default()
-        };
+        // The thrifty tenant, for whom speculation pays.
+        let policy = thrifty();
         let verifying = Context {
             cloud_verifies: true,
             ..ctx()
