@@ -5,7 +5,6 @@
 //! timeout moves on to the next — always before a byte has reached the client.
 
 use std::borrow::Cow;
-use std::cell::RefCell;
 
 use straddle_protocol::{ApiError, ErrorKind, LoadReport};
 use worker::{
@@ -14,12 +13,8 @@ use worker::{
 
 use crate::admission::now_ms;
 use crate::error::error_response;
-use crate::upstreams::{self, Breakers, Upstream};
-
-thread_local! {
-    /// Circuit breakers live per isolate: each isolate learns on its own which upstreams fail.
-    static BREAKERS: RefCell<Breakers> = RefCell::new(Breakers::default());
-}
+use crate::health;
+use crate::upstreams::{self, Upstream};
 
 /// USD per 1,000 tokens from a var, 0 when unset.
 fn price(env: &Env, name: &str) -> f64 {
@@ -197,7 +192,8 @@ pub(crate) async fn forward(
     };
     for i in order {
         let up = &list[i];
-        if !BREAKERS.with(|b| b.borrow_mut().allow(&up.name, now_ms())) {
+        let admitted = health::admit(env, up).await;
+        if !admitted.allowed {
             continue;
         }
         let problem = match send(env, up, &out.body_for(up), out.path).await {
@@ -206,7 +202,7 @@ pub(crate) async fn forward(
                 format!("{} answered {}", up.name, resp.status_code())
             }
             Ok(response) => {
-                BREAKERS.with(|b| b.borrow_mut().success(&up.name));
+                health::report(env, up, admitted, true).await;
                 return Ok(Answered {
                     upstream: up.clone(),
                     response,
@@ -222,7 +218,7 @@ pub(crate) async fn forward(
                 format!("{} unreachable ({e})", up.name)
             }
         };
-        BREAKERS.with(|b| b.borrow_mut().failure(&up.name, now_ms()));
+        health::report(env, up, admitted, false).await;
         failure.attempts.push(problem);
     }
     if failure.attempts.is_empty() {

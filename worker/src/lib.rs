@@ -12,6 +12,7 @@ mod error;
 mod feedback;
 mod forward;
 mod grow;
+mod health;
 pub mod origins;
 mod privacy;
 pub mod tenant;

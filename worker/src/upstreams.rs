@@ -1,11 +1,12 @@
 //! Which upstreams exist and in what order to try them: configuration (`UPSTREAMS` JSON, or
 //! the single `UPSTREAM_URL`), weighted choice within a priority, and a circuit breaker per
-//! upstream (open after consecutive failures, one half-open probe after a pause). Pure: the
-//! worker hands in the clock and a random number.
+//! upstream (open after consecutive failures, one half-open probe after a pause; `health.rs`
+//! keeps them for the whole deployment). Pure: the worker hands in the clock and a random
+//! number.
 
 use std::collections::{BTreeMap, HashMap};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use straddle_router::price::Price;
 
 /// One upstream server.
@@ -43,6 +44,10 @@ pub struct Upstream {
     /// `Authorization: Bearer`.
     #[serde(default)]
     pub api_key_secret: Option<String>,
+    /// How long its breaker stays open after [`FAILURES_TO_OPEN`] failures in a row, before
+    /// one probe may try it again.
+    #[serde(default = "breaker_open_default")]
+    pub breaker_open_ms: u64,
 }
 
 impl Upstream {
@@ -78,6 +83,10 @@ fn first_byte_default() -> u64 {
 
 fn total_default() -> u64 {
     600_000
+}
+
+fn breaker_open_default() -> u64 {
+    30_000
 }
 
 /// Reads the upstream list: `UPSTREAMS` (a JSON array) wins over `UPSTREAM_URL`.
@@ -125,62 +134,91 @@ pub fn configured(
         supports_verify: false,
         models: BTreeMap::new(),
         api_key_secret: None,
+        breaker_open_ms: breaker_open_default(),
     }])
 }
 
 /// Failures in a row that open a breaker.
 pub const FAILURES_TO_OPEN: u32 = 3;
-/// How long an open breaker refuses before letting one probe through.
-pub const OPEN_MS: i64 = 30_000;
 
-#[derive(Debug, Clone, Default)]
-struct Breaker {
-    failures: u32,
-    open_until_ms: i64,
-    probe_in_flight: bool,
+/// One upstream's circuit breaker: closed until [`FAILURES_TO_OPEN`] failures in a row, then
+/// open for the upstream's `breaker_open_ms`, then half-open: one probe at a time, on a lease,
+/// so a probe whose request vanished does not keep it shut.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Breaker {
+    pub failures: u32,
+    pub open_until_ms: i64,
+    /// Until when the half-open probe is out.
+    pub probe_until_ms: i64,
 }
 
-/// The breakers of one worker isolate.
+impl Breaker {
+    /// Whether a request may go now, taking the half-open probe (leased for `lease_ms`) when
+    /// it is due.
+    pub fn allow(&mut self, now_ms: i64, lease_ms: i64) -> bool {
+        if self.failures < FAILURES_TO_OPEN {
+            return true;
+        }
+        if now_ms < self.open_until_ms || now_ms < self.probe_until_ms {
+            return false;
+        }
+        self.probe_until_ms = now_ms + lease_ms;
+        true
+    }
+
+    /// A success closes it.
+    pub fn success(&mut self) {
+        *self = Breaker::default();
+    }
+
+    /// A failure counts towards opening it for `open_ms` (and a failed probe reopens it).
+    pub fn failure(&mut self, now_ms: i64, open_ms: i64) {
+        self.failures += 1;
+        self.probe_until_ms = 0;
+        if self.failures >= FAILURES_TO_OPEN {
+            self.open_until_ms = now_ms + open_ms;
+        }
+    }
+
+    /// Whether it is open (or half-open).
+    #[cfg(test)]
+    pub fn is_open(&self) -> bool {
+        self.failures >= FAILURES_TO_OPEN
+    }
+}
+
+/// Whether a request may go to an upstream, and its failures in a row so far (a success
+/// need not be reported while there are none).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Admission {
+    pub allowed: bool,
+    pub failures: u32,
+}
+
+/// Breakers kept in one worker isolate, where the deployment's health object is not bound.
 #[derive(Debug, Default)]
 pub struct Breakers {
     by_name: HashMap<String, Breaker>,
 }
 
 impl Breakers {
-    /// Whether a request may go to `name` now (taking the half-open probe if it is due).
-    pub fn allow(&mut self, name: &str, now_ms: i64) -> bool {
+    /// Whether a request may go to `name` now ([`Breaker::allow`]).
+    pub fn admit(&mut self, name: &str, now_ms: i64, lease_ms: i64) -> Admission {
         let b = self.by_name.entry(name.to_owned()).or_default();
-        if b.failures < FAILURES_TO_OPEN {
-            return true;
+        Admission {
+            allowed: b.allow(now_ms, lease_ms),
+            failures: b.failures,
         }
-        if now_ms >= b.open_until_ms && !b.probe_in_flight {
-            b.probe_in_flight = true;
-            return true;
-        }
-        false
     }
 
-    /// A success closes the breaker.
-    pub fn success(&mut self, name: &str) {
-        self.by_name.insert(name.to_owned(), Breaker::default());
-    }
-
-    /// A failure counts towards opening it (and a failed probe reopens it).
-    pub fn failure(&mut self, name: &str, now_ms: i64) {
+    /// How a request to `name` went.
+    pub fn report(&mut self, name: &str, ok: bool, now_ms: i64, open_ms: i64) {
         let b = self.by_name.entry(name.to_owned()).or_default();
-        b.failures += 1;
-        b.probe_in_flight = false;
-        if b.failures >= FAILURES_TO_OPEN {
-            b.open_until_ms = now_ms + OPEN_MS;
+        if ok {
+            b.success();
+        } else {
+            b.failure(now_ms, open_ms);
         }
-    }
-
-    /// Whether `name`'s breaker is open.
-    #[cfg(test)]
-    pub fn is_open(&self, name: &str) -> bool {
-        self.by_name
-            .get(name)
-            .is_some_and(|b| b.failures >= FAILURES_TO_OPEN)
     }
 }
 
@@ -242,6 +280,7 @@ mod tests {
             supports_verify: false,
             models: BTreeMap::new(),
             api_key_secret: None,
+            breaker_open_ms: 30_000,
         }
     }
 
@@ -346,20 +385,38 @@ mod tests {
 
     #[test]
     fn a_breaker_opens_after_failures_and_lets_one_probe_through_later() {
-        let mut b = Breakers::default();
+        const OPEN: i64 = 30_000;
+        const LEASE: i64 = 1_000;
+        let mut b = Breaker::default();
         for _ in 0..FAILURES_TO_OPEN {
-            assert!(b.allow("a", 0));
-            b.failure("a", 0);
+            assert!(b.allow(0, LEASE));
+            b.failure(0, OPEN);
         }
-        assert!(b.is_open("a"));
-        assert!(!b.allow("a", 1_000));
-        assert!(b.allow("a", OPEN_MS), "half-open probe");
-        assert!(!b.allow("a", OPEN_MS + 1), "only one probe at a time");
-        b.failure("a", OPEN_MS + 2);
-        assert!(!b.allow("a", OPEN_MS + 3), "a failed probe reopens");
-        assert!(b.allow("a", 2 * OPEN_MS + 3));
-        b.success("a");
-        assert!(!b.is_open("a"));
-        assert!(b.allow("b", 0), "others are unaffected");
+        assert!(b.is_open());
+        assert!(!b.allow(1_000, LEASE));
+        assert!(b.allow(OPEN, LEASE), "half-open probe");
+        assert!(!b.allow(OPEN + 1, LEASE), "only one probe at a time");
+        assert!(
+            b.allow(OPEN + LEASE, LEASE),
+            "a probe that never reported lets another go"
+        );
+        b.failure(OPEN + LEASE + 1, OPEN);
+        assert!(!b.allow(OPEN + LEASE + 2, LEASE), "a failed probe reopens");
+        assert!(b.allow(2 * OPEN + LEASE + 1, LEASE));
+        b.success();
+        assert!(!b.is_open());
+        let mut isolate = Breakers::default();
+        isolate.report("a", false, 0, OPEN);
+        assert_eq!(
+            isolate.admit("a", 0, LEASE),
+            Admission {
+                allowed: true,
+                failures: 1
+            }
+        );
+        assert!(
+            isolate.admit("b", 0, LEASE).allowed,
+            "others are unaffected"
+        );
     }
 }

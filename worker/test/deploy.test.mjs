@@ -26,6 +26,7 @@ test("wrangler deploy --dry-run builds and bundles the worker with both Durable 
     assert.equal(run.status, 0, output);
     assert.match(output, /env\.BUDGET \(TenantBudget\)\s+Durable Object/);
     assert.match(output, /env\.ORIGINS \(OriginRegistry\)\s+Durable Object/);
+    assert.match(output, /env\.HEALTH \(UpstreamHealth\)\s+Durable Object/);
     const gzip = output.match(/Total Upload: [\d.]+ KiB \/ gzip: ([\d.]+) KiB/);
     assert.ok(gzip, output);
     assert.ok(Number(gzip[1]) < FREE_PLAN_GZIP_KIB, `gzip ${gzip[1]} KiB`);
@@ -34,7 +35,7 @@ test("wrangler deploy --dry-run builds and bundles the worker with both Durable 
     // The classes the bindings name are the module's exports, beside the fetch handler.
     const shim = fs.readFileSync(path.join(outdir, "shim.js"), "utf8");
     const exports = shim.match(/export \{([^}]*)\}/)?.[1] ?? "";
-    for (const name of ["TenantBudget", "OriginRegistry", "default"]) {
+    for (const name of ["TenantBudget", "OriginRegistry", "UpstreamHealth", "default"]) {
       assert.match(exports, new RegExp(`\\bas ${name}\\b`), `${name} is exported`);
     }
   } finally {

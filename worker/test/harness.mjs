@@ -34,6 +34,7 @@ export async function startWorker(bindings = {}, options = {}) {
     durableObjects: {
       BUDGET: { className: "TenantBudget", useSQLite: true },
       ORIGINS: { className: "OriginRegistry", useSQLite: true },
+      HEALTH: { className: "UpstreamHealth", useSQLite: true },
     },
     bindings: { TENANT_SECRET_ACME: SECRET, ADMIN_KEY, ALLOWED_ORIGINS: ORIGIN, ...bindings },
     cf: false,
