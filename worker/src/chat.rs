@@ -169,8 +169,10 @@ async fn whole(
 }
 
 /// A streamed answer: the upstream's bytes passed through as they come, counted on the way
-/// (and for a growing hold, extended chunk by chunk), settled at the end — or when the
-/// client goes away and the runtime drops the stream.
+/// (and for a growing hold, extended chunk by chunk), settled at the end, or once the client
+/// has neither read nor waited for [`stream_idle_ms`]. Local workerd neither pulls nor drops
+/// a Rust response stream whose client went away, so the runtime cannot be relied on to end
+/// it.
 struct Streamed {
     growing: bool,
     max_out: i64,
@@ -188,9 +190,13 @@ impl Streamed {
     ) -> std::result::Result<Response, Refusal> {
         let upstream = answered.upstream.clone();
         let base = bill.record(Some(&answered), "ok", 0, 0, self.ttfb);
-        let tally = Rc::new(RefCell::new(Tally::default()));
+        let tally = Rc::new(RefCell::new(Tally {
+            last_pull_ms: now_ms(),
+            ..Tally::default()
+        }));
         let grown = Rc::new(std::cell::Cell::new(Grown::default()));
         let (done_tx, done_rx) = futures_channel::oneshot::channel::<()>();
+        let idle_ms = stream_idle_ms(env);
         let mut resp = answered.response;
         let counting = Counting {
             inner: Box::pin(resp.stream()?),
@@ -215,7 +221,11 @@ impl Streamed {
         };
         let growing = self.growing;
         ctx.wait_until(async move {
-            let finished = done_rx.await.is_ok();
+            let abandoned = Box::pin(abandoned(tally.clone(), idle_ms));
+            let finished = match futures_util::future::select(done_rx, abandoned).await {
+                futures_util::future::Either::Left((done, _)) => done.is_ok(),
+                futures_util::future::Either::Right(_) => false,
+            };
             let t = tally.borrow().clone();
             let g = grown.get();
             // A growing hold bills at most what it grew to; what was read past it never
@@ -235,6 +245,29 @@ impl Streamed {
         headers.set("content-type", "text/event-stream")?;
         headers.set("cache-control", "no-cache")?;
         Ok(body.with_headers(headers))
+    }
+}
+
+/// How long a stream's client may neither read nor wait before it counts as gone: a
+/// deployment's `STREAM_IDLE_MS`, else a minute.
+fn stream_idle_ms(env: &Env) -> i64 {
+    env.var("STREAM_IDLE_MS")
+        .ok()
+        .and_then(|v| v.to_string().parse().ok())
+        .filter(|ms: &i64| *ms > 0)
+        .unwrap_or(60_000)
+}
+
+/// Resolves once the stream's client has gone: it last asked for bytes over `idle_ms` ago
+/// and is not waiting for any.
+async fn abandoned(tally: Rc<RefCell<Tally>>, idle_ms: i64) {
+    let every = std::time::Duration::from_millis(idle_ms.clamp(1, 1_000) as u64);
+    loop {
+        worker::Delay::from(every).await;
+        let t = tally.borrow();
+        if !t.awaiting && now_ms() - t.last_pull_ms > idle_ms {
+            return;
+        }
     }
 }
 
@@ -275,6 +308,9 @@ struct Tally {
     cut: bool,
     /// The upstream's total timeout ended it.
     timed_out: bool,
+    /// When the client last asked for bytes, and whether it is waiting for some now.
+    last_pull_ms: i64,
+    awaiting: bool,
 }
 
 impl Tally {
@@ -339,7 +375,21 @@ impl Counting {
 impl Stream for Counting {
     type Item = Result<Vec<u8>>;
 
+    /// The next bytes, noting that the client asked and whether it now waits.
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Self::Item>> {
+        let polled = self.as_mut().poll_upstream(cx);
+        let mut t = self.tally.borrow_mut();
+        t.last_pull_ms = now_ms();
+        t.awaiting = polled.is_pending();
+        polled
+    }
+}
+
+impl Counting {
+    fn poll_upstream(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+    ) -> Poll<Option<Result<Vec<u8>>>> {
         if self.tally.borrow().timed_out {
             // The upstream's body is dropped with this stream, which cancels its fetch.
             return match self.timeout_event.take() {
@@ -367,7 +417,7 @@ impl Stream for Counting {
             Poll::Pending => match self.deadline.poll(cx) {
                 Poll::Ready(()) => {
                     self.tally.borrow_mut().timed_out = true;
-                    self.poll_next(cx)
+                    self.poll_upstream(cx)
                 }
                 Poll::Pending => Poll::Pending,
             },

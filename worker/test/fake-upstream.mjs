@@ -50,8 +50,10 @@ export async function startFakeUpstream(opts = {}) {
     res.writeHead(200, { "content-type": "text/event-stream" });
     res.flushHeaders();
     const n = ["cut", "stall"].includes(state.mode) ? Math.floor(state.completionTokens / 2) : state.completionTokens;
-    for (let i = 0; i < n; i++) {
+    for (let i = 0; i < n && !res.destroyed; i++) {
       res.write(`data: ${JSON.stringify({ id: "c", object: "chat.completion.chunk", created: 0, model: "fake", choices: [{ index: 0, delta: { content: "w " }, finish_reason: null }] })}\n\n`);
+      // "drip": one chunk every dripMs, like a server decoding slowly.
+      if (state.mode === "drip") await new Promise((r) => setTimeout(r, state.dripMs ?? 100));
     }
     if (state.mode === "stall") {
       // Half the answer, then nothing more until the caller gives up.
