@@ -6,10 +6,12 @@ mod chat;
 mod cloud_client;
 mod delay_proxy;
 mod edge_answers;
+mod eval;
 mod pii;
 mod requant;
 mod route_eval;
 mod routellm;
+mod sim;
 mod speculative;
 #[cfg(test)]
 mod test_support;
@@ -300,7 +302,6 @@ fn main() -> anyhow::Result<()> {
             personal_every,
             world,
         } => {
-            use straddle_router::sim;
             let name = world;
             let world = sim::World::named(&name).with_context(|| {
                 format!("no world {name:?}: one of {}", sim::World::NAMES.join(", "))

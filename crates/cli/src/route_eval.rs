@@ -10,9 +10,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use crate::eval::{self, Outcome, Summary};
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
-use straddle_router::eval::{self, Outcome, Summary};
 use straddle_router::policy::{self, Context as RouteContext, Decision, Policy, Target};
 use straddle_router::quality::{self, QualityError, QualityModel};
 use straddle_router::rng::SplitMix;

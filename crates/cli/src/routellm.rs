@@ -7,9 +7,9 @@ use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use crate::eval::{self, CurvePoint, Labelled, Outcome, Summary};
 use anyhow::{Context, bail};
 use serde::Deserialize;
-use straddle_router::eval::{self, CurvePoint, Labelled, Outcome, Summary};
 use straddle_router::linear::TrainConfig;
 
 /// RouteLLM's pair.

@@ -11,13 +11,14 @@
 //!   answer costs the battery, `price` what the cloud charges;
 //! - `policy` applies the ordered rules and the cost score and explains itself; `cascade`
 //!   decides mid-stream escalation; `bandit` learns from feedback;
-//! - `eval` scores a strong/weak router with RouteLLM's metrics and `sim` simulates a request
-//!   stream to compare policies (both for the CLI); `rng` is the seeded generator they share.
+//! - `rng` is the seeded generator the bandit, the trainers and the CLI's evaluations share.
+//!
+//! The evaluations themselves (`eval`, RouteLLM's metrics; `sim`, a simulated request stream)
+//! live in the CLI, so the browser and the worker do not ship them.
 
 pub mod bandit;
 pub mod cascade;
 pub mod energy;
-pub mod eval;
 pub mod features;
 pub mod language;
 pub mod linear;
@@ -28,5 +29,4 @@ pub mod quality;
 pub mod redact;
 pub mod rng;
 pub mod signals;
-pub mod sim;
 pub mod task;

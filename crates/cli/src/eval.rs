@@ -3,9 +3,9 @@
 //! of strong-model calls, and summarise the curve as PGR, APGR and CPT. Also the cross-fitted
 //! learned scorer, so no prompt is scored by a model that saw it (or, grouped, its domain).
 
-use crate::features::{Features, extract};
-use crate::linear::{LinearModel, ModelError, TrainConfig};
-use crate::rng::{SplitMix, mix};
+use straddle_router::features::{Features, extract};
+use straddle_router::linear::{LinearModel, ModelError, TrainConfig};
+use straddle_router::rng::{SplitMix, mix};
 
 /// What each model scored on one prompt: 0/1 correctness, or a judge's mean score.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -7,12 +7,12 @@
 
 use straddle_protocol::LoadReport;
 
-use crate::bandit::{LinUcb, Observation, RewardWeights};
-use crate::energy::{self, Battery, EdgeBackend, EnergyModel};
-use crate::pii::Sensitivity;
-use crate::policy::{self, Context, Decision, Policy, Target};
-use crate::rng::SplitMix;
-use crate::task::{TaskExample, TaskType};
+use straddle_router::bandit::{LinUcb, Observation, RewardWeights};
+use straddle_router::energy::{self, Battery, EdgeBackend, EnergyModel};
+use straddle_router::pii::Sensitivity;
+use straddle_router::policy::{self, Context, Decision, Policy, Target};
+use straddle_router::rng::SplitMix;
+use straddle_router::task::{TaskExample, TaskType};
 
 /// What answers are worth in the simulated world.
 #[derive(Debug, Clone, PartialEq)]
@@ -242,7 +242,7 @@ impl World {
     /// it takes from the phone.
     fn outcome(&self, request: &Request, target: Target) -> (f64, f64, f64, f64) {
         let out = f64::from(request.task.typical_output_tokens());
-        let prompt_tokens = crate::signals::prompt_tokens_estimate(&request.text);
+        let prompt_tokens = straddle_router::signals::prompt_tokens_estimate(&request.text);
         let prompt = f64::from(prompt_tokens);
         let output_tokens = request.task.typical_output_tokens();
         let queue = self.cloud_queue_s
@@ -501,7 +501,7 @@ pub fn run(world: &World, requests: &[Request], mut router: Router, seed: u64) -
 /// The baseline's view of a request: a privacy score from the personal data found, a
 /// latency budget drawn per request, and an accuracy need from how far the edge trails.
 fn baseline(world: &World, r: &Request, rng: &mut SplitMix) -> Target {
-    let privacy = crate::pii::detect_personal(&r.text)
+    let privacy = straddle_router::pii::detect_personal(&r.text)
         .iter()
         .map(|s| match s.kind.sensitivity() {
             Sensitivity::High => 0.9,
@@ -552,7 +552,7 @@ pub fn table(reports: &[Report]) -> String {
 
 /// The corpus the router ships with, as simulation prompts.
 pub fn bundled_corpus() -> Vec<TaskExample> {
-    include_str!("../data/tasks.jsonl")
+    include_str!("../../router/data/tasks.jsonl")
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect()
