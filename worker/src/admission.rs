@@ -5,9 +5,9 @@
 use straddle_protocol::token::Claims;
 use straddle_protocol::{ApiError, ErrorKind, Message, StraddleEnvelope, Tool};
 use straddle_router::price::Price;
-use worker::{Env, Method, Request, RequestInit, Result, Stub};
+use worker::{Env, Request, Stub};
 
-use crate::budget::{Hold, HoldAnswer, Record};
+use crate::budget::{self, BudgetCall, Hold, HoldAnswer, Record};
 use crate::error::Refusal;
 use crate::forward::Answered;
 use crate::tenant::{Tenant, deployment_origins};
@@ -21,30 +21,6 @@ const HOLD_MARGIN_MS: i64 = 60_000;
 
 pub(crate) fn now_ms() -> i64 {
     js_sys::Date::now() as i64
-}
-
-/// The tenant's budget object.
-pub fn budget_stub(env: &Env, tenant: &str) -> Result<Stub> {
-    env.durable_object("BUDGET")?
-        .id_from_name(tenant)?
-        .get_stub()
-}
-
-/// One JSON call to the budget object.
-pub async fn budget_call<T: serde::de::DeserializeOwned>(
-    stub: &Stub,
-    method: Method,
-    path: &str,
-    body: Option<String>,
-) -> Result<T> {
-    let mut init = RequestInit::new();
-    init.with_method(method);
-    if let Some(b) = body {
-        init.with_body(Some(b.into()));
-    }
-    let req = Request::new_with_init(&format!("https://budget{path}"), &init)?;
-    let mut resp = stub.fetch_with_request(req).await?;
-    resp.json().await
 }
 
 /// The longest a growing-hold request waits for holds in flight to settle, and how often it
@@ -63,8 +39,8 @@ pub(crate) struct Caller {
 /// than its tenant allows (401), or a page origin its tenant does not allow (403).
 pub(crate) async fn caller(req: &Request, env: &Env) -> std::result::Result<Caller, Refusal> {
     let claims = crate::auth::tenant(req, env)?;
-    let stub = budget_stub(env, &claims.ten)?;
-    let tenant: Tenant = budget_call(&stub, Method::Get, "/tenant", None).await?;
+    let stub = budget::stub(env, &claims.ten)?;
+    let tenant: Tenant = budget::call(&stub, &BudgetCall::Tenant).await?;
     crate::auth::lifetime(&claims, tenant.max_token_lifetime_s())?;
     // Requests without an `Origin` come from servers, not pages: the token alone decides.
     if let Some(origin) = req.headers().get("origin")? {
@@ -150,13 +126,8 @@ impl Caller {
             user: self.claims.sub.clone(),
             feature: self.claims.feat.clone().unwrap_or_default(),
         };
-        let mut answer: HoldAnswer = budget_call(
-            &self.stub,
-            Method::Post,
-            "/hold",
-            Some(serde_json::to_string(&hold)?),
-        )
-        .await?;
+        let mut answer: HoldAnswer =
+            budget::call(&self.stub, &BudgetCall::Hold(hold.clone())).await?;
         // A growing hold is small, and the holds in its way are mostly answers about to
         // settle for less than they hold: it waits for them rather than refuse.
         while !answer.admitted
@@ -166,8 +137,7 @@ impl Caller {
         {
             worker::Delay::from(std::time::Duration::from_millis(WAIT_STEP_MS)).await;
             hold.now_ms = now_ms();
-            let body = serde_json::to_string(&hold)?;
-            answer = budget_call(&self.stub, Method::Post, "/hold", Some(body)).await?;
+            answer = budget::call(&self.stub, &BudgetCall::Hold(hold.clone())).await?;
         }
         if !answer.admitted {
             return Err(refused(&answer));
@@ -294,13 +264,13 @@ fn billed_record(r: Record, billed: Billed) -> Record {
 
 /// Settles hold `hold_id` with `record` in the tenant's budget object.
 pub(crate) async fn settle(stub: &Stub, hold_id: &str, record: Record) {
-    let body = serde_json::to_string(&(hold_id, record)).unwrap_or_default();
+    let call = BudgetCall::Settle {
+        hold_id: hold_id.to_owned(),
+        record,
+    };
     // One retry: the record must not be lost to a transient error.
     for _ in 0..2 {
-        if budget_call::<serde_json::Value>(stub, Method::Post, "/settle", Some(body.clone()))
-            .await
-            .is_ok()
-        {
+        if budget::call::<serde_json::Value>(stub, &call).await.is_ok() {
             return;
         }
     }

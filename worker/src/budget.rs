@@ -5,15 +5,85 @@
 //! months read from timestamps, so they reset by time alone; an alarm reclaims the holds of
 //! requests whose worker died before settling them.
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use worker::{
-    DurableObject, Env, Method, Request, Response, Result, SqlStorage, SqlStorageValue, State,
-    durable_object,
+    DurableObject, Env, Method, Request, RequestInit, Response, Result, SqlStorage,
+    SqlStorageValue, State, Stub, Url, durable_object,
 };
 
 use straddle_protocol::Feedback;
 
 use crate::tenant::{Limits, Tenant};
+
+/// What a worker route asks of a tenant's budget object: one typed call per operation, so
+/// the two sides cannot disagree on a path or on the order of a tuple.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "call", content = "with", rename_all = "snake_case")]
+pub enum BudgetCall {
+    /// Take a hold; answers a [`HoldAnswer`].
+    Hold(Hold),
+    /// Grow a hold; answers a [`HoldAnswer`].
+    Extend(Hold),
+    /// Release a hold and write the request's record.
+    Settle { hold_id: String, record: Record },
+    /// Write edge answers' records, each once.
+    EdgeRecords(Vec<Record>),
+    /// Set users' rewards on answers given in `session`.
+    Feedback {
+        session: String,
+        feedback: Vec<Feedback>,
+    },
+    /// Replace the tenant's record; answers the [`Tenant`] saved.
+    PutTenant(Tenant),
+    /// The tenant's record, a [`Tenant`].
+    Tenant,
+    /// The usage report.
+    Usage(UsageQuery),
+}
+
+/// What `GET /v1/tenants/:id/usage` asks for.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct UsageQuery {
+    pub from: Option<i64>,
+    pub to: Option<i64>,
+    pub group_by: Option<String>,
+    /// The newest records themselves, this many.
+    pub records: Option<i64>,
+}
+
+impl UsageQuery {
+    /// Reads a request's query string; a number that does not parse is left out.
+    pub fn of(url: &Url) -> Self {
+        let q = |k: &str| {
+            url.query_pairs()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.into_owned())
+        };
+        UsageQuery {
+            from: q("from").and_then(|v| v.parse().ok()),
+            to: q("to").and_then(|v| v.parse().ok()),
+            group_by: q("group_by"),
+            records: q("records").and_then(|v| v.parse().ok()),
+        }
+    }
+}
+
+/// The budget object of `tenant`.
+pub fn stub(env: &Env, tenant: &str) -> Result<Stub> {
+    env.durable_object("BUDGET")?
+        .id_from_name(tenant)?
+        .get_stub()
+}
+
+/// Makes `call` on the budget object behind `stub`.
+pub async fn call<T: DeserializeOwned>(stub: &Stub, call: &BudgetCall) -> Result<T> {
+    let mut init = RequestInit::new();
+    init.with_method(Method::Post)
+        .with_body(Some(serde_json::to_string(call)?.into()));
+    let req = Request::new_with_init("https://budget/", &init)?;
+    stub.fetch_with_request(req).await?.json().await
+}
 
 /// A worst-case hold taken before forwarding.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -219,27 +289,20 @@ impl DurableObject for TenantBudget {
     }
 
     async fn fetch(&self, mut req: Request) -> Result<Response> {
-        let path = req.path();
-        match (req.method(), path.as_str()) {
-            (Method::Post, "/hold") => {
-                let hold: Hold = req.json().await?;
+        match req.json::<BudgetCall>().await? {
+            BudgetCall::Hold(hold) => {
                 let answer = self.hold(&hold)?;
                 if answer.admitted {
                     self.reclaim_at(hold.expires_ms, hold.now_ms).await?;
                 }
                 Response::from_json(&answer)
             }
-            (Method::Post, "/extend") => {
-                let more: Hold = req.json().await?;
-                Response::from_json(&self.extend(&more)?)
-            }
-            (Method::Post, "/settle") => {
-                let (hold_id, record): (String, Record) = req.json().await?;
+            BudgetCall::Extend(more) => Response::from_json(&self.extend(&more)?),
+            BudgetCall::Settle { hold_id, record } => {
                 self.settle(&hold_id, &record)?;
                 Response::from_json(&serde_json::json!({"settled": true}))
             }
-            (Method::Post, "/edge") => {
-                let records: Vec<Record> = req.json().await?;
+            BudgetCall::EdgeRecords(records) => {
                 let new = records
                     .iter()
                     .map(|r| self.insert_record(r))
@@ -248,8 +311,7 @@ impl DurableObject for TenantBudget {
                     &serde_json::json!({"recorded": new, "duplicates": records.len() - new}),
                 )
             }
-            (Method::Post, "/feedback") => {
-                let (session, feedback): (String, Vec<Feedback>) = req.json().await?;
+            BudgetCall::Feedback { session, feedback } => {
                 let found = feedback
                     .iter()
                     .map(|f| self.reward(&session, f))
@@ -258,33 +320,24 @@ impl DurableObject for TenantBudget {
                     &serde_json::json!({"recorded": found, "unknown": feedback.len() - found}),
                 )
             }
-            (Method::Put, "/tenant") => {
-                let tenant: Tenant = req.json().await?;
+            BudgetCall::PutTenant(tenant) => {
                 self.sql.exec(
                     "INSERT INTO limits (id, json) VALUES (1, ?) ON CONFLICT(id) DO UPDATE SET json = excluded.json",
                     vec![SqlStorageValue::from(serde_json::to_string(&tenant)?)],
                 )?;
                 Response::from_json(&tenant)
             }
-            (Method::Get, "/tenant") => Response::from_json(&self.tenant()?),
-            (Method::Get, "/usage") => {
-                let url = req.url()?;
-                let q = |k: &str| {
-                    url.query_pairs()
-                        .find(|(key, _)| key == k)
-                        .map(|(_, v)| v.into_owned())
-                };
-                let from = q("from").and_then(|v| v.parse().ok()).unwrap_or(0i64);
-                let to = q("to").and_then(|v| v.parse().ok()).unwrap_or(MAX_SAFE);
+            BudgetCall::Tenant => Response::from_json(&self.tenant()?),
+            BudgetCall::Usage(q) => {
+                let (from, to) = (q.from.unwrap_or(0), q.to.unwrap_or(MAX_SAFE));
                 let now = js_sys::Date::now() as i64;
-                let mut usage = self.usage(from, to, q("group_by").as_deref(), now)?;
+                let mut usage = self.usage(from, to, q.group_by.as_deref(), now)?;
                 // The newest records themselves, for an audit of single requests.
-                if let Some(n) = q("records").and_then(|v| v.parse::<i64>().ok()) {
+                if let Some(n) = q.records {
                     usage["records"] = self.records(from, to, n.clamp(0, MAX_RECORDS))?;
                 }
                 Response::from_json(&usage)
             }
-            _ => Response::error("no such budget route", 404),
         }
     }
 

@@ -14,9 +14,9 @@ use straddle_protocol::{ApiError, ChatChunk, ChatRequest, ChatResponse, ErrorKin
 use worker::{ByteStream, Context, Env, Headers, Request, Response, Result};
 
 use crate::admission::{
-    Bill, Caller, budget_stub, caller, dearest_prices, json_body, now_ms, prompt_tokens_bound,
+    Bill, Caller, caller, dearest_prices, json_body, now_ms, prompt_tokens_bound,
 };
-use crate::budget::{Hold, Record};
+use crate::budget::{self, Hold, Record};
 use crate::deadline::Deadline;
 use crate::error::{Refusal, respond};
 use crate::forward::{
@@ -209,7 +209,7 @@ impl Streamed {
         let body = match self.growing {
             true => {
                 let growth = Growth {
-                    stub: Rc::new(budget_stub(env, &self.tenant)?),
+                    stub: Rc::new(budget::stub(env, &self.tenant)?),
                     hold: bill.hold.clone(),
                     prices: bill.held_prices,
                     held_out: bill.held.1,

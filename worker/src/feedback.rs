@@ -3,9 +3,10 @@
 //! usage by version reports the reward each router, policy or model earned.
 
 use straddle_protocol::FeedbackReport;
-use worker::{Env, Method, Request, Response, Result};
+use worker::{Env, Request, Response, Result};
 
-use crate::admission::{budget_call, caller, json_body};
+use crate::admission::{caller, json_body};
+use crate::budget::{self, BudgetCall};
 use crate::error::{Refusal, respond};
 
 /// `POST /v1/feedback`.
@@ -17,8 +18,10 @@ async fn record(mut req: Request, env: &Env) -> std::result::Result<Response, Re
     let caller = caller(&req, env).await?;
     let (_, report) = json_body::<FeedbackReport>(&mut req).await?;
     report.validate()?;
-    let body = serde_json::to_string(&(&caller.claims.sid, &report.feedback))?;
-    let written: serde_json::Value =
-        budget_call(&caller.stub, Method::Post, "/feedback", Some(body)).await?;
+    let call = BudgetCall::Feedback {
+        session: caller.claims.sid.clone(),
+        feedback: report.feedback,
+    };
+    let written: serde_json::Value = budget::call(&caller.stub, &call).await?;
     Ok(Response::from_json(&written)?)
 }

@@ -18,10 +18,10 @@ use futures_util::{FutureExt, Stream};
 use straddle_protocol::sse::{self, Event, Parser};
 use straddle_protocol::{ChatChunk, ChunkChoice, Cost, Delta, FinishReason, Route, StraddleMeta};
 use straddle_router::price::Price;
-use worker::{Method, Result, Stub};
+use worker::{Result, Stub};
 
-use crate::admission::{budget_call, cost_usd, now_ms};
-use crate::budget::{Hold, HoldAnswer};
+use crate::admission::{cost_usd, now_ms};
+use crate::budget::{self, BudgetCall, Hold, HoldAnswer};
 
 /// Output tokens held at admission and added by each extension.
 pub const CHUNK_TOKENS: i64 = 32;
@@ -99,12 +99,10 @@ impl<S> Gated<S> {
         let stub = self.growth.stub.clone();
         self.extension = Some(
             async move {
-                let Ok(json) = serde_json::to_string(&body) else {
-                    return 0;
-                };
-                let answer = budget_call::<HoldAnswer>(&stub, Method::Post, "/extend", Some(json));
-                match answer.await {
-                    Ok(a) if a.admitted => body.tokens,
+                let tokens = body.tokens;
+                let call = BudgetCall::Extend(body);
+                match budget::call::<HoldAnswer>(&stub, &call).await {
+                    Ok(a) if a.admitted => tokens,
                     _ => 0,
                 }
             }

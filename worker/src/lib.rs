@@ -3,6 +3,7 @@
 use straddle_protocol::{ApiError, ErrorKind};
 use worker::{Context, Env, Method, Request, Response, Result, Router, event};
 
+mod admin;
 mod admission;
 mod auth;
 pub mod budget;
@@ -93,52 +94,17 @@ async fn routes(req: Request, env: Env) -> Result<Response> {
             "/v1/load",
             |_, ctx| async move { forward::load(&ctx.env).await },
         )
-        .put_async("/v1/tenants/:id", |mut req, ctx| async move {
-            let Some(tenant) = admin_tenant(&req, &ctx) else {
-                return admin_refusal(&req, &ctx);
-            };
-            let record: tenant::Tenant = match req.json().await {
-                Ok(r) => r,
-                Err(e) => {
-                    return error_response(&ApiError::new(
-                        ErrorKind::InvalidRequest,
-                        format!("tenant record: {e}"),
-                    ));
-                }
-            };
-            if let Err(e) = record.validate() {
-                return error_response(&e);
+        .put_async("/v1/tenants/:id", |req, ctx| async move {
+            match admin_tenant(&req, &ctx) {
+                Some(tenant) => admin::put_tenant(req, &ctx.env, &tenant).await,
+                None => admin_refusal(&req, &ctx),
             }
-            let stub = admission::budget_stub(&ctx.env, &tenant)?;
-            let saved: tenant::Tenant = admission::budget_call(
-                &stub,
-                Method::Put,
-                "/tenant",
-                Some(serde_json::to_string(&record)?),
-            )
-            .await?;
-            // Saved first: a failure here leaves the registry stale until the PUT is retried.
-            origins::publish(
-                &ctx.env,
-                &tenant,
-                saved.allowed_origins.as_deref().unwrap_or_default(),
-            )
-            .await?;
-            Response::from_json(&saved)
         })
         .get_async("/v1/tenants/:id/usage", |req, ctx| async move {
-            let Some(tenant) = admin_tenant(&req, &ctx) else {
-                return admin_refusal(&req, &ctx);
-            };
-            let query = req.url()?.query().map(str::to_owned).unwrap_or_default();
-            let stub = admission::budget_stub(&ctx.env, &tenant)?;
-            let usage: serde_json::Value =
-                admission::budget_call(&stub, Method::Get, &format!("/usage?{query}"), None)
-                    .await?;
-            if let Some(message) = usage.get("error").and_then(|m| m.as_str()) {
-                return error_response(&ApiError::invalid("group_by", message));
+            match admin_tenant(&req, &ctx) {
+                Some(tenant) => admin::usage(&req, &ctx.env, &tenant).await,
+                None => admin_refusal(&req, &ctx),
             }
-            Response::from_json(&usage)
         })
         .or_else_any_method("/*path", |_, _| {
             error_response(&ApiError::new(ErrorKind::NotFound, "no such route"))

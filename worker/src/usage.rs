@@ -4,10 +4,10 @@
 
 use straddle_protocol::{EdgeAnswer, EdgeUsageReport};
 use straddle_router::price::Price;
-use worker::{Env, Method, Request, Response, Result};
+use worker::{Env, Request, Response, Result};
 
-use crate::admission::{Caller, budget_call, caller, cost_usd, json_body, now_ms};
-use crate::budget::Record;
+use crate::admission::{Caller, caller, cost_usd, json_body, now_ms};
+use crate::budget::{self, BudgetCall, Record};
 use crate::error::{Refusal, respond};
 use crate::forward::upstream_list;
 
@@ -33,9 +33,8 @@ async fn record(mut req: Request, env: &Env) -> std::result::Result<Response, Re
         .iter()
         .map(|a| edge_record(&caller, a, price, now))
         .collect();
-    let body = serde_json::to_string(&records)?;
     let written: serde_json::Value =
-        budget_call(&caller.stub, Method::Post, "/edge", Some(body)).await?;
+        budget::call(&caller.stub, &BudgetCall::EdgeRecords(records)).await?;
     Ok(Response::from_json(&written)?)
 }
 
