@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { startWorker, chat, admin, mintToken, ORIGIN } from "./harness.mjs";
 import { startFakeUpstream } from "./fake-upstream.mjs";
 
-const tenants = ["shop", "models", "private", "users", "features", "monthly", "tokens", "growing", "worst", "grows", "burst", "versions"];
+const tenants = ["shop", "models", "private", "users", "features", "monthly", "tokens", "growing", "worst", "grows", "burst", "versions", "overshoot"];
 let upstream, worker;
 before(async () => {
   upstream = await startFakeUpstream();
@@ -227,6 +227,27 @@ test("a burst against a growing budget waits for holds in flight instead of refu
     assert.equal(u.groups[0].tokens_in + u.groups[0].tokens_out, 270);
   } finally {
     upstream.state.delayMs = 0;
+  }
+});
+
+test("500 concurrent streams against a growing budget: billed spend never passes the limit, and no stream reads more than a chunk past its hold", async () => {
+  // Answers of 100 tokens, dripping, so that streams are cut mid-way as the budget runs out.
+  await put("overshoot", { holds: "growing", daily_tokens: 3000 });
+  Object.assign(upstream.state, { mode: "drip", dripMs: 5, completionTokens: 100 });
+  try {
+    const results = await Promise.all(Array.from({ length: 500 }, () => stream("overshoot")));
+    const u = await settledUsage("overshoot", "?records=1000");
+    const billed = u.groups.reduce((sum, g) => sum + g.tokens_in + g.tokens_out, 0);
+    assert.ok(billed <= 3000, `billed ${billed} of 3000 tokens`);
+    assert.equal(u.held.tokens, 0);
+    const admitted = results.filter((r) => r.status === 200).length;
+    assert.equal(u.records.length, admitted);
+    assert.ok(u.records.some((r) => r.outcome === "budget_exhausted"), JSON.stringify({ admitted, billed, outcomes: u.records.map((r) => r.outcome).slice(0, 20), statuses: [...new Set(results.map((r) => r.status))] }));
+    // What the worker read from the upstream past a stream's hold: at most one chunk.
+    const past = Math.max(...u.records.map((r) => r.unbilled_tokens));
+    assert.ok(past <= 32, `a stream read ${past} tokens past its hold`);
+  } finally {
+    Object.assign(upstream.state, { mode: "ok", dripMs: 0, completionTokens: 20 });
   }
 });
 
