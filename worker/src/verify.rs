@@ -128,15 +128,7 @@ async fn serve(mut req: Request, env: &Env) -> std::result::Result<Response, Ref
         bill.settle(r).await;
         return Err(total_timeout(&answered.upstream).into());
     };
-    let (t_in, t_out, accepted) = match serde_json::from_str::<VerifyResponse>(&text) {
-        Ok(v) => (
-            i64::from(v.usage.prompt_tokens),
-            i64::from(v.usage.completion_tokens),
-            i64::from(v.accepted),
-        ),
-        // An answer without usage is billed at the worst case held.
-        Err(_) => (tokens_in, tokens_out, 0),
-    };
+    let (t_in, t_out, accepted) = used_by(&text, (tokens_in, tokens_out));
     let r = Record {
         accepted_tokens: accepted,
         ..bill.record(Some(&answered), "ok", t_in, t_out, since(&bill))
@@ -145,6 +137,19 @@ async fn serve(mut req: Request, env: &Env) -> std::result::Result<Response, Ref
     let mut out = Response::ok(text)?;
     out.headers_mut().set("content-type", "application/json")?;
     Ok(out)
+}
+
+/// The (prompt, completion) tokens a verifier's answer used, and the drafted tokens it
+/// accepted; an answer without usage is billed at the worst case `held`.
+fn used_by(answer: &str, held: (i64, i64)) -> (i64, i64, i64) {
+    match serde_json::from_str::<VerifyResponse>(answer) {
+        Ok(v) => (
+            i64::from(v.usage.prompt_tokens),
+            i64::from(v.usage.completion_tokens),
+            i64::from(v.accepted),
+        ),
+        Err(_) => (held.0, held.1, 0),
+    }
 }
 
 /// The configured upstreams that verify drafts of `model`.

@@ -301,22 +301,7 @@ fn main() -> anyhow::Result<()> {
             seed,
             personal_every,
             world,
-        } => {
-            let name = world;
-            let world = sim::World::named(&name).with_context(|| {
-                format!("no world {name:?}: one of {}", sim::World::NAMES.join(", "))
-            })?;
-            let stream = sim::stream(
-                &world,
-                &sim::bundled_corpus(),
-                requests,
-                seed,
-                personal_every,
-            );
-            println!("{requests} requests, seed {seed}, world {name} (sim::World::named)\n");
-            print!("{}", sim::table(&sim::compare(&world, &stream, seed)));
-            Ok(())
-        }
+        } => sim::command(&world, requests, seed, personal_every),
         Command::Token {
             tenant,
             secret,

@@ -550,6 +550,23 @@ pub fn table(reports: &[Report]) -> String {
     out
 }
 
+/// `straddle sim`: the routers over `requests` of the world named `world`, as a table on
+/// standard output.
+pub fn command(
+    world: &str,
+    requests: usize,
+    seed: u64,
+    personal_every: usize,
+) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let named = World::named(world)
+        .with_context(|| format!("no world {world:?}: one of {}", World::NAMES.join(", ")))?;
+    let stream = stream(&named, &bundled_corpus(), requests, seed, personal_every);
+    println!("{requests} requests, seed {seed}, world {world} (sim::World::named)\n");
+    print!("{}", table(&compare(&named, &stream, seed)));
+    Ok(())
+}
+
 /// The corpus the router ships with, as simulation prompts.
 pub fn bundled_corpus() -> Vec<TaskExample> {
     include_str!("../../router/data/tasks.jsonl")

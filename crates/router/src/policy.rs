@@ -599,29 +599,9 @@ impl Estimates {
         quality: &Result<&QualityModel, QualityError>,
     ) -> Self {
         let (prompt_tokens, out) = (f64::from(m.prompt_tokens), f64::from(m.output_tokens()));
-        let edge_prefill = ctx
-            .edge_prefill_tokens_per_s
-            .filter(|s| *s > 0.0)
-            .map_or(0.0, |s| prompt_tokens / f64::from(s));
-        let edge_wait = ctx.edge_busy_s.map_or(0.0, f64::from).max(0.0);
-        let edge_latency = if ctx.edge_tokens_per_s > 0.0 {
-            edge_wait + edge_prefill + out / f64::from(ctx.edge_tokens_per_s)
-        } else {
-            f64::INFINITY
-        };
-        // The prompt goes up as JSON text: about its UTF-8 length.
-        let upload = ctx.bandwidth_kbps.filter(|k| *k > 0.0).map_or(0.0, |k| {
-            m.conversation.len() as f64 * 8.0 / (f64::from(k) * 1000.0)
-        });
+        let (edge_latency, edge_wait) = edge_seconds(ctx, prompt_tokens, out);
         let rtt = f64::from(ctx.rtt_ms) / 1000.0;
-        let cloud_rate = f64::from(policy.cloud_tokens_per_s.max(1.0));
-        let (cloud_queue, cloud_rate) = cloud_wait(ctx, out, cloud_rate, rtt);
-        // The cloud's bill in seconds: upload, queue, compute, download (each token comes
-        // down as one SSE chunk of JSON).
-        let download = ctx.bandwidth_kbps.filter(|k| *k > 0.0).map_or(0.0, |k| {
-            out * SSE_CHUNK_BYTES * 8.0 / (f64::from(k) * 1000.0)
-        });
-        let cloud_latency = rtt + upload + cloud_queue + out / cloud_rate + download;
+        let (cloud_latency, cloud_queue, cloud_rate) = cloud_seconds(m, ctx, policy, out);
         let cloud_cost = policy.cloud_price(prompt_tokens, out);
         // Speculative: one round trip and one cloud pass per verify call, the edge drafting
         // every output token; the prompt and the drafts are billed as input, one token a call
@@ -753,6 +733,40 @@ impl QualityBar {
     }
 }
 
+/// Seconds until the edge's whole answer (its queue, prefill and decoding; infinite without
+/// a measured speed), and the queue alone.
+fn edge_seconds(ctx: &Context, prompt_tokens: f64, out: f64) -> (f64, f64) {
+    let prefill = ctx
+        .edge_prefill_tokens_per_s
+        .filter(|s| *s > 0.0)
+        .map_or(0.0, |s| prompt_tokens / f64::from(s));
+    let wait = ctx.edge_busy_s.map_or(0.0, f64::from).max(0.0);
+    let total = if ctx.edge_tokens_per_s > 0.0 {
+        wait + prefill + out / f64::from(ctx.edge_tokens_per_s)
+    } else {
+        f64::INFINITY
+    };
+    (total, wait)
+}
+
+/// The cloud's bill in seconds (round trip, upload, queue, compute, download), the queue
+/// alone, and the decode rate it assumed.
+fn cloud_seconds(m: &Measured, ctx: &Context, policy: &Policy, out: f64) -> (f64, f64, f64) {
+    // Over the measured bandwidth, if any: the prompt goes up as JSON text, about its UTF-8
+    // length, and each token comes down as one SSE chunk of JSON.
+    let transfer = |bytes: f64| {
+        ctx.bandwidth_kbps
+            .filter(|k| *k > 0.0)
+            .map_or(0.0, |k| bytes * 8.0 / (f64::from(k) * 1000.0))
+    };
+    let rtt = f64::from(ctx.rtt_ms) / 1000.0;
+    let rate = f64::from(policy.cloud_tokens_per_s.max(1.0));
+    let (queue, rate) = cloud_wait(ctx, out, rate, rtt);
+    let upload = transfer(m.conversation.len() as f64);
+    let download = transfer(out * SSE_CHUNK_BYTES);
+    (rtt + upload + queue + out / rate + download, queue, rate)
+}
+
 /// The bytes of one streamed token: an SSE chunk of OpenAI's JSON around a few characters.
 const SSE_CHUNK_BYTES: f64 = 150.0;
 
@@ -843,7 +857,14 @@ fn trace_signals(
         sig("quality_bar", e.bar.at_first_token().into()),
         sig("save_data", ctx.save_data.into()),
     ];
-    let optional = [
+    signals.extend(optional_signals(e, ctx));
+    signals
+}
+
+/// The signals a page may or may not have measured, and the estimates that exist only in
+/// some conditions: each named when it has a value.
+fn optional_signals(e: &Estimates, ctx: &Context) -> Vec<SignalValue> {
+    let numbers = [
         ("bandwidth_kbps", ctx.bandwidth_kbps.map(f64::from)),
         (
             "edge_prefill_tokens_per_s",
@@ -879,11 +900,10 @@ fn trace_signals(
         ("cloud_latency_s", Some(e.cloud_latency)),
         ("cloud_cost_usd", Some(e.cloud_cost)),
     ];
-    for (name, value) in optional.into_iter() {
-        if let Some(v) = value {
-            signals.push(sig(name, v.into()));
-        }
-    }
+    let mut signals: Vec<SignalValue> = numbers
+        .into_iter()
+        .filter_map(|(name, value)| Some(sig(name, value?.into())))
+        .collect();
     if let Some(b) = ctx.battery {
         signals.push(sig("battery_charging", b.charging.into()));
     }
