@@ -85,6 +85,39 @@ impl Default for GenerateParams {
     }
 }
 
+impl GenerateParams {
+    /// Whether `token` ends the answer: one of the model's end tokens or the request's.
+    pub(crate) fn stops_at(&self, tokenizer: &Tokenizer, token: u32) -> bool {
+        tokenizer.stop_ids.contains(&token) || self.stop_tokens.contains(&token)
+    }
+}
+
+/// What an answer shows next of its decoded text ([`shown_next`]).
+pub(crate) struct Shown {
+    /// The newly shown text.
+    pub text: String,
+    /// How much of the text is shown now.
+    pub emitted: usize,
+    /// Where the answer's text ends: before a stop string, or what is safe to show so far.
+    pub stable: usize,
+    /// A stop string ended the answer.
+    pub stopped: bool,
+}
+
+/// What an answer that has shown `emitted` bytes of `full` shows next: up to a stop string,
+/// holding back what may begin one or an unfinished character, unless the answer is `over`
+/// (nothing more is coming). The one rule for plain and speculative generation.
+pub(crate) fn shown_next(full: &str, emitted: usize, stops: &[String], over: bool) -> Shown {
+    let (stable, stopped) = stable_text(full, stops);
+    let end = if over && !stopped { full.len() } else { stable };
+    Shown {
+        text: full.get(emitted..end).unwrap_or("").to_string(),
+        emitted: end.max(emitted),
+        stable,
+        stopped,
+    }
+}
+
 /// One streamed token.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TokenEvent {
@@ -315,7 +348,7 @@ impl<C: ModelCache> Sequence<C> {
             return Ok(None);
         }
         let s = self.choose()?;
-        if tokenizer.stop_ids.contains(&s.token) || self.params.stop_tokens.contains(&s.token) {
+        if self.params.stops_at(tokenizer, s.token) {
             self.finish(Finish::Stop);
             return Ok(None);
         }
@@ -370,17 +403,12 @@ impl<C: ModelCache> Sequence<C> {
         complete: bool,
     ) -> Result<String, EngineError> {
         let full = tokenizer.decode(&self.out.tokens)?;
-        let (stable, stopped) = stable_text(&full, &self.params.stop);
         // A finished grammar holds nothing back: no later text can complete a stop string.
-        let shown = if complete && !stopped {
-            full.len()
-        } else {
-            stable
-        };
-        let text = full.get(self.emitted..shown).unwrap_or("").to_string();
-        self.emitted = shown.max(self.emitted);
-        if stopped {
-            self.out.text = full[..stable].to_string();
+        let shown = shown_next(&full, self.emitted, &self.params.stop, complete);
+        self.emitted = shown.emitted;
+        let text = shown.text;
+        if shown.stopped {
+            self.out.text = full[..shown.stable].to_string();
             self.finish(Finish::Stop);
             return Ok(text);
         }
@@ -815,7 +843,7 @@ impl Feed {
 
 /// How much of `text` is safe to show: up to a stop string (and whether one was found),
 /// holding back an incomplete UTF-8 character or a possible start of a stop string.
-pub(crate) fn stable_text(text: &str, stops: &[String]) -> (usize, bool) {
+fn stable_text(text: &str, stops: &[String]) -> (usize, bool) {
     let mut first_stop = None;
     for s in stops.iter().filter(|s| !s.is_empty()) {
         if let Some(i) = text.find(s.as_str()) {

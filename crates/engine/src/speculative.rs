@@ -11,7 +11,7 @@
 use web_time::Instant;
 
 use crate::causal_lm::{BlockingLm, CausalLm, ModelCache, ready};
-use crate::generate::{Engine, EngineError, Finish, GenerateParams, Prompt, stable_text};
+use crate::generate::{Engine, EngineError, Finish, GenerateParams, Prompt, shown_next};
 use crate::kv::KvCache;
 use crate::model::{Model, ModelError};
 use crate::sample::{self, Rng, SamplingParams};
@@ -598,7 +598,7 @@ impl<C: ModelCache> Speculation<C> {
     /// Appends tokens up to a stop token, a stop string or the token limit.
     fn emit(&mut self, tokenizer: &Tokenizer, new: &[u32]) -> Result<String, EngineError> {
         for &t in new {
-            if tokenizer.stop_ids.contains(&t) || self.params.stop_tokens.contains(&t) {
+            if self.params.stops_at(tokenizer, t) {
                 self.finish = Some(Finish::Stop);
                 break;
             }
@@ -611,20 +611,19 @@ impl<C: ModelCache> Speculation<C> {
             }
         }
         let full = tokenizer.decode(&self.tokens)?;
-        let (stable, stopped) = stable_text(&full, &self.params.stop);
-        if stopped {
+        // Once finished, nothing more is coming: show what was held back for a partial stop.
+        let shown = shown_next(
+            &full,
+            self.emitted,
+            &self.params.stop,
+            self.finish.is_some(),
+        );
+        if shown.stopped {
             self.finish = Some(Finish::Stop);
         }
-        // Once finished, nothing more is coming: show what was held back for a partial stop.
-        let end = if self.finish.is_some() && !stopped {
-            full.len()
-        } else {
-            stable
-        };
-        let out = full.get(self.emitted..end).unwrap_or("").to_string();
-        self.emitted = end.max(self.emitted);
+        self.emitted = shown.emitted;
         self.text = full;
-        Ok(out)
+        Ok(shown.text)
     }
 }
 
