@@ -14,6 +14,7 @@ use worker::{
 
 use straddle_protocol::Feedback;
 
+use crate::sql::json_rows;
 use crate::tenant::{Limits, Tenant};
 
 /// What a worker route asks of a tenant's budget object: one typed call per operation, so
@@ -404,18 +405,8 @@ struct Standing {
 
 impl TenantBudget {
     fn tenant(&self) -> Result<Tenant> {
-        #[derive(Deserialize)]
-        struct Row {
-            json: String,
-        }
-        let rows: Vec<Row> = self
-            .sql
-            .exec("SELECT json FROM limits WHERE id = 1", None)?
-            .to_array()?;
-        Ok(rows
-            .first()
-            .and_then(|r| serde_json::from_str(&r.json).ok())
-            .unwrap_or_default())
+        let saved = json_rows(&self.sql, "SELECT json FROM limits WHERE id = 1", vec![])?;
+        Ok(saved.into_iter().next().unwrap_or_default())
     }
 
     fn sums(&self, query: &str, params: Vec<SqlStorageValue>) -> Result<(f64, i64, i64)> {
@@ -759,25 +750,15 @@ impl TenantBudget {
     }
 
     fn records(&self, from: i64, to: i64, limit: i64) -> Result<serde_json::Value> {
-        #[derive(Deserialize)]
-        struct Row {
-            json: String,
-        }
-        let rows: Vec<Row> = self
-            .sql
-            .exec(
-                "SELECT json FROM records WHERE ts_ms >= ? AND ts_ms < ? ORDER BY ts_ms DESC LIMIT ?",
-                vec![
-                    SqlStorageValue::from(from),
-                    SqlStorageValue::from(to),
-                    SqlStorageValue::from(limit),
-                ],
-            )?
-            .to_array()?;
-        let records: Vec<serde_json::Value> = rows
-            .iter()
-            .filter_map(|r| serde_json::from_str(&r.json).ok())
-            .collect();
+        let records: Vec<serde_json::Value> = json_rows(
+            &self.sql,
+            "SELECT json FROM records WHERE ts_ms >= ? AND ts_ms < ? ORDER BY ts_ms DESC LIMIT ?",
+            vec![
+                SqlStorageValue::from(from),
+                SqlStorageValue::from(to),
+                SqlStorageValue::from(limit),
+            ],
+        )?;
         Ok(serde_json::Value::Array(records))
     }
 

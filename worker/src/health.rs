@@ -14,6 +14,7 @@ use worker::{
 };
 
 use crate::admission::now_ms;
+use crate::sql::json_rows;
 use crate::upstreams::{Admission, Breaker, Breakers, Upstream};
 
 thread_local! {
@@ -92,21 +93,12 @@ impl DurableObject for UpstreamHealth {
 
 impl UpstreamHealth {
     fn load(&self, upstream: &str) -> Result<Breaker> {
-        #[derive(Deserialize)]
-        struct Row {
-            json: String,
-        }
-        let rows: Vec<Row> = self
-            .sql
-            .exec(
-                "SELECT json FROM breakers WHERE upstream = ?",
-                vec![SqlStorageValue::from(upstream)],
-            )?
-            .to_array()?;
-        Ok(rows
-            .first()
-            .and_then(|r| serde_json::from_str(&r.json).ok())
-            .unwrap_or_default())
+        let saved = json_rows(
+            &self.sql,
+            "SELECT json FROM breakers WHERE upstream = ?",
+            vec![SqlStorageValue::from(upstream)],
+        )?;
+        Ok(saved.into_iter().next().unwrap_or_default())
     }
 
     fn store(&self, upstream: &str, b: &Breaker) -> Result<()> {

@@ -16,6 +16,7 @@ mod grow;
 mod health;
 pub mod origins;
 mod privacy;
+mod sql;
 pub mod tenant;
 mod upstreams;
 mod usage;
