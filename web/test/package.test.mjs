@@ -299,11 +299,13 @@ test("speculative decoding: the page drafts, the cloud verifies, the text is the
   }
 });
 
+// A word problem the edge model starts but, by its first token, is unlikely to answer well.
+const problem = "A baker makes 14 trays of 18 rolls, sells 3/4 of them at $1.25 each and gives half of " +
+  "the rest to a shelter. How many dollars does she earn, and how many rolls are left?";
+
 test("the first token sends a word problem to the cloud with the whole history and shows no edge text", { skip }, async () => {
   const { context, page, sent } = await freshPage();
   try {
-    const problem = "A baker makes 14 trays of 18 rolls, sells 3/4 of them at $1.25 each and gives half of " +
-      "the rest to a shelter. How many dollars does she earn, and how many rolls are left?";
     const r = await inPage(page, async (Straddle, _E, config, problem) => {
       // The balanced bar (0.5 at the first token), whatever an earlier test left in config.
       const s = await Straddle.create({ ...config, policy: { preset: "balanced" }, backend: "cpu" });
@@ -344,8 +346,6 @@ test("the first token sends a word problem to the cloud with the whole history a
 test("network: the word problem the first token sends to the cloud stays on the edge under CDP throttling (2.5 s round trip, 100 kbit/s)", { skip }, async () => {
   const { context, page, sent } = await freshPage();
   try {
-    const problem = "A baker makes 14 trays of 18 rolls, sells 3/4 of them at $1.25 each and gives half of " +
-      "the rest to a shelter. How many dollars does she earn, and how many rolls are left?";
     // The model loads and its speed is measured before the network slows down; on the fast
     // network the first token sends the problem to the cloud.
     const calm = await inPage(page, async (Straddle, _E, config, problem) => {
