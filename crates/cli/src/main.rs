@@ -17,7 +17,7 @@ mod speculative;
 mod test_support;
 mod train_router;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -218,7 +218,15 @@ enum Eval {
     },
 }
 
+/// Parses the command line and runs the command it names.
 fn main() -> anyhow::Result<()> {
+    init_tracing();
+    dispatch(Cli::parse().command)
+}
+
+/// Logs to standard error, so they never mix with an answer or a report on standard output;
+/// warnings only unless `RUST_LOG` says otherwise.
+fn init_tracing() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -226,7 +234,11 @@ fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    match Cli::parse().command {
+}
+
+/// Runs one subcommand.
+fn dispatch(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Chat(args) => chat::run(&args),
         Command::Gguf { path, tensors } => gguf(&path, tensors),
         Command::BenchSpeculative(args) => {
@@ -242,25 +254,13 @@ fn main() -> anyhow::Result<()> {
             output,
             from,
             to,
-        } => {
-            let n = requant::run(&input, &output, from, to)?;
-            println!(
-                "{n} tensors rewritten as {to:?}; wrote {}",
-                output.display()
-            );
-            Ok(())
-        }
+        } => requant(&input, &output, from, to),
         Command::Pii { jsonl: true, .. } => {
             pii::scan_jsonl(std::io::stdin().lock(), std::io::stdout().lock())?;
             Ok(())
         }
         Command::Pii { text, .. } => {
-            for span in straddle_router::pii::detect(text.as_deref().unwrap_or_default()) {
-                println!(
-                    "{:?}\t{}..{}\t{:.2}",
-                    span.kind, span.start, span.end, span.confidence
-                );
-            }
+            print_pii(text.as_deref().unwrap_or_default());
             Ok(())
         }
         Command::TrainPii {
@@ -270,32 +270,7 @@ fn main() -> anyhow::Result<()> {
             epochs,
             buckets,
             heldout,
-        } => {
-            let config = straddle_router::pii::tagger::TrainConfig {
-                epochs,
-                buckets,
-                ..Default::default()
-            };
-            let tagger = pii::train(&data, &gazetteer, &out, config)?;
-            println!("wrote {} ({})", out.display(), tagger.version());
-            if let Some(heldout) = heldout {
-                let examples = pii::read_corpus(&heldout)?;
-                let report = pii::evaluate(&examples, |t| {
-                    straddle_router::pii::detect_with(t, Some(&tagger))
-                });
-                print!("{}", report.render());
-            }
-            Ok(())
-        }
-        Command::Eval {
-            benchmark:
-                Eval::Pii {
-                    data,
-                    tagger,
-                    no_tagger,
-                    predictions,
-                },
-        } => eval_pii(&data, tagger.as_deref(), no_tagger, predictions.as_deref()),
+        } => train_pii(&data, &gazetteer, &out, epochs, buckets, heldout.as_deref()),
         Command::Sim {
             requests,
             seed,
@@ -309,106 +284,202 @@ fn main() -> anyhow::Result<()> {
             origin,
             server,
             ttl,
-        } => {
-            use straddle_protocol::token::{AUDIENCE, Claims, TokenKind, mint};
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .context("the clock is before 1970")?
-                .as_secs();
-            let claims = Claims {
-                ten: tenant,
-                sub: user,
-                sid: format!("cli-{now}"),
-                aud: AUDIENCE.into(),
-                exp: now + ttl,
-                nbf: now,
-                iat: now,
-                kind: if server {
-                    TokenKind::Server
-                } else {
-                    TokenKind::Browser
-                },
-                origin,
-                feat: None,
-            };
-            println!("{}", mint(&claims, secret.as_bytes()));
-            Ok(())
-        }
+        } => token(tenant, &secret, user, origin, server, ttl),
         Command::TrainRouter {
             quality_data: Some(data),
             edge,
             quality_out,
             ..
-        } => {
-            let edge = edge.unwrap_or_else(straddle_engine::default_model_path);
-            let model = route_eval::train_quality(&data, &edge, &default_cache())?;
-            std::fs::write(&quality_out, serde_json::to_string_pretty(&model)? + "\n")
-                .with_context(|| format!("writing {}", quality_out.display()))?;
-            println!("wrote {} ({})", quality_out.display(), model.version);
-            Ok(())
-        }
-        Command::TrainRouter { corpus, out, .. } => {
-            let examples = train_router::read_corpus(&corpus)?;
-            let report = train_router::run(&examples, &out)?;
-            print!("{}", report.render());
-            println!("wrote {}", out.display());
-            Ok(())
-        }
-        Command::Eval {
-            benchmark:
-                Eval::Route {
-                    data,
-                    edge,
-                    limit_per_domain,
-                    cross_fit,
-                    json,
-                    cache,
-                },
+        } => train_quality(&data, edge, &quality_out),
+        Command::TrainRouter { corpus, out, .. } => train_router(&corpus, &out),
+        Command::Eval { benchmark } => eval(benchmark),
+    }
+}
+
+/// Runs one `straddle eval` benchmark.
+fn eval(benchmark: Eval) -> anyhow::Result<()> {
+    match benchmark {
+        Eval::Pii {
+            data,
+            tagger,
+            no_tagger,
+            predictions,
+        } => eval_pii(&data, tagger.as_deref(), no_tagger, predictions.as_deref()),
+        Eval::Route {
+            data,
+            edge,
+            limit_per_domain,
+            cross_fit,
+            json,
+            cache,
         } => {
             let edge = edge.unwrap_or_else(straddle_engine::default_model_path);
             let cache = cache.unwrap_or_else(default_cache);
-            let report = route_eval::run(&data, &edge, &cache, limit_per_domain, cross_fit)?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            } else {
-                print!("{}", route_eval::table(&report));
-            }
-            Ok(())
+            eval_route(&data, &edge, &cache, limit_per_domain, cross_fit, json)
         }
-        Command::Eval {
-            benchmark:
-                Eval::Routellm {
-                    data,
-                    weak,
-                    strong,
-                    bins,
-                    folds,
-                    random_seeds,
-                    curves,
-                },
+        Eval::Routellm {
+            data,
+            weak,
+            strong,
+            bins,
+            folds,
+            random_seeds,
+            curves,
         } => {
-            let benchmarks = routellm::load(&data, &weak, &strong)?;
-            let rows = routellm::evaluate(
-                &benchmarks,
-                routellm::Settings {
-                    bins,
-                    folds,
-                    random_seeds,
-                    train: straddle_router::linear::TrainConfig::default(),
-                },
-            )?;
-            println!(
-                "weak = {weak}, strong = {strong}; straddle = hashed n-gram logistic model of \
-                 P(weak model fails), {folds}-fold cross-fitted over all benchmarks pooled (an \
-                 MMLU domain never shares a fold); random = mean of {random_seeds} seeds\n"
-            );
-            print!("{}", routellm::table(&rows, &benchmarks));
-            if curves {
-                print!("\n{}", routellm::curves(&rows));
-            }
-            Ok(())
+            let settings = routellm::Settings {
+                bins,
+                folds,
+                random_seeds,
+                train: straddle_router::linear::TrainConfig::default(),
+            };
+            eval_routellm(&data, &weak, &strong, settings, curves)
         }
     }
+}
+
+/// Rewrites `input`'s `from` matrices as `to` into `output`.
+fn requant(
+    input: &Path,
+    output: &Path,
+    from: requant::Target,
+    to: requant::Target,
+) -> anyhow::Result<()> {
+    let n = requant::run(input, output, from, to)?;
+    println!(
+        "{n} tensors rewritten as {to:?}; wrote {}",
+        output.display()
+    );
+    Ok(())
+}
+
+/// Prints the personal data found in `text`, one span a line.
+fn print_pii(text: &str) {
+    for span in straddle_router::pii::detect(text) {
+        println!(
+            "{:?}\t{}..{}\t{:.2}",
+            span.kind, span.start, span.end, span.confidence
+        );
+    }
+}
+
+/// Trains and writes the PII tagger, then scores it on `heldout` when one is given.
+fn train_pii(
+    data: &Path,
+    gazetteer: &Path,
+    out: &Path,
+    epochs: usize,
+    buckets: usize,
+    heldout: Option<&Path>,
+) -> anyhow::Result<()> {
+    let config = straddle_router::pii::tagger::TrainConfig {
+        epochs,
+        buckets,
+        ..Default::default()
+    };
+    let tagger = pii::train(data, gazetteer, out, config)?;
+    println!("wrote {} ({})", out.display(), tagger.version());
+    if let Some(heldout) = heldout {
+        let examples = pii::read_corpus(heldout)?;
+        let report = pii::evaluate(&examples, |t| {
+            straddle_router::pii::detect_with(t, Some(&tagger))
+        });
+        print!("{}", report.render());
+    }
+    Ok(())
+}
+
+/// Mints and prints a tenant token valid from now for `ttl` seconds.
+fn token(
+    tenant: String,
+    secret: &str,
+    user: String,
+    origin: Option<String>,
+    server: bool,
+    ttl: u64,
+) -> anyhow::Result<()> {
+    use straddle_protocol::token::{AUDIENCE, Claims, TokenKind, mint};
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .context("the clock is before 1970")?
+        .as_secs();
+    let claims = Claims {
+        ten: tenant,
+        sub: user,
+        sid: format!("cli-{now}"),
+        aud: AUDIENCE.into(),
+        exp: now + ttl,
+        nbf: now,
+        iat: now,
+        kind: if server {
+            TokenKind::Server
+        } else {
+            TokenKind::Browser
+        },
+        origin,
+        feat: None,
+    };
+    println!("{}", mint(&claims, secret.as_bytes()));
+    Ok(())
+}
+
+/// Trains the quality model on `edge`'s graded answers to the prompts under `data`.
+fn train_quality(data: &Path, edge: Option<PathBuf>, quality_out: &Path) -> anyhow::Result<()> {
+    let edge = edge.unwrap_or_else(straddle_engine::default_model_path);
+    let model = route_eval::train_quality(data, &edge, &default_cache())?;
+    std::fs::write(quality_out, serde_json::to_string_pretty(&model)? + "\n")
+        .with_context(|| format!("writing {}", quality_out.display()))?;
+    println!("wrote {} ({})", quality_out.display(), model.version);
+    Ok(())
+}
+
+/// Trains the task-type model on `corpus`, prints its held-out report and writes it to `out`.
+fn train_router(corpus: &Path, out: &Path) -> anyhow::Result<()> {
+    let examples = train_router::read_corpus(corpus)?;
+    let report = train_router::run(&examples, out)?;
+    print!("{}", report.render());
+    println!("wrote {}", out.display());
+    Ok(())
+}
+
+/// Routes the benchmark prompts under `data` with the edge model and prints the outcome.
+fn eval_route(
+    data: &Path,
+    edge: &Path,
+    cache: &Path,
+    limit_per_domain: Option<usize>,
+    cross_fit: bool,
+    json: bool,
+) -> anyhow::Result<()> {
+    let report = route_eval::run(data, edge, cache, limit_per_domain, cross_fit)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", route_eval::table(&report));
+    }
+    Ok(())
+}
+
+/// Scores the routers on RouteLLM's benchmarks for the `weak` and `strong` columns.
+fn eval_routellm(
+    data: &Path,
+    weak: &str,
+    strong: &str,
+    settings: routellm::Settings,
+    curves: bool,
+) -> anyhow::Result<()> {
+    let (folds, random_seeds) = (settings.folds, settings.random_seeds);
+    let benchmarks = routellm::load(data, weak, strong)?;
+    let rows = routellm::evaluate(&benchmarks, settings)?;
+    println!(
+        "weak = {weak}, strong = {strong}; straddle = hashed n-gram logistic model of \
+         P(weak model fails), {folds}-fold cross-fitted over all benchmarks pooled (an \
+         MMLU domain never shares a fold); random = mean of {random_seeds} seeds\n"
+    );
+    print!("{}", routellm::table(&rows, &benchmarks));
+    if curves {
+        print!("\n{}", routellm::curves(&rows));
+    }
+    Ok(())
 }
 
 fn default_cache() -> PathBuf {
