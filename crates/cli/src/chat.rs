@@ -85,6 +85,42 @@ pub fn load_engine(path: &Path) -> anyhow::Result<Engine> {
 /// Answers `prompt` (or standard input when it is absent), streaming to standard output and
 /// a summary to standard error.
 pub fn run(args: &ChatArgs) -> anyhow::Result<()> {
+    let messages = conversation(args.system.as_deref(), read_prompt(args)?);
+    let params = generate_params(args);
+    let mut out = std::io::stdout().lock();
+    let print = |t: &str| {
+        // A closed pipe (`| head`) ends the output, not the program with a panic.
+        let _ = out.write_all(t.as_bytes());
+        let _ = out.flush();
+    };
+    let model = args
+        .model
+        .clone()
+        .unwrap_or_else(straddle_engine::default_model_path);
+    match args.mode() {
+        Mode::Edge => answer_on_edge(&load_engine(&model)?, &messages, &params, print),
+        Mode::Cloud => answer_in_cloud(args, &messages, &params, print),
+        Mode::Auto => answer_auto(args, &model, &messages, &params, print),
+        Mode::Speculative => {
+            let engine = load_engine(&model)?;
+            answer_speculatively(args, &engine, &messages, &params, print)
+        }
+    }
+}
+
+impl ChatArgs {
+    /// The mode asked for, `--speculative` winning over `--mode`.
+    fn mode(&self) -> Mode {
+        if self.speculative {
+            Mode::Speculative
+        } else {
+            self.mode
+        }
+    }
+}
+
+/// The prompt from the command line, else all of standard input; an empty one is an error.
+fn read_prompt(args: &ChatArgs) -> anyhow::Result<String> {
     let prompt = match args.prompt.clone() {
         Some(p) => p,
         None => {
@@ -98,12 +134,22 @@ pub fn run(args: &ChatArgs) -> anyhow::Result<()> {
     if prompt.trim().is_empty() {
         anyhow::bail!("the prompt is empty");
     }
+    Ok(prompt)
+}
+
+/// The conversation sent to every mode: the optional system message, then the prompt.
+fn conversation(system: Option<&str>, prompt: String) -> Vec<ChatMessage> {
     let mut messages = Vec::new();
-    if let Some(s) = &args.system {
-        messages.push(ChatMessage::new("system", s.clone()));
+    if let Some(s) = system {
+        messages.push(ChatMessage::new("system", s.to_string()));
     }
     messages.push(ChatMessage::new("user", prompt));
-    let params = GenerateParams {
+    messages
+}
+
+/// Sampling and length settings shared by the edge and the cloud, so both answer alike.
+fn generate_params(args: &ChatArgs) -> GenerateParams {
+    GenerateParams {
         sampling: SamplingParams {
             temperature: args.temperature,
             seed: args.seed,
@@ -111,96 +157,114 @@ pub fn run(args: &ChatArgs) -> anyhow::Result<()> {
         },
         max_tokens: args.max_tokens,
         ..Default::default()
-    };
-    let mut out = std::io::stdout().lock();
-    let mut print = |t: &str| {
-        // A closed pipe (`| head`) ends the output, not the program with a panic.
-        let _ = out.write_all(t.as_bytes());
-        let _ = out.flush();
-    };
-    let cloud = || {
-        args.cloud
-            .as_deref()
-            .context("--cloud URL is needed for this mode (the worker or a cloud server)")
-    };
-    let model = args
-        .model
-        .clone()
-        .unwrap_or_else(straddle_engine::default_model_path);
-    let timeout = Duration::from_secs(args.timeout);
-    let mode = if args.speculative {
-        Mode::Speculative
-    } else {
-        args.mode
-    };
-    match mode {
-        Mode::Edge => {
-            let engine = load_engine(&model)?;
-            let c = engine.generate(Prompt::Messages(&messages), &params, |ev| {
-                print(&ev.text);
-                Flow::Continue
-            })?;
-            edge_summary(&c);
-        }
-        Mode::Cloud => answer_in_cloud(args, &messages, &params, print)?,
-        Mode::Auto => {
-            let engine = load_engine(&model)?;
-            let sha256 = crate::edge_answers::file_sha256(&model)?;
-            if !answer_routed(args, &engine, &sha256, &messages, &params, &mut print)? {
-                answer_in_cloud(args, &messages, &params, print)?;
-            }
-        }
-        Mode::Speculative => {
-            let engine = load_engine(&model)?;
-            let mut verifier =
-                RemoteVerifier::new(cloud()?, args.token.clone(), &engine, &params, timeout);
-            let lengths = DraftLength::new(args.draft, 1, args.max_draft);
-            let hand_off = (args.hand_off_below > 0.0).then(|| speculative::HandOff {
-                below: args.hand_off_below,
-                base: args.cloud.as_deref().unwrap_or_default(),
-                token: args.token.as_deref(),
-                timeout,
-            });
-            let o = speculative::generate(
-                &engine,
-                &messages,
-                &params,
-                lengths,
-                &mut verifier,
-                hand_off,
-                print,
-            )?;
-            println!();
-            let n = o.total_tokens().max(1) as f64;
-            eprintln!(
-                "speculative: {} tokens in {:.2} s ({:.1} tokens/s); {} verify calls ({:.2} per \
-                 token), {} of {} drafted tokens accepted, k now {}{}{}",
-                o.total_tokens(),
-                o.elapsed.as_secs_f64(),
-                n / o.elapsed.as_secs_f64(),
-                o.stats.calls,
-                o.stats.calls as f64 / n,
-                o.stats.accepted,
-                o.stats.drafted,
-                o.final_k,
-                match o.handed_off_after {
-                    Some(n) => format!(
-                        "; handed to plain cloud streaming after {n} tokens ({} more)",
-                        o.streamed_tokens
-                    ),
-                    None => String::new(),
-                },
-                match &o.degraded {
-                    Some(why) => format!(
-                        "; degraded: {} tokens from the edge alone ({why})",
-                        o.stats.edge_alone
-                    ),
-                    None => String::new(),
-                }
-            );
-        }
+    }
+}
+
+/// The `--cloud` address, required by every mode that reaches the cloud.
+fn cloud_url(args: &ChatArgs) -> anyhow::Result<&str> {
+    args.cloud
+        .as_deref()
+        .context("--cloud URL is needed for this mode (the worker or a cloud server)")
+}
+
+/// Answers on the edge engine alone.
+fn answer_on_edge(
+    engine: &Engine,
+    messages: &[ChatMessage],
+    params: &GenerateParams,
+    mut print: impl FnMut(&str),
+) -> anyhow::Result<()> {
+    let c = engine.generate(Prompt::Messages(messages), params, |ev| {
+        print(&ev.text);
+        Flow::Continue
+    })?;
+    edge_summary(&c);
+    Ok(())
+}
+
+/// Lets the router choose between the edge and the cloud, as the page does.
+fn answer_auto(
+    args: &ChatArgs,
+    model: &Path,
+    messages: &[ChatMessage],
+    params: &GenerateParams,
+    mut print: impl FnMut(&str),
+) -> anyhow::Result<()> {
+    let engine = load_engine(model)?;
+    let sha256 = crate::edge_answers::file_sha256(model)?;
+    if !answer_routed(args, &engine, &sha256, messages, params, &mut print)? {
+        answer_in_cloud(args, messages, params, print)?;
     }
     Ok(())
+}
+
+/// The edge drafts and the cloud verifies; the run's statistics go to standard error.
+fn answer_speculatively(
+    args: &ChatArgs,
+    engine: &Engine,
+    messages: &[ChatMessage],
+    params: &GenerateParams,
+    print: impl FnMut(&str),
+) -> anyhow::Result<()> {
+    let timeout = Duration::from_secs(args.timeout);
+    let mut verifier = RemoteVerifier::new(
+        cloud_url(args)?,
+        args.token.clone(),
+        engine,
+        params,
+        timeout,
+    );
+    let lengths = DraftLength::new(args.draft, 1, args.max_draft);
+    let hand_off = (args.hand_off_below > 0.0).then(|| speculative::HandOff {
+        below: args.hand_off_below,
+        base: args.cloud.as_deref().unwrap_or_default(),
+        token: args.token.as_deref(),
+        timeout,
+    });
+    let o = speculative::generate(
+        engine,
+        messages,
+        params,
+        lengths,
+        &mut verifier,
+        hand_off,
+        print,
+    )?;
+    println!();
+    eprintln!("{}", speculative_summary(&o));
+    Ok(())
+}
+
+/// One line on a speculative run: speed, verify calls, acceptance, and any hand-off or
+/// degradation, so a slow answer can be told apart from a failing cloud.
+fn speculative_summary(o: &speculative::Outcome) -> String {
+    let n = o.total_tokens().max(1) as f64;
+    let handed_off = match o.handed_off_after {
+        Some(n) => format!(
+            "; handed to plain cloud streaming after {n} tokens ({} more)",
+            o.streamed_tokens
+        ),
+        None => String::new(),
+    };
+    let degraded = match &o.degraded {
+        Some(why) => format!(
+            "; degraded: {} tokens from the edge alone ({why})",
+            o.stats.edge_alone
+        ),
+        None => String::new(),
+    };
+    format!(
+        "speculative: {} tokens in {:.2} s ({:.1} tokens/s); {} verify calls ({:.2} per \
+         token), {} of {} drafted tokens accepted, k now {}{handed_off}{degraded}",
+        o.total_tokens(),
+        o.elapsed.as_secs_f64(),
+        n / o.elapsed.as_secs_f64(),
+        o.stats.calls,
+        o.stats.calls as f64 / n,
+        o.stats.accepted,
+        o.stats.drafted,
+        o.final_k,
+    )
 }
 
 /// Ends an edge answer's line and reports its speed on standard error.
@@ -221,10 +285,7 @@ fn answer_in_cloud(
     params: &GenerateParams,
     print: impl FnMut(&str),
 ) -> anyhow::Result<()> {
-    let cloud = args
-        .cloud
-        .as_deref()
-        .context("--cloud URL is needed for this mode (the worker or a cloud server)")?;
+    let cloud = cloud_url(args)?;
     let timeout = Duration::from_secs(args.timeout);
     let streamed = stream_cloud(
         cloud,
