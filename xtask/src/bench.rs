@@ -94,112 +94,15 @@ fn engine(gemma: bool) -> anyhow::Result<()> {
     let ours_bin = util::target_dir().join("fast/examples/bench");
     let python = llama_python()?;
     let llama = llama_cpp::tools()?;
-    let (np, nd) = (PROMPT_TOKENS.to_string(), DECODE_TOKENS.to_string());
-    let mut rows = Vec::new();
-    // Alternate the two twice so a noisy neighbour hurts both alike.
-    let long = LONG_PROMPT_TOKENS.to_string();
-    let mut long_rows = Vec::new();
-    let mut best_kernels: Option<String> = None;
-    for _ in 0..2 {
-        for (np, nd, into) in [
-            (&np, &nd, &mut rows),
-            (&long, &"4".to_string(), &mut long_rows),
-        ] {
-            // Our best kernels, and the AVX2 ones beside them where the machine has better
-            // (AVX-512 VNNI): the family most x86 machines run.
-            for family in [None, Some("avx2")] {
-                let mut cmd = Command::new(&ours_bin);
-                cmd.args([&model, np, nd])
-                    .env("STRADDLE_THREADS", threads.to_string());
-                if let Some(f) = family {
-                    cmd.env("STRADDLE_CPU_KERNELS", f);
-                }
-                let mut row: serde_json::Value =
-                    serde_json::from_str(util::output(&mut cmd)?.trim())?;
-                let kernels = row["kernels"].as_str().unwrap_or("?").to_string();
-                match family {
-                    None => best_kernels = Some(kernels),
-                    // Not this machine's (the bench fell back to its best), or its best anyway.
-                    Some(f) if f != kernels || best_kernels.as_deref() == Some(f) => continue,
-                    Some(_) => row["engine"] = format!("straddle-cpu ({kernels})").into(),
-                }
-                into.push(row);
-            }
-            let peer = util::output(
-                Command::new(&python)
-                    .arg(root().join("tests/reference/bench_llama.py"))
-                    .args([&model, np, nd, &threads.to_string()]),
-            )?;
-            into.push(serde_json::from_str::<serde_json::Value>(peer.trim())?);
-        }
-        let (short, long) = llama_bench(&llama.bench, &model, threads)?;
-        rows.push(short);
-        long_rows.push(long);
+    let rows = EngineRuns {
+        ours_bin: &ours_bin,
+        python: &python,
+        llama_bench: &llama.bench,
+        model: &model,
+        threads,
     }
-    let best_of = |rows: &[serde_json::Value], name: &str, key: &str| {
-        rows.iter()
-            .filter(|r| r["engine"] == name)
-            .filter_map(|r| r[key].as_f64())
-            .fold(0f64, f64::max)
-    };
-    let best = |name: &str, key: &str| best_of(&rows, name, key);
-    let best_long = |name: &str| best_of(&long_rows, name, "prefill_tps");
-    let mut table = String::new();
-    table.push_str(&format!(
-        "| engine | threads | prefill tok/s ({PROMPT_TOKENS}-token prompt) | prefill tok/s ({LONG_PROMPT_TOKENS}-token prompt) | decode tok/s ({DECODE_TOKENS} tokens) | decode GB/s read ÷ measured | load ms |\n|---|---|---|---|---|---|---|\n"
-    ));
-    // The AVX2 row exists only where the machine's best family is another.
-    let names = [
-        "straddle-cpu",
-        "straddle-cpu (avx2)",
-        "llama-bench",
-        "llama.cpp",
-    ]
-    .into_iter()
-    .filter(|name| rows.iter().any(|r| r["engine"] == *name));
-    for name in names {
-        let label = match (name, &best_kernels) {
-            ("straddle-cpu", Some(k)) => format!("straddle-cpu ({k})"),
-            ("llama-bench", _) => format!("llama.cpp `llama-bench` ({})", llama.build),
-            ("llama.cpp", _) => {
-                "llama-cpp-python 0.3.36 (Python wrapper, an argmax round trip per token)".into()
-            }
-            _ => name.to_string(),
-        };
-        let load = rows
-            .iter()
-            .filter(|r| r["engine"] == name)
-            .filter_map(|r| r["load_ms"].as_f64())
-            .fold(f64::INFINITY, f64::min);
-        // The bandwidth of the fastest decode, beside the host's measured read bandwidth.
-        let fastest = rows.iter().filter(|r| r["engine"] == name).max_by(|a, b| {
-            a["decode_tps"]
-                .as_f64()
-                .partial_cmp(&b["decode_tps"].as_f64())
-                .unwrap_or(std::cmp::Ordering::Equal)
-        });
-        let load = if load.is_finite() {
-            format!("{load:.0}")
-        } else {
-            "—".into()
-        };
-        table.push_str(&format!(
-            "| {label} | {threads} | {:.1} | {:.1} | {:.1} | {} | {load} |\n",
-            best(name, "prefill_tps"),
-            best_long(name),
-            best(name, "decode_tps"),
-            fastest.map_or("—".into(), bandwidth_cell)
-        ));
-    }
-    let ratio = |k: &str| best("straddle-cpu", k) / best("llama-bench", k).max(1e-9);
-    let long_ratio = best_long("straddle-cpu") / best_long("llama-bench").max(1e-9);
-    table.push_str(&format!("\nRatio (ours ÷ `llama-bench`): prefill {:.2}× ({PROMPT_TOKENS} tokens), {long_ratio:.2}× ({LONG_PROMPT_TOKENS} tokens), decode {:.2}×. Best of 2 alternating rounds each; `llama-bench` reports the mean of its 3 repetitions per round (`-r 3`), its decode row is `tg{DECODE_TOKENS}` at depth {PROMPT_TOKENS} (`-d {PROMPT_TOKENS}`), as ours decodes after the {PROMPT_TOKENS}-token prompt. The Python wrapper's row is kept to show what it costs: it is not the peer.\n", ratio("prefill_tps"), ratio("decode_tps")));
-    if let Some(r) = rows.iter().find(|r| r["engine"] == "straddle-cpu") {
-        table.push_str(&format!(
-            "Resident weights (quantized): {} MB; f32 KV cache at 2,048 positions: {} MB.\nDecode GB/s: what a decoded token reads (every weight once, and the cached keys and values) × tokens per second, beside what a plain pass measured just after (host: every thread summing a 512 MiB buffer; device: `x + 1` over 96 MiB, reads and writes counted): the fraction of the memory-bandwidth bound.\n",
-            r["weights_mb"], r["kv_mb"]
-        ));
-    }
+    .measure()?;
+    let mut table = engine_table(&rows, threads, &llama.build);
     if !gemma {
         table.push_str(&device_rows(&ours_bin, &model)?);
     }
@@ -214,6 +117,175 @@ fn engine(gemma: bool) -> anyhow::Result<()> {
             &format!("Command: `cargo xtask bench engine`\n\n{table}"),
         ),
     }
+}
+
+/// The three engines of the CPU table, ready to run on one model with one thread count.
+struct EngineRuns<'a> {
+    ours_bin: &'a std::path::Path,
+    python: &'a std::path::Path,
+    llama_bench: &'a std::path::Path,
+    model: &'a str,
+    threads: usize,
+}
+
+/// Every round's rows: the short prompt's (prefill and decode), the long prompt's (prefill).
+#[derive(Default)]
+struct EngineRows {
+    short: Vec<serde_json::Value>,
+    long: Vec<serde_json::Value>,
+    /// The kernel family our bench picked on its own: the machine's best.
+    best_kernels: Option<String>,
+}
+
+impl EngineRuns<'_> {
+    /// Two rounds, each engine in turn, so a noisy neighbour hurts all of them alike.
+    fn measure(&self) -> anyhow::Result<EngineRows> {
+        let (np, nd) = (PROMPT_TOKENS.to_string(), DECODE_TOKENS.to_string());
+        let long = LONG_PROMPT_TOKENS.to_string();
+        let mut rows = EngineRows::default();
+        for _ in 0..2 {
+            for (np, nd, into) in [
+                (&np, &nd, &mut rows.short),
+                (&long, &"4".to_string(), &mut rows.long),
+            ] {
+                self.ours(np, nd, into, &mut rows.best_kernels)?;
+                into.push(self.llama_cpp_python(np, nd)?);
+            }
+            let (short, long) = llama_bench(self.llama_bench, self.model, self.threads)?;
+            rows.short.push(short);
+            rows.long.push(long);
+        }
+        Ok(rows)
+    }
+
+    /// Our best kernels, and the AVX2 ones beside them where the machine has better
+    /// (AVX-512 VNNI): the family most x86 machines run.
+    fn ours(
+        &self,
+        np: &str,
+        nd: &str,
+        into: &mut Vec<serde_json::Value>,
+        best_kernels: &mut Option<String>,
+    ) -> anyhow::Result<()> {
+        for family in [None, Some("avx2")] {
+            let mut cmd = Command::new(self.ours_bin);
+            cmd.args([self.model, np, nd])
+                .env("STRADDLE_THREADS", self.threads.to_string());
+            if let Some(f) = family {
+                cmd.env("STRADDLE_CPU_KERNELS", f);
+            }
+            let mut row: serde_json::Value = serde_json::from_str(util::output(&mut cmd)?.trim())?;
+            let kernels = row["kernels"].as_str().unwrap_or("?").to_string();
+            match family {
+                None => *best_kernels = Some(kernels),
+                // Not this machine's (the bench fell back to its best), or its best anyway.
+                Some(f) if f != kernels || best_kernels.as_deref() == Some(f) => continue,
+                Some(_) => row["engine"] = format!("straddle-cpu ({kernels})").into(),
+            }
+            into.push(row);
+        }
+        Ok(())
+    }
+
+    /// The Python wrapper's row: kept to show what its argmax round trip per token costs.
+    fn llama_cpp_python(&self, np: &str, nd: &str) -> anyhow::Result<serde_json::Value> {
+        let peer = util::output(
+            Command::new(self.python)
+                .arg(root().join("tests/reference/bench_llama.py"))
+                .args([self.model, np, nd, &self.threads.to_string()]),
+        )?;
+        Ok(serde_json::from_str::<serde_json::Value>(peer.trim())?)
+    }
+}
+
+impl EngineRows {
+    /// `name`'s best `key` over the short prompt's rounds: the least disturbed one.
+    fn best(&self, name: &str, key: &str) -> f64 {
+        best_of(&self.short, name, key)
+    }
+
+    /// `name`'s best prefill over the long prompt's rounds.
+    fn best_long(&self, name: &str) -> f64 {
+        best_of(&self.long, name, "prefill_tps")
+    }
+}
+
+/// The highest `key` among `name`'s rows (0 when it has none), as a noisy machine only slows.
+fn best_of(rows: &[serde_json::Value], name: &str, key: &str) -> f64 {
+    rows.iter()
+        .filter(|r| r["engine"] == name)
+        .filter_map(|r| r[key].as_f64())
+        .fold(0f64, f64::max)
+}
+
+/// The CPU table: a row per engine that ran, then the ratios and the memory it takes.
+fn engine_table(rows: &EngineRows, threads: usize, llama_build: &str) -> String {
+    let mut table = format!(
+        "| engine | threads | prefill tok/s ({PROMPT_TOKENS}-token prompt) | prefill tok/s ({LONG_PROMPT_TOKENS}-token prompt) | decode tok/s ({DECODE_TOKENS} tokens) | decode GB/s read ÷ measured | load ms |\n|---|---|---|---|---|---|---|\n"
+    );
+    // The AVX2 row exists only where the machine's best family is another.
+    let names = [
+        "straddle-cpu",
+        "straddle-cpu (avx2)",
+        "llama-bench",
+        "llama.cpp",
+    ]
+    .into_iter()
+    .filter(|name| rows.short.iter().any(|r| r["engine"] == *name));
+    for name in names {
+        table.push_str(&engine_row(rows, name, threads, llama_build));
+    }
+    let ratio = |k: &str| rows.best("straddle-cpu", k) / rows.best("llama-bench", k).max(1e-9);
+    let long_ratio = rows.best_long("straddle-cpu") / rows.best_long("llama-bench").max(1e-9);
+    table.push_str(&format!("\nRatio (ours ÷ `llama-bench`): prefill {:.2}× ({PROMPT_TOKENS} tokens), {long_ratio:.2}× ({LONG_PROMPT_TOKENS} tokens), decode {:.2}×. Best of 2 alternating rounds each; `llama-bench` reports the mean of its 3 repetitions per round (`-r 3`), its decode row is `tg{DECODE_TOKENS}` at depth {PROMPT_TOKENS} (`-d {PROMPT_TOKENS}`), as ours decodes after the {PROMPT_TOKENS}-token prompt. The Python wrapper's row is kept to show what it costs: it is not the peer.\n", ratio("prefill_tps"), ratio("decode_tps")));
+    if let Some(r) = rows.short.iter().find(|r| r["engine"] == "straddle-cpu") {
+        table.push_str(&format!(
+            "Resident weights (quantized): {} MB; f32 KV cache at 2,048 positions: {} MB.\nDecode GB/s: what a decoded token reads (every weight once, and the cached keys and values) × tokens per second, beside what a plain pass measured just after (host: every thread summing a 512 MiB buffer; device: `x + 1` over 96 MiB, reads and writes counted): the fraction of the memory-bandwidth bound.\n",
+            r["weights_mb"], r["kv_mb"]
+        ));
+    }
+    table
+}
+
+/// One engine's line of the CPU table, its best rounds and fastest load.
+fn engine_row(rows: &EngineRows, name: &str, threads: usize, llama_build: &str) -> String {
+    let label = match (name, &rows.best_kernels) {
+        ("straddle-cpu", Some(k)) => format!("straddle-cpu ({k})"),
+        ("llama-bench", _) => format!("llama.cpp `llama-bench` ({llama_build})"),
+        ("llama.cpp", _) => {
+            "llama-cpp-python 0.3.36 (Python wrapper, an argmax round trip per token)".into()
+        }
+        _ => name.to_string(),
+    };
+    let load = rows
+        .short
+        .iter()
+        .filter(|r| r["engine"] == name)
+        .filter_map(|r| r["load_ms"].as_f64())
+        .fold(f64::INFINITY, f64::min);
+    // The bandwidth of the fastest decode, beside the host's measured read bandwidth.
+    let fastest = rows
+        .short
+        .iter()
+        .filter(|r| r["engine"] == name)
+        .max_by(|a, b| {
+            a["decode_tps"]
+                .as_f64()
+                .partial_cmp(&b["decode_tps"].as_f64())
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
+    let load = if load.is_finite() {
+        format!("{load:.0}")
+    } else {
+        "—".into()
+    };
+    format!(
+        "| {label} | {threads} | {:.1} | {:.1} | {:.1} | {} | {load} |\n",
+        rows.best(name, "prefill_tps"),
+        rows.best_long(name),
+        rows.best(name, "decode_tps"),
+        fastest.map_or("—".into(), bandwidth_cell)
+    )
 }
 
 /// One round of llama.cpp's own `llama-bench` on `model`: `(a row with the short prompt's
@@ -898,6 +970,7 @@ fn structured() -> anyhow::Result<()> {
     )
 }
 
+/// The native engine drafting for `straddle-cloud` verifying, on drafters of two precisions.
 fn speculative() -> anyhow::Result<()> {
     let tools = setup::run()?;
     // The test profile: the engine and every dependency at opt-level 3 (as fast as the `fast`
@@ -908,18 +981,7 @@ fn speculative() -> anyhow::Result<()> {
             .current_dir(root()),
     )?;
     let straddle = util::target_dir().join("debug/straddle");
-    let q4_0 = tools
-        .model
-        .with_file_name("smollm2-135m-instruct-q4_0-requant.gguf");
-    if !q4_0.is_file() {
-        util::run(
-            Command::new(&straddle)
-                .arg("requant")
-                .arg(&tools.model)
-                .arg(&q4_0)
-                .args(["--from", "q4-1", "--to", "q4-0"]),
-        )?;
-    }
+    let q4_0 = q4_0_drafter(&straddle, &tools.model)?;
     let port = 18092u16;
     let mut child = spawn_cloud(
         &util::target_dir().join("debug/straddle-cloud"),
@@ -927,49 +989,9 @@ fn speculative() -> anyhow::Result<()> {
         port,
     )?;
     let base = format!("http://127.0.0.1:{port}");
-    let runs = [
-        (
-            "Q4_0 copy (lower precision), adaptive k",
-            &q4_0,
-            ["4", "1", "16"],
-        ),
-        (
-            "Q4_0 copy (lower precision), fixed k = 8",
-            &q4_0,
-            ["8", "8", "8"],
-        ),
-        (
-            "the verifier's own file, adaptive k",
-            &tools.model,
-            ["4", "1", "16"],
-        ),
-    ];
-    let result = (|| -> anyhow::Result<String> {
-        wait_health(&format!("{base}/health"), &mut child)?;
-        let mut body = String::new();
-        for (name, drafter, [k, min, max]) in runs {
-            let table = util::output(
-                Command::new(&straddle)
-                    .arg("bench-speculative")
-                    .arg("--model")
-                    .arg(drafter)
-                    .args([
-                        "--cloud",
-                        &base,
-                        "--draft",
-                        k,
-                        "--min-draft",
-                        min,
-                        "--max-draft",
-                        max,
-                    ])
-                    .current_dir(root()),
-            )?;
-            println!("### Drafter: {name}\n\n{table}");
-            body.push_str(&format!("### Drafter: {name}\n\n{table}\n"));
-        }
-        Ok(body)
-    })();
+    let result = wait_health(&format!("{base}/health"), &mut child)
+        .and_then(|()| speculative_tables(&straddle, &base, &q4_0, &tools.model));
+    // The verifier goes down whether the runs passed or not: it holds the port.
     let _ = child.kill();
     let _ = child.wait();
     let body = result?;
@@ -989,4 +1011,72 @@ fn speculative() -> anyhow::Result<()> {
              same cores; on a GPU verifier a call costs about one decode step.\n\n{body}"
         ),
     )
+}
+
+/// A Q4_0 copy of `model` beside it, made once: a drafter less precise than its verifier.
+fn q4_0_drafter(
+    straddle: &std::path::Path,
+    model: &std::path::Path,
+) -> anyhow::Result<std::path::PathBuf> {
+    let q4_0 = model.with_file_name("smollm2-135m-instruct-q4_0-requant.gguf");
+    if !q4_0.is_file() {
+        util::run(
+            Command::new(straddle)
+                .arg("requant")
+                .arg(model)
+                .arg(&q4_0)
+                .args(["--from", "q4-1", "--to", "q4-0"]),
+        )?;
+    }
+    Ok(q4_0)
+}
+
+/// `straddle bench-speculative` against the verifier at `base`, a table per drafter: the
+/// lower-precision copy with adaptive and fixed draft lengths, then the verifier's own file.
+fn speculative_tables(
+    straddle: &std::path::Path,
+    base: &str,
+    q4_0: &std::path::Path,
+    model: &std::path::Path,
+) -> anyhow::Result<String> {
+    let runs = [
+        (
+            "Q4_0 copy (lower precision), adaptive k",
+            q4_0,
+            ["4", "1", "16"],
+        ),
+        (
+            "Q4_0 copy (lower precision), fixed k = 8",
+            q4_0,
+            ["8", "8", "8"],
+        ),
+        (
+            "the verifier's own file, adaptive k",
+            model,
+            ["4", "1", "16"],
+        ),
+    ];
+    let mut body = String::new();
+    for (name, drafter, [k, min, max]) in runs {
+        let table = util::output(
+            Command::new(straddle)
+                .arg("bench-speculative")
+                .arg("--model")
+                .arg(drafter)
+                .args([
+                    "--cloud",
+                    base,
+                    "--draft",
+                    k,
+                    "--min-draft",
+                    min,
+                    "--max-draft",
+                    max,
+                ])
+                .current_dir(root()),
+        )?;
+        println!("### Drafter: {name}\n\n{table}");
+        body.push_str(&format!("### Drafter: {name}\n\n{table}\n"));
+    }
+    Ok(body)
 }
