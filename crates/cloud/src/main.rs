@@ -1,11 +1,14 @@
 //! `straddle-cloud`: serves a GGUF model over an OpenAI-compatible API.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Instant;
 
 use anyhow::Context;
 use clap::Parser;
+use straddle_engine::generate::DEFAULT_CONTEXT;
+use straddle_engine::gguf::FileSource;
 
 #[derive(Parser, Debug)]
 #[command(version, about = "OpenAI-compatible cloud tier for Straddle")]
@@ -46,103 +49,155 @@ enum BackendChoice {
     Wgpu,
 }
 
+/// The model on the backend it runs best on, served until Ctrl-C or SIGTERM.
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .init();
+    init_tracing();
     let args = Args::parse();
     let model = args
         .model
         .clone()
         .unwrap_or_else(straddle_engine::default_model_path);
-    let started = std::time::Instant::now();
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot listen on {} (in use? pass --listen or STRADDLE_CLOUD_LISTEN)",
-                args.listen
-            )
-        })?;
-    tracing::info!(addr = %args.listen, "listening");
-    let source = straddle_engine::gguf::FileSource::open(&model).with_context(|| {
-        format!(
-            "opening model {} (run `cargo xtask setup`, or pass --model)",
-            model.display()
-        )
-    })?;
-    let fallback_id = model
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let context = straddle_engine::generate::DEFAULT_CONTEXT;
+    let started = Instant::now();
+    // Bound before the model loads, so a taken port fails at once, not after the weights.
+    let listener = bind(args.listen).await?;
+    let source = open_model(&model)?;
     let (backend, why) = choose_backend(args.backend).await;
     tracing::info!(backend = %backend, reason = %why, "backend chosen");
+    let loader = Loader {
+        path: &model,
+        started,
+        args: &args,
+    };
     let state = match backend {
-        Backend::Cpu => {
-            let engine = straddle_engine::Engine::load(source, context)
-                .with_context(|| format!("loading model {}", model.display()))?;
-            tracing::info!(
-                model = engine.name.as_deref().unwrap_or("unnamed"),
-                weights_mb = engine.model.weight_bytes() / 1_000_000,
-                load_ms = started.elapsed().as_millis() as u64,
-                "engine ready on the CPU"
-            );
-            let card = straddle_cloud::ModelCard::new(
-                engine.name.as_deref(),
-                &fallback_id,
-                engine.model.config.context_length,
-                &engine.tokenizer.hash,
-                "cpu",
-            );
-            serve(
-                Arc::new(straddle_cloud::backend::Served::new(engine)),
-                card,
-                &args,
-            )
-        }
+        Backend::Cpu => loader.on_cpu(source)?,
         Backend::Wgpu {
             ref adapter,
             software,
-        } => {
-            let device = straddle_engine::Device::wgpu_options()
-                .init()
-                .map_err(|e| anyhow::anyhow!("starting wgpu: {e}"))?;
-            let mut engine = straddle_engine::Engine::load_on(source, context, &device)
-                .with_context(|| format!("loading model {}", model.display()))?;
-            if software {
-                // Barriers are context switches on a CPU adapter (see the engine's kernels).
-                engine
-                    .model
-                    .set_matvec_kernel(straddle_engine::MatvecKernel::PerRow);
-            }
-            tracing::info!(
-                model = engine.name.as_deref().unwrap_or("unnamed"),
-                adapter = %adapter,
-                weights_mb = engine.model.weight_bytes() / 1_000_000,
-                load_ms = started.elapsed().as_millis() as u64,
-                "engine ready on the GPU"
-            );
-            let card = straddle_cloud::ModelCard::new(
-                engine.name.as_deref(),
-                &fallback_id,
-                engine.model.config.context_length,
-                &engine.tokenizer.hash,
-                &format!("wgpu ({adapter})"),
-            );
-            serve(
-                Arc::new(straddle_cloud::backend::Served::new(engine)),
-                card,
-                &args,
-            )
-        }
+        } => loader.on_wgpu(source, adapter, software)?,
     };
     let app = straddle_cloud::router(Arc::new(state));
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())
         .await?;
     Ok(())
+}
+
+/// Logs go where `RUST_LOG` says, so operators tune them without a rebuild.
+fn init_tracing() {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .init();
+}
+
+/// The listener on `addr`, with a hint at the usual cause when the port is taken.
+async fn bind(addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
+    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
+        format!("cannot listen on {addr} (in use? pass --listen or STRADDLE_CLOUD_LISTEN)")
+    })?;
+    tracing::info!(addr = %addr, "listening");
+    Ok(listener)
+}
+
+/// The GGUF file at `model`, with a hint at how to get one when it is missing.
+fn open_model(model: &Path) -> anyhow::Result<FileSource> {
+    FileSource::open(model).with_context(|| {
+        format!(
+            "opening model {} (run `cargo xtask setup`, or pass --model)",
+            model.display()
+        )
+    })
+}
+
+/// What loading on either backend shares: the file's path for messages and the model id, the
+/// start time for the load log, and the serving settings.
+struct Loader<'a> {
+    path: &'a Path,
+    started: Instant,
+    args: &'a Args,
+}
+
+impl Loader<'_> {
+    /// The routes' state over the CPU kernels.
+    fn on_cpu(&self, source: FileSource) -> anyhow::Result<straddle_cloud::AppState> {
+        let engine = straddle_engine::Engine::load(source, DEFAULT_CONTEXT)
+            .with_context(|| self.loading_message())?;
+        tracing::info!(
+            model = engine.name.as_deref().unwrap_or("unnamed"),
+            weights_mb = engine.model.weight_bytes() / 1_000_000,
+            load_ms = self.started.elapsed().as_millis() as u64,
+            "engine ready on the CPU"
+        );
+        let card = straddle_cloud::ModelCard::new(
+            engine.name.as_deref(),
+            &self.fallback_id(),
+            engine.model.config.context_length,
+            &engine.tokenizer.hash,
+            "cpu",
+        );
+        Ok(self.state_over(engine, card))
+    }
+
+    /// The routes' state over the burn model on the wgpu `adapter`.
+    fn on_wgpu(
+        &self,
+        source: FileSource,
+        adapter: &str,
+        software: bool,
+    ) -> anyhow::Result<straddle_cloud::AppState> {
+        let device = straddle_engine::Device::wgpu_options()
+            .init()
+            .map_err(|e| anyhow::anyhow!("starting wgpu: {e}"))?;
+        let mut engine = straddle_engine::Engine::load_on(source, DEFAULT_CONTEXT, &device)
+            .with_context(|| self.loading_message())?;
+        if software {
+            // Barriers are context switches on a CPU adapter (see the engine's kernels).
+            engine
+                .model
+                .set_matvec_kernel(straddle_engine::MatvecKernel::PerRow);
+        }
+        tracing::info!(
+            model = engine.name.as_deref().unwrap_or("unnamed"),
+            adapter = %adapter,
+            weights_mb = engine.model.weight_bytes() / 1_000_000,
+            load_ms = self.started.elapsed().as_millis() as u64,
+            "engine ready on the GPU"
+        );
+        let card = straddle_cloud::ModelCard::new(
+            engine.name.as_deref(),
+            &self.fallback_id(),
+            engine.model.config.context_length,
+            &engine.tokenizer.hash,
+            &format!("wgpu ({adapter})"),
+        );
+        Ok(self.state_over(engine, card))
+    }
+
+    /// The model's id when the GGUF names none, so `/v1/models` still lists something to ask for.
+    fn fallback_id(&self) -> String {
+        self.path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+
+    /// The context for a failed load: the path tells which of several files was bad.
+    fn loading_message(&self) -> String {
+        format!("loading model {}", self.path.display())
+    }
+
+    /// `engine` behind the routes; both backends end here so their settings cannot drift.
+    fn state_over<M: straddle_cloud::backend::ServedModel>(
+        &self,
+        engine: straddle_engine::Engine<M>,
+        card: straddle_cloud::ModelCard,
+    ) -> straddle_cloud::AppState {
+        serve(
+            Arc::new(straddle_cloud::backend::Served::new(engine)),
+            card,
+            self.args,
+        )
+    }
 }
 
 /// Where the model runs, with the wgpu adapter's name and whether it is a software one.
