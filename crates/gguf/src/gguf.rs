@@ -388,108 +388,162 @@ fn min_value_size(ty: u32) -> Option<u64> {
     })
 }
 
+/// Fewest bytes a metadata entry occupies: key length (8), a key byte, type (4), a value byte.
+const MIN_METADATA_ENTRY_BYTES: u64 = 13;
+
+/// Fewest bytes a tensor info occupies: name length (8), n_dims (4), type (4), offset (8).
+const MIN_TENSOR_INFO_BYTES: u64 = 24;
+
+/// The fixed-size fields that open a GGUF file.
+struct Header {
+    version: u32,
+    tensor_count: u64,
+    kv_count: u64,
+}
+
+/// The sections of a GGUF header, each parsed in file order.
+impl<S: ByteSource + ?Sized> Reader<'_, S> {
+    /// Rejects a hostile count before anything is allocated for it.
+    fn check_count(&self, what: &'static str, count: u64, min_size: u64) -> Result<(), GgufError> {
+        if count.saturating_mul(min_size) > self.remaining() {
+            return Err(GgufError::CountTooLarge {
+                what,
+                count,
+                remaining: self.remaining(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Fails early on files that are not GGUF, or a version whose layout this reader lacks.
+    fn header(&mut self) -> Result<Header, GgufError> {
+        let magic = self.u32()?;
+        if magic != MAGIC {
+            return Err(GgufError::BadMagic(magic));
+        }
+        let version = self.u32()?;
+        if !(2..=3).contains(&version) {
+            return Err(GgufError::UnsupportedVersion(version));
+        }
+        let tensor_count = self.u64()?;
+        let kv_count = self.u64()?;
+        Ok(Header {
+            version,
+            tensor_count,
+            kv_count,
+        })
+    }
+
+    /// Key-value metadata; a later duplicate key wins, as it always has.
+    fn metadata(&mut self, kv_count: u64) -> Result<BTreeMap<String, Value>, GgufError> {
+        self.check_count("metadata", kv_count, MIN_METADATA_ENTRY_BYTES)?;
+        let mut metadata = BTreeMap::new();
+        for _ in 0..kv_count {
+            let key = self.string("metadata key")?;
+            let ty = self.u32()?;
+            let value = self.value(ty, 0)?;
+            metadata.insert(key, value);
+        }
+        Ok(metadata)
+    }
+
+    /// The tensor directory; `tensor_count` must have passed [`Reader::check_count`] first.
+    fn tensor_infos(&mut self, tensor_count: u64) -> Result<Vec<TensorInfo>, GgufError> {
+        let mut tensors = Vec::with_capacity(tensor_count as usize);
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..tensor_count {
+            let info = self.tensor_info()?;
+            if !seen.insert(info.name.clone()) {
+                return Err(GgufError::DuplicateTensor(info.name));
+            }
+            tensors.push(info);
+        }
+        Ok(tensors)
+    }
+
+    /// One directory entry, its rank capped before the shape is allocated.
+    fn tensor_info(&mut self) -> Result<TensorInfo, GgufError> {
+        let name = self.string("tensor name")?;
+        let n_dims = self.u32()?;
+        if n_dims > MAX_DIMS {
+            return Err(GgufError::TooManyDims { name, n_dims });
+        }
+        let mut shape = Vec::with_capacity(n_dims as usize);
+        for _ in 0..n_dims {
+            shape.push(self.u64()?);
+        }
+        let type_id = self.u32()?;
+        let offset = self.u64()?;
+        let ty = TensorType::from_id(type_id).ok_or_else(|| GgufError::UnknownTensorType {
+            name: name.clone(),
+            type_id,
+        })?;
+        let size = tensor_size(&name, &shape, ty)?;
+        Ok(TensorInfo {
+            name,
+            shape,
+            ty,
+            offset,
+            size,
+        })
+    }
+}
+
+/// The alignment of the data section: offsets and the section's start depend on it.
+fn data_alignment(metadata: &BTreeMap<String, Value>) -> Result<u64, GgufError> {
+    let alignment = match metadata.get("general.alignment") {
+        None => DEFAULT_ALIGNMENT,
+        Some(v) => v.as_u64().ok_or_else(|| GgufError::Metadata {
+            key: "general.alignment".into(),
+            why: "not an unsigned integer".into(),
+        })?,
+    };
+    if alignment == 0 || !alignment.is_power_of_two() {
+        return Err(GgufError::BadAlignment(alignment));
+    }
+    Ok(alignment)
+}
+
+/// Keeps every later read of a tensor's bytes aligned and inside the file.
+fn check_placement(tensors: &[TensorInfo], alignment: u64, data_len: u64) -> Result<(), GgufError> {
+    for t in tensors {
+        if !t.offset.is_multiple_of(alignment) {
+            return Err(GgufError::Misaligned {
+                name: t.name.clone(),
+                offset: t.offset,
+                alignment,
+            });
+        }
+        if t.offset
+            .checked_add(t.size)
+            .is_none_or(|end| end > data_len)
+        {
+            return Err(GgufError::TensorOutOfBounds {
+                name: t.name.clone(),
+                offset: t.offset,
+                size: t.size,
+                data_len,
+            });
+        }
+    }
+    Ok(())
+}
+
 impl<S: ByteSource> Gguf<S> {
     /// Parses the header of `source`; tensor bytes are read later, on demand.
     pub fn read(source: S) -> Result<Self, GgufError> {
         let mut r = Reader::new(&source);
-        let magic = r.u32()?;
-        if magic != MAGIC {
-            return Err(GgufError::BadMagic(magic));
-        }
-        let version = r.u32()?;
-        if !(2..=3).contains(&version) {
-            return Err(GgufError::UnsupportedVersion(version));
-        }
-        let tensor_count = r.u64()?;
-        let kv_count = r.u64()?;
-        // Each metadata entry is at least key length (8) + key + type (4) + 1 byte.
-        if kv_count.saturating_mul(13) > r.remaining() {
-            return Err(GgufError::CountTooLarge {
-                what: "metadata",
-                count: kv_count,
-                remaining: r.remaining(),
-            });
-        }
-        let mut metadata = BTreeMap::new();
-        for _ in 0..kv_count {
-            let key = r.string("metadata key")?;
-            let ty = r.u32()?;
-            let value = r.value(ty, 0)?;
-            metadata.insert(key, value);
-        }
-        // Each tensor info is at least name length (8) + n_dims (4) + type (4) + offset (8).
-        if tensor_count.saturating_mul(24) > r.remaining() {
-            return Err(GgufError::CountTooLarge {
-                what: "tensor",
-                count: tensor_count,
-                remaining: r.remaining(),
-            });
-        }
-        let alignment = match metadata.get("general.alignment") {
-            None => DEFAULT_ALIGNMENT,
-            Some(v) => v.as_u64().ok_or_else(|| GgufError::Metadata {
-                key: "general.alignment".into(),
-                why: "not an unsigned integer".into(),
-            })?,
-        };
-        if alignment == 0 || !alignment.is_power_of_two() {
-            return Err(GgufError::BadAlignment(alignment));
-        }
-        let mut tensors = Vec::with_capacity(tensor_count as usize);
-        let mut seen = std::collections::HashSet::new();
-        for _ in 0..tensor_count {
-            let name = r.string("tensor name")?;
-            let n_dims = r.u32()?;
-            if n_dims > MAX_DIMS {
-                return Err(GgufError::TooManyDims { name, n_dims });
-            }
-            let mut shape = Vec::with_capacity(n_dims as usize);
-            for _ in 0..n_dims {
-                shape.push(r.u64()?);
-            }
-            let type_id = r.u32()?;
-            let offset = r.u64()?;
-            let ty = TensorType::from_id(type_id).ok_or_else(|| GgufError::UnknownTensorType {
-                name: name.clone(),
-                type_id,
-            })?;
-            let size = tensor_size(&name, &shape, ty)?;
-            if !seen.insert(name.clone()) {
-                return Err(GgufError::DuplicateTensor(name));
-            }
-            tensors.push(TensorInfo {
-                name,
-                shape,
-                ty,
-                offset,
-                size,
-            });
-        }
+        let header = r.header()?;
+        let metadata = r.metadata(header.kv_count)?;
+        // Checked before the alignment so a hostile count is the error reported first.
+        r.check_count("tensor", header.tensor_count, MIN_TENSOR_INFO_BYTES)?;
+        let alignment = data_alignment(&metadata)?;
+        let tensors = r.tensor_infos(header.tensor_count)?;
         let data_offset = r.pos.div_ceil(alignment).saturating_mul(alignment);
         let data_len = source.len().saturating_sub(data_offset);
-        for t in &tensors {
-            if !t.offset.is_multiple_of(alignment) {
-                return Err(GgufError::Misaligned {
-                    name: t.name.clone(),
-                    offset: t.offset,
-                    alignment,
-                });
-            }
-            if t.offset
-                .checked_add(t.size)
-                .is_none_or(|end| end > data_len)
-            {
-                return Err(GgufError::TensorOutOfBounds {
-                    name: t.name.clone(),
-                    offset: t.offset,
-                    size: t.size,
-                    data_len,
-                });
-            }
-        }
-        drop(r);
+        check_placement(&tensors, alignment, data_len)?;
         Ok(Self {
-            version,
+            version: header.version,
             metadata,
             tensors,
             alignment,
