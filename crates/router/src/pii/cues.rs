@@ -278,106 +278,81 @@ pub fn detect(text: &str, spans: &mut Vec<Span>) {
     let (automaton, kinds) = cues();
     // Overlapping: "passport" and "passport number" both start where one cue does.
     for m in automaton.find_overlapping_iter(&lower) {
-        let (i, after) = (m.start(), m.end());
-        match kinds[m.pattern().as_usize()] {
-            Cue::Name => {
-                if let Some(end) = capitalised_words(text, after) {
-                    push(spans, EntityKind::PersonName, after, end, 0.75);
-                }
-            }
-            Cue::NameZh => {
-                if let Some(end) = zh_name_after(text, after) {
-                    push(spans, EntityKind::PersonName, after, end, 0.7);
-                }
-            }
-            Cue::Honorific => {
-                if let Some(start) = zh_name_before(text, i) {
-                    push(spans, EntityKind::PersonName, start, i, 0.6);
-                }
-            }
-            Cue::NameJa => {
-                if let Some(end) = ja_name_after(text, after) {
-                    push(spans, EntityKind::PersonName, after, end, 0.7);
-                }
-            }
-            Cue::HonorificJa => {
-                if let Some(start) = ja_name_before(text, i)
-                    && !(text[i..after] == *"様" && sama_is_a_word(text, i, after))
-                {
-                    push(spans, EntityKind::PersonName, start, i, 0.6);
-                }
-            }
-            Cue::NameKo => {
-                if let Some(end) = ko_name_after(text, after) {
-                    push(spans, EntityKind::PersonName, after, end, 0.7);
-                }
-            }
-            Cue::SelfIntroKo => {
-                if let Some(end) = ko_name_after(text, after)
-                    && ["입니다", "이에요", "예요", "이라고", "라고"]
-                        .iter()
-                        .any(|copula| text[end..].starts_with(copula))
-                {
-                    push(spans, EntityKind::PersonName, after, end, 0.65);
-                }
-            }
-            Cue::HonorificKo => {
-                if let Some((start, end)) = ko_name_before(text, i)
-                    && !(text[i..after] == *"씨" && ssi_is_a_word(text, i))
-                {
-                    push(spans, EntityKind::PersonName, start, end, 0.6);
-                }
-            }
-            Cue::MyNumber => {
-                if let Some((start, end)) = my_number_after(text, after) {
-                    push(spans, EntityKind::NationalId, start, end, 0.9);
-                }
-            }
-            Cue::MedicalAfter => {
-                push(
-                    spans,
-                    EntityKind::MedicalContext,
-                    clause_start(text, i),
-                    clause_end(text, after),
-                    0.7,
-                );
-            }
-            Cue::DateOfBirth => {
-                if let Some((start, end)) = date_after(text, after) {
-                    push(spans, EntityKind::DateOfBirth, start, end, 0.85);
-                }
-            }
-            Cue::Passport => {
-                if let Some((start, end)) = id_after(text, after, PASSPORT_ID) {
-                    push(spans, EntityKind::Passport, start, end, 0.85);
-                }
-            }
-            Cue::DriverLicense => {
-                if let Some((start, end)) = id_after(text, after, LICENCE_ID) {
-                    push(spans, EntityKind::DriverLicense, start, end, 0.85);
-                }
-            }
-            Cue::Medical => {
-                // The disclosure: the cue and the rest of its clause.
-                push(
-                    spans,
-                    EntityKind::MedicalContext,
-                    i,
-                    clause_end(text, after),
-                    0.7,
-                );
-            }
+        let cue = kinds[m.pattern().as_usize()];
+        if let Some(span) = cued_span(cue, text, m.start(), m.end()) {
+            spans.push(span);
         }
     }
 }
 
-fn push(spans: &mut Vec<Span>, kind: EntityKind, start: usize, end: usize, confidence: f32) {
-    spans.push(Span {
+/// The entity a cue at `i..after` points to; each kind has its side to look and its confidence.
+fn cued_span(cue: Cue, text: &str, i: usize, after: usize) -> Option<Span> {
+    let name = |start, end, confidence| span(EntityKind::PersonName, start, end, confidence);
+    match cue {
+        Cue::Name => capitalised_words(text, after).map(|end| name(after, end, 0.75)),
+        Cue::NameZh => zh_name_after(text, after).map(|end| name(after, end, 0.7)),
+        Cue::Honorific => zh_name_before(text, i).map(|start| name(start, i, 0.6)),
+        Cue::NameJa => ja_name_after(text, after).map(|end| name(after, end, 0.7)),
+        Cue::HonorificJa => {
+            ja_name_before_honorific(text, i, after).map(|start| name(start, i, 0.6))
+        }
+        Cue::NameKo => ko_name_after(text, after).map(|end| name(after, end, 0.7)),
+        Cue::SelfIntroKo => ko_self_introduced_name(text, after).map(|end| name(after, end, 0.65)),
+        Cue::HonorificKo => {
+            ko_name_before_honorific(text, i, after).map(|(start, end)| name(start, end, 0.6))
+        }
+        Cue::MyNumber => my_number_after(text, after)
+            .map(|(start, end)| span(EntityKind::NationalId, start, end, 0.9)),
+        Cue::DateOfBirth => date_after(text, after)
+            .map(|(start, end)| span(EntityKind::DateOfBirth, start, end, 0.85)),
+        Cue::Passport => id_after(text, after, PASSPORT_ID)
+            .map(|(start, end)| span(EntityKind::Passport, start, end, 0.85)),
+        Cue::DriverLicense => id_after(text, after, LICENCE_ID)
+            .map(|(start, end)| span(EntityKind::DriverLicense, start, end, 0.85)),
+        // The disclosure: the cue and the rest of its clause.
+        Cue::Medical => Some(span(
+            EntityKind::MedicalContext,
+            i,
+            clause_end(text, after),
+            0.7,
+        )),
+        // The cue closes the disclosure, so the clause before it counts too.
+        Cue::MedicalAfter => Some(span(
+            EntityKind::MedicalContext,
+            clause_start(text, i),
+            clause_end(text, after),
+            0.7,
+        )),
+    }
+}
+
+/// The name before a Japanese honorific, unless "様" is part of a word ("様子", "同様").
+fn ja_name_before_honorific(text: &str, i: usize, after: usize) -> Option<usize> {
+    ja_name_before(text, i).filter(|_| !(text[i..after] == *"様" && sama_is_a_word(text, i, after)))
+}
+
+/// "저는" alone is too common to cue a name, so a copula ("입니다", "라고") must follow.
+fn ko_self_introduced_name(text: &str, after: usize) -> Option<usize> {
+    ko_name_after(text, after).filter(|&end| {
+        ["입니다", "이에요", "예요", "이라고", "라고"]
+            .iter()
+            .any(|copula| text[end..].starts_with(copula))
+    })
+}
+
+/// The name before a Korean honorific, unless "씨" is part of a word ("날씨", "글씨").
+fn ko_name_before_honorific(text: &str, i: usize, after: usize) -> Option<(usize, usize)> {
+    ko_name_before(text, i).filter(|_| !(text[i..after] == *"씨" && ssi_is_a_word(text, i)))
+}
+
+/// A span built positionally, so each cue's arm in [`cued_span`] stays one expression.
+fn span(kind: EntityKind, start: usize, end: usize, confidence: f32) -> Span {
+    Span {
         kind,
         start,
         end,
         confidence,
-    });
+    }
 }
 
 /// The end of up to `max` words starting at `at`, one space apart, each measured by `word`
