@@ -29,72 +29,115 @@ pub struct Features {
 
 /// The features of a prompt.
 pub fn extract(text: &str) -> Features {
-    let sample = bounded_sample(text);
-    let mut hashed: Vec<u32> = Vec::with_capacity(sample.len() / 3);
-    let mut prev_word: Option<u64> = None;
-    let mut prev_cjk: Option<char> = None;
-    let mut word = String::new();
-    let flush_word = |word: &mut String, prev: &mut Option<u64>, out: &mut Vec<u32>| {
-        if word.is_empty() {
-            return;
-        }
-        let h = fnv(word.as_bytes(), WORD_SEED);
-        out.push(bucket(h));
-        if let Some(cue) = lexicon_class(h) {
-            out.push(bucket(fnv(cue.as_bytes(), 0x1E)));
-        }
-        // Character trigrams of the word with its boundaries ("^su", "sum", …, "ze$") let
-        // unseen inflections and spellings share weights ("summarise", "summarizing").
-        let bytes = word.as_bytes();
-        if bytes.len() > 3 && bytes.len() <= 30 && word.is_ascii() {
-            let mut padded = [0u8; 32];
-            padded[0] = b'^';
-            padded[1..=bytes.len()].copy_from_slice(bytes);
-            padded[bytes.len() + 1] = b'$';
-            for tri in padded[..bytes.len() + 2].windows(3) {
-                out.push(bucket(fnv(tri, 0x73)));
-            }
-        }
-        if let Some(p) = *prev {
-            out.push(bucket(p.rotate_left(17) ^ h ^ 0xB16));
-        }
-        *prev = Some(h);
-        word.clear();
-    };
+    let hashed = hashed_ngrams(&bounded_sample(text));
+    let mut features = Features::default();
+    dense(text, &mut features);
+    push_hashed(&mut features, &hashed);
+    features
+}
+
+/// The hashed n-gram buckets of `sample` in reading order, repeats kept for counting.
+fn hashed_ngrams(sample: &str) -> Vec<u32> {
+    let mut ngrams = Ngrams::with_capacity(sample.len() / 3);
     for c in sample.chars() {
         if is_cjk(c) {
-            flush_word(&mut word, &mut prev_word, &mut hashed);
-            let mut buf = [0u8; 8];
-            let a = c.encode_utf8(&mut buf[..4]).len();
-            hashed.push(bucket(fnv(&buf[..a], 0xC1)));
-            if let Some(p) = prev_cjk {
-                let b = p.encode_utf8(&mut buf[a..]).len();
-                hashed.push(bucket(fnv(&buf[..a + b], 0xC2)));
-            }
-            prev_cjk = Some(c);
-            prev_word = None;
+            ngrams.end_word();
+            ngrams.push_cjk(c);
         } else if c.is_alphanumeric() {
-            prev_cjk = None;
-            word.extend(c.to_lowercase());
+            ngrams.prev_cjk = None;
+            ngrams.word.extend(c.to_lowercase());
         } else {
-            prev_cjk = None;
-            flush_word(&mut word, &mut prev_word, &mut hashed);
+            ngrams.prev_cjk = None;
+            ngrams.end_word();
             if !c.is_whitespace() {
-                // Punctuation and symbols count as tokens of their own ("=", "?", "{").
-                let mut buf = [0u8; 4];
-                hashed.push(bucket(fnv(c.encode_utf8(&mut buf).as_bytes(), 0x5B)));
+                ngrams.push_symbol(c);
             }
         }
     }
-    flush_word(&mut word, &mut prev_word, &mut hashed);
+    ngrams.end_word();
+    ngrams.out
+}
 
+/// Tokenizer state carried between characters: bigrams need the previous word or CJK
+/// character, and a word is hashed only once it is complete.
+struct Ngrams {
+    out: Vec<u32>,
+    word: String,
+    prev_word: Option<u64>,
+    prev_cjk: Option<char>,
+}
+
+impl Ngrams {
+    /// Reserves the output once, sized by the caller's estimate, so pushes rarely regrow it.
+    fn with_capacity(capacity: usize) -> Self {
+        Self {
+            out: Vec::with_capacity(capacity),
+            word: String::new(),
+            prev_word: None,
+            prev_cjk: None,
+        }
+    }
+
+    /// Hashes the word just read, so its bucket precedes those of its trigrams and bigram.
+    fn end_word(&mut self) {
+        if self.word.is_empty() {
+            return;
+        }
+        let h = fnv(self.word.as_bytes(), WORD_SEED);
+        self.out.push(bucket(h));
+        if let Some(cue) = lexicon_class(h) {
+            self.out.push(bucket(fnv(cue.as_bytes(), 0x1E)));
+        }
+        push_trigrams(&self.word, &mut self.out);
+        if let Some(p) = self.prev_word {
+            self.out.push(bucket(p.rotate_left(17) ^ h ^ 0xB16));
+        }
+        self.prev_word = Some(h);
+        self.word.clear();
+    }
+
+    /// CJK has no spaces, so each character and each adjacent pair stands in for words.
+    fn push_cjk(&mut self, c: char) {
+        let mut buf = [0u8; 8];
+        let a = c.encode_utf8(&mut buf[..4]).len();
+        self.out.push(bucket(fnv(&buf[..a], 0xC1)));
+        if let Some(p) = self.prev_cjk {
+            let b = p.encode_utf8(&mut buf[a..]).len();
+            self.out.push(bucket(fnv(&buf[..a + b], 0xC2)));
+        }
+        self.prev_cjk = Some(c);
+        self.prev_word = None;
+    }
+
+    /// Punctuation and symbols count as tokens of their own ("=", "?", "{").
+    fn push_symbol(&mut self, c: char) {
+        let mut buf = [0u8; 4];
+        self.out
+            .push(bucket(fnv(c.encode_utf8(&mut buf).as_bytes(), 0x5B)));
+    }
+}
+
+/// Boundary-padded trigrams ("^su", …, "ze$") let inflections share weights ("summarizing").
+fn push_trigrams(word: &str, out: &mut Vec<u32>) {
+    let bytes = word.as_bytes();
+    if bytes.len() > 3 && bytes.len() <= 30 && word.is_ascii() {
+        let mut padded = [0u8; 32];
+        padded[0] = b'^';
+        padded[1..=bytes.len()].copy_from_slice(bytes);
+        padded[bytes.len() + 1] = b'$';
+        for tri in padded[..bytes.len() + 2].windows(3) {
+            out.push(bucket(fnv(tri, 0x73)));
+        }
+    }
+}
+
+/// Appends each distinct bucket once, in first-seen order, weighted by how often it occurs.
+fn push_hashed(features: &mut Features, hashed: &[u32]) {
     // Count in a dense table rather than sorting: linear, and a 2 KB prompt stays in the
     // tens of microseconds.
     let mut counts = vec![0u16; DIM];
-    let mut features = Features::default();
-    dense(text, &mut features);
     let start = features.indices.len();
-    for &h in &hashed {
+    for &h in hashed {
         let n = &mut counts[h as usize];
         if *n == 0 {
             features.indices.push(h);
@@ -107,17 +150,17 @@ pub fn extract(text: &str) -> Features {
             .iter()
             .map(|&h| 1.0 + f32::from(counts[h as usize]).ln()),
     );
-    let norm = features.values[start..]
-        .iter()
-        .map(|v| v * v)
-        .sum::<f32>()
-        .sqrt();
+    normalise(&mut features.values[start..]);
+}
+
+/// Scales `values` to unit length; an all-zero slice stays as it is.
+fn normalise(values: &mut [f32]) {
+    let norm = values.iter().map(|v| v * v).sum::<f32>().sqrt();
     if norm > 0.0 {
-        for v in &mut features.values[start..] {
+        for v in values {
             *v /= norm;
         }
     }
-    features
 }
 
 /// Words whose class is known beyond any corpus: an unseen language name or programming
