@@ -29,7 +29,7 @@ use crate::kernels;
 use crate::kernels::matvec::MatvecKernel;
 use crate::model::{Arch, Config, ModelError};
 use crate::qmatrix::QMatrix;
-use crate::quant::{self, TensorType};
+use crate::quant::{self, Nibbles, TensorType};
 
 const BLOCK: usize = 32;
 /// Values in a K-quant super-block (Q4_K, Q6_K): a row must hold whole ones.
@@ -135,6 +135,42 @@ impl DeviceCache {
     }
 }
 
+/// Where one chunk's rows sit in a pass.
+#[derive(Clone, Copy)]
+struct Span {
+    /// Its first row among the pass's rows.
+    first: usize,
+    /// Its tokens.
+    n: usize,
+    /// The position of its first token in its sequence.
+    start: usize,
+}
+
+/// What every layer of one pass shares: where each chunk's rows sit, their RoPE angles and
+/// their causal masks (none for a single token).
+struct Pass {
+    spans: Vec<Span>,
+    rows: usize,
+    cos: Tensor<4>,
+    sin: Tensor<4>,
+    masks: Vec<Option<Tensor<2>>>,
+}
+
+impl Pass {
+    /// `t`'s rows `[n, heads, hd]` that belong to `span` (all of them when it is the only one).
+    fn rows_of(&self, t: &Tensor<3>, span: Span) -> Tensor<3> {
+        if self.spans.len() == 1 {
+            return t.clone();
+        }
+        let [_, heads, hd] = t.dims();
+        t.clone()
+            .slice([span.first..span.first + span.n, 0..heads, 0..hd])
+    }
+}
+
+/// One sequence's per-layer keys and values, moved out of its cache for a pass.
+type TakenLayers = (std::vec::IntoIter<Tensor<3>>, std::vec::IntoIter<Tensor<3>>);
+
 /// A Llama-family model whose weights live, quantized, on a burn device.
 pub struct DeviceModel {
     pub config: Config,
@@ -174,10 +210,6 @@ fn check_shape(name: &str, got: &[u64], want: &[u64]) -> Result<(), ModelError> 
         });
     }
     Ok(())
-}
-
-fn f16_at(b: &[u8], i: usize) -> f32 {
-    half::f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
 }
 
 /// Packs signed 4-bit values eight to a little-endian `u32`, lowest nibble first (burn's
@@ -236,123 +268,133 @@ impl Linear {
         in_dim: usize,
         device: &Device,
     ) -> Result<Self, ModelError> {
-        let quantized = |data: Vec<u8>, value: QuantValue, block: usize| {
-            let len = data.len();
-            let t = Tensor::<2>::from_data(
-                TensorData::from_bytes_vec(
-                    data,
-                    [out_dim, in_dim],
-                    DType::QFloat(block_scheme(value, block)),
-                ),
-                device,
-            );
-            (t, len)
-        };
-        // 8-bit values with one scale per `block`; no offsets.
-        let q8 = |values: &[i8], scales: &[f32], block: usize| {
-            let (weight, device_bytes) =
-                quantized(packed_q8(values, scales), QuantValue::Q8F, block);
-            Linear {
-                weight,
-                block_bias: None,
-                in_dim,
-                quantized: true,
-                device_bytes,
-            }
-        };
-        // Signed 4-bit values with one scale per block of 32 and, for the types with a
-        // minimum, one offset per block.
-        let q4 = |nibbles: &[i8], scales: &[f32], bias: Option<Vec<f32>>| {
-            let (weight, mut device_bytes) =
-                quantized(packed_q4(nibbles, scales), QuantValue::Q4F, BLOCK);
-            let block_bias = bias.map(|bias| {
-                device_bytes += bias.len() * 4;
-                Tensor::<2>::from_data(TensorData::new(bias, [out_dim, in_dim / BLOCK]), device)
-            });
-            Linear {
-                weight,
-                block_bias,
-                in_dim,
-                quantized: true,
-                device_bytes,
-            }
-        };
-        let blocks = out_dim * in_dim / BLOCK;
-        let linear = match ty {
-            TensorType::Q8_0 if in_dim.is_multiple_of(BLOCK) => {
-                let mut values = Vec::with_capacity(out_dim * in_dim);
-                let mut scales = Vec::with_capacity(blocks);
-                for b in bytes.chunks_exact(34) {
-                    scales.push(f16_at(b, 0));
-                    values.extend(b[2..].iter().map(|&q| q as i8));
-                }
-                q8(&values, &scales, BLOCK)
+        let shape = [out_dim, in_dim];
+        let blocks = quant::blocks(ty, bytes);
+        let whole = |block: usize| in_dim.is_multiple_of(block);
+        let no_min = |(d, nibbles): (f32, Nibbles)| (d, None, nibbles);
+        Ok(match ty {
+            TensorType::Q8_0 if whole(BLOCK) => {
+                let (values, scales) =
+                    eight_bit(blocks.map(quant::unpack_q8_0).map(|(d, q)| ([d], q)));
+                Self::q8(shape, &values, &scales, BLOCK, device)
             }
             // x = (d·sc)·q with q in −32..32: 8-bit values, one scale per sub-block of 16.
-            TensorType::Q6_K if in_dim.is_multiple_of(K_BLOCK) => {
-                let mut values = Vec::with_capacity(out_dim * in_dim);
-                let mut scales = Vec::with_capacity(out_dim * in_dim / 16);
-                for b in bytes.chunks_exact(ty.block_bytes() as usize) {
-                    let block = quant::unpack_q6_k(b);
-                    values.extend_from_slice(&block.q);
-                    scales.extend_from_slice(&block.scale);
-                }
-                q8(&values, &scales, 16)
+            TensorType::Q6_K if whole(K_BLOCK) => {
+                let (values, scales) =
+                    eight_bit(blocks.map(quant::unpack_q6_k).map(|b| (b.scale, b.q)));
+                Self::q8(shape, &values, &scales, 16, device)
             }
-            TensorType::Q4_0 | TensorType::Q4_1 if in_dim.is_multiple_of(BLOCK) => {
-                let with_min = ty == TensorType::Q4_1;
-                let block_bytes = if with_min { 20 } else { 18 };
-                let quants_at = if with_min { 4 } else { 2 };
-                let mut nibbles = vec![0i8; out_dim * in_dim];
-                let mut scales = Vec::with_capacity(blocks);
-                let mut bias = Vec::with_capacity(if with_min { blocks } else { 0 });
-                for (bi, b) in bytes.chunks_exact(block_bytes).enumerate() {
-                    let d = f16_at(b, 0);
-                    scales.push(d);
-                    if with_min {
-                        // d·q + m = d·(q − 8) + (m + 8d)
-                        bias.push(f16_at(b, 2) + 8.0 * d);
-                    }
-                    // GGUF packs element j in the low nibble of byte j and element j+16 in its
-                    // high nibble.
-                    let out = &mut nibbles[bi * BLOCK..(bi + 1) * BLOCK];
-                    for (j, &byte) in b[quants_at..].iter().enumerate() {
-                        out[j] = (byte & 0xF) as i8 - 8;
-                        out[j + 16] = (byte >> 4) as i8 - 8;
-                    }
-                }
-                q4(&nibbles, &scales, with_min.then_some(bias))
+            TensorType::Q4_0 if whole(BLOCK) => {
+                Self::q4(shape, blocks.map(quant::unpack_q4_0).map(no_min), device)
             }
-            // x = s·q − m per sub-block of 32 = s·(q − 8) + (8s − m): Q4_1's device layout.
-            TensorType::Q4_K if in_dim.is_multiple_of(K_BLOCK) => {
-                let mut nibbles = Vec::with_capacity(out_dim * in_dim);
-                let mut scales = Vec::with_capacity(blocks);
-                let mut bias = Vec::with_capacity(blocks);
-                for b in bytes.chunks_exact(ty.block_bytes() as usize) {
-                    let block = quant::unpack_q4_k(b);
-                    nibbles.extend(block.q.iter().map(|&q| q as i8 - 8));
-                    scales.extend_from_slice(&block.scale);
-                    bias.extend(block.scale.iter().zip(&block.min).map(|(s, m)| 8.0 * s - m));
-                }
-                q4(&nibbles, &scales, Some(bias))
+            TensorType::Q4_1 if whole(BLOCK) => {
+                let with_min = |(d, m, nibbles)| (d, Some(m), nibbles);
+                Self::q4(shape, blocks.map(quant::unpack_q4_1).map(with_min), device)
             }
-            ty => {
-                let values = quant::dequantize(ty, bytes)?;
-                let device_bytes = values.len() * 4;
-                Linear {
-                    weight: Tensor::<2>::from_data(
-                        TensorData::new(values, [out_dim, in_dim]),
-                        device,
-                    ),
-                    block_bias: None,
-                    in_dim,
-                    quantized: false,
-                    device_bytes,
-                }
+            // x = s·q − m per sub-block of 32 is a Q4_1 block: Q4_1's device layout.
+            TensorType::Q4_K if whole(K_BLOCK) => {
+                let subs = blocks.flat_map(|b| quant::unpack_q4_k(b).as_q4_1());
+                Self::q4(shape, subs.map(|(d, m, q)| (d, Some(m), q)), device)
             }
-        };
-        Ok(linear)
+            ty => Self::f32(shape, quant::dequantize(ty, bytes)?, device),
+        })
     }
+
+    /// 8-bit values with one scale per `block`; no offsets.
+    fn q8(shape: [usize; 2], values: &[i8], scales: &[f32], block: usize, device: &Device) -> Self {
+        let (weight, device_bytes) = quantized(
+            shape,
+            packed_q8(values, scales),
+            QuantValue::Q8F,
+            block,
+            device,
+        );
+        Linear {
+            weight,
+            block_bias: None,
+            in_dim: shape[1],
+            quantized: true,
+            device_bytes,
+        }
+    }
+
+    /// Signed 4-bit values with one scale per block of 32 and, for the types with a minimum,
+    /// one offset per block: `d·q + m = d·(q − 8) + (m + 8d)`.
+    fn q4(
+        shape: [usize; 2],
+        blocks: impl Iterator<Item = (f32, Option<f32>, Nibbles)>,
+        device: &Device,
+    ) -> Self {
+        let [out_dim, in_dim] = shape;
+        let mut nibbles = Vec::with_capacity(out_dim * in_dim);
+        let mut scales = Vec::with_capacity(out_dim * in_dim / BLOCK);
+        let mut bias = Vec::new();
+        for (d, m, packed) in blocks {
+            scales.push(d);
+            if let Some(m) = m {
+                bias.push(m + 8.0 * d);
+            }
+            // GGUF packs element j in the low nibble of byte j and element j+16 in its high.
+            nibbles.extend(packed.iter().map(|&byte| (byte & 0xF) as i8 - 8));
+            nibbles.extend(packed.iter().map(|&byte| (byte >> 4) as i8 - 8));
+        }
+        let (weight, mut device_bytes) = quantized(
+            shape,
+            packed_q4(&nibbles, &scales),
+            QuantValue::Q4F,
+            BLOCK,
+            device,
+        );
+        let block_bias = (!bias.is_empty()).then(|| {
+            device_bytes += bias.len() * 4;
+            Tensor::<2>::from_data(TensorData::new(bias, [out_dim, in_dim / BLOCK]), device)
+        });
+        Linear {
+            weight,
+            block_bias,
+            in_dim,
+            quantized: true,
+            device_bytes,
+        }
+    }
+
+    /// Weights burn cannot hold quantized, as f32.
+    fn f32(shape: [usize; 2], values: Vec<f32>, device: &Device) -> Self {
+        let device_bytes = values.len() * 4;
+        Linear {
+            weight: Tensor::<2>::from_data(TensorData::new(values, shape), device),
+            block_bias: None,
+            in_dim: shape[1],
+            quantized: false,
+            device_bytes,
+        }
+    }
+}
+
+/// A quantized tensor `shape` from burn's packed bytes, and its size on the device.
+fn quantized(
+    shape: [usize; 2],
+    data: Vec<u8>,
+    value: QuantValue,
+    block: usize,
+    device: &Device,
+) -> (Tensor<2>, usize) {
+    let len = data.len();
+    let scheme = DType::QFloat(block_scheme(value, block));
+    let t = Tensor::<2>::from_data(TensorData::from_bytes_vec(data, shape, scheme), device);
+    (t, len)
+}
+
+/// The values and scales of 8-bit blocks, each laid end to end.
+fn eight_bit<const S: usize, const N: usize>(
+    blocks: impl Iterator<Item = ([f32; S], [i8; N])>,
+) -> (Vec<i8>, Vec<f32>) {
+    let (mut values, mut scales) = (Vec::new(), Vec::new());
+    for (s, q) in blocks {
+        scales.extend_from_slice(&s);
+        values.extend_from_slice(&q);
+    }
+    (values, scales)
 }
 
 fn norm_weight<S: ByteSource>(
@@ -657,8 +699,34 @@ impl DeviceModel {
         chunks: &[&[u32]],
         caches: &mut [&mut DeviceCache],
     ) -> Result<Tensor<2>, ModelError> {
+        let pass = self.pass(chunks, caches)?;
+        let mut x = self.embed_rows(chunks, pass.rows)?;
+        // Each layer's cache tensors are moved out and back so that burn holds the only handle
+        // and writes the new positions in place; a clone would make it copy the whole cache.
+        let mut taken: Vec<TakenLayers> = caches
+            .iter_mut()
+            .map(|cache| {
+                (
+                    std::mem::take(&mut cache.keys).into_iter(),
+                    std::mem::take(&mut cache.values).into_iter(),
+                )
+            })
+            .collect();
+        for layer in &self.layers {
+            let attention = self.attention(layer, &x, &pass, &mut taken, caches)?;
+            x = x + attention;
+            let mlp = self.mlp(layer, &x);
+            x = x + mlp;
+        }
+        for (cache, span) in caches.iter_mut().zip(&pass.spans) {
+            cache.len += span.n;
+        }
+        Ok(x)
+    }
+
+    /// Checks each chunk against its cache, and lays the chunks' rows end to end.
+    fn pass(&self, chunks: &[&[u32]], caches: &[&mut DeviceCache]) -> Result<Pass, ModelError> {
         let c = &self.config;
-        let (d, hd) = (c.dim, c.head_dim);
         if chunks.is_empty() || chunks.len() != caches.len() {
             return Err(ModelError::Config(format!(
                 "{} chunks for {} caches",
@@ -666,9 +734,8 @@ impl DeviceModel {
                 caches.len()
             )));
         }
-        // (first row, rows, first position) of each chunk.
         let mut spans = Vec::with_capacity(chunks.len());
-        let mut rows_total = 0;
+        let mut rows = 0;
         for (tokens, cache) in chunks.iter().zip(caches.iter()) {
             let (n, start) = (tokens.len(), cache.len);
             if n == 0 || start + n > cache.capacity {
@@ -682,123 +749,146 @@ impl DeviceModel {
                     "the cache was made for a model with a different number of layers".into(),
                 ));
             }
-            spans.push((rows_total, n, start));
-            rows_total += n;
+            spans.push(Span {
+                first: rows,
+                n,
+                start,
+            });
+            rows += n;
         }
-        let mut rows = vec![0f32; rows_total * d];
+        let (cos, sin) = self.rope_tables(&spans);
+        let masks = spans
+            .iter()
+            .map(|s| (s.n > 1).then(|| self.causal_mask(s.start, s.n)))
+            .collect();
+        Ok(Pass {
+            spans,
+            rows,
+            cos,
+            sin,
+            masks,
+        })
+    }
+
+    /// The chunks' token embeddings, end to end: `[rows, dim]`.
+    fn embed_rows(&self, chunks: &[&[u32]], rows: usize) -> Result<Tensor<2>, ModelError> {
+        let (d, vocab) = (self.config.dim, self.config.vocab);
+        let mut values = vec![0f32; rows * d];
         for (t, &tok) in chunks.iter().flat_map(|ch| ch.iter()).enumerate() {
-            if tok as usize >= c.vocab {
+            if tok as usize >= vocab {
                 return Err(ModelError::BadToken(tok));
             }
-            self.embed.row(tok as usize, &mut rows[t * d..(t + 1) * d]);
+            self.embed
+                .row(tok as usize, &mut values[t * d..(t + 1) * d]);
         }
-        let mut x = Tensor::<2>::from_data(TensorData::new(rows, [rows_total, d]), &self.device);
-        let (cos, sin) = self.rope_tables(&spans);
-        let masks: Vec<Option<Tensor<2>>> = spans
-            .iter()
-            .map(|&(_, n, start)| (n > 1).then(|| self.causal_mask(start, n)))
-            .collect();
-        let scale = 1.0 / (hd as f32).sqrt();
-        let alone = spans.len() == 1;
-        let rows_of_span = |t: &Tensor<3>, (first, n, _): (usize, usize, usize)| {
-            if alone {
-                t.clone()
-            } else {
-                let [_, heads, hd] = t.dims();
-                t.clone().slice([first..first + n, 0..heads, 0..hd])
-            }
+        Ok(Tensor::<2>::from_data(
+            TensorData::new(values, [rows, d]),
+            &self.device,
+        ))
+    }
+
+    /// The attention block's output `[rows, dim]` for the residual `x`: each chunk against
+    /// its own cache, which gains the chunk's keys and values.
+    fn attention(
+        &self,
+        layer: &Layer,
+        x: &Tensor<2>,
+        pass: &Pass,
+        taken: &mut [TakenLayers],
+        caches: &mut [&mut DeviceCache],
+    ) -> Result<Tensor<2>, ModelError> {
+        let c = &self.config;
+        let h = rms_norm(x.clone(), &layer.attn_norm, c.rms_eps, self.own_kernels);
+        let heads = |w: &Linear, h: Tensor<2>, heads: usize| {
+            w.forward(h, self.matvec())
+                .reshape([pass.rows, heads, c.head_dim])
         };
+        let rotated = |t: Tensor<3>| rope(t, &pass.cos, &pass.sin, self.own_kernels);
+        let q = rotated(heads(&layer.wq, h.clone(), c.n_heads));
+        let k = rotated(heads(&layer.wk, h.clone(), c.n_kv_heads));
+        let v = heads(&layer.wv, h, c.n_kv_heads);
+        let mut attn = Vec::with_capacity(pass.spans.len());
+        for (i, &span) in pass.spans.iter().enumerate() {
+            let (keys, values) = self.append(pass, span, (&k, &v), &mut taken[i], caches[i])?;
+            let q = pass.rows_of(&q, span);
+            attn.push(self.span_attention(q, keys, values, pass.masks[i].as_ref(), span));
+        }
+        let attn = if attn.len() == 1 {
+            attn.swap_remove(0)
+        } else {
+            Tensor::cat(attn, 0)
+        };
+        Ok(layer.wo.forward(attn, self.matvec()))
+    }
 
-        // Each layer's cache tensors are moved out and back so that burn holds the only handle
-        // and writes the new positions in place; a clone would make it copy the whole cache.
-        let mut old: Vec<_> = caches
-            .iter_mut()
-            .map(|cache| {
-                (
-                    std::mem::take(&mut cache.keys).into_iter(),
-                    std::mem::take(&mut cache.values).into_iter(),
-                )
+    /// Writes `span`'s new keys and values into this layer's cache tensors, hands them back to
+    /// the cache, and returns them.
+    fn append(
+        &self,
+        pass: &Pass,
+        span: Span,
+        (k, v): (&Tensor<3>, &Tensor<3>),
+        taken: &mut TakenLayers,
+        cache: &mut DeviceCache,
+    ) -> Result<(Tensor<3>, Tensor<3>), ModelError> {
+        let c = &self.config;
+        let (Some(old_keys), Some(old_values)) = (taken.0.next(), taken.1.next()) else {
+            return Err(ModelError::Config("the cache lost a layer".into()));
+        };
+        let at = [
+            0..c.n_kv_heads,
+            span.start..span.start + span.n,
+            0..c.head_dim,
+        ];
+        let keys = old_keys.slice_assign(at.clone(), pass.rows_of(k, span).swap_dims(0, 1));
+        let values = old_values.slice_assign(at, pass.rows_of(v, span).swap_dims(0, 1));
+        cache.keys.push(keys.clone());
+        cache.values.push(values.clone());
+        Ok((keys, values))
+    }
+
+    /// One chunk's attention `[n, heads·hd]`: the fused kernel where it runs, burn's
+    /// operations otherwise.
+    fn span_attention(
+        &self,
+        q: Tensor<3>,
+        keys: Tensor<3>,
+        values: Tensor<3>,
+        mask: Option<&Tensor<2>>,
+        span: Span,
+    ) -> Tensor<2> {
+        let scale = 1.0 / (self.config.head_dim as f32).sqrt();
+        let fused = self
+            .own_kernels
+            .then(|| {
+                kernels::attention::causal_attention_rows(&q, &keys, &values, span.start, scale)
             })
-            .collect();
-        for layer in &self.layers {
-            // Attention block.
-            let h = rms_norm(x.clone(), &layer.attn_norm, c.rms_eps, self.own_kernels);
-            let q = rope(
-                layer
-                    .wq
-                    .forward(h.clone(), self.matvec())
-                    .reshape([rows_total, c.n_heads, hd]),
-                &cos,
-                &sin,
-                self.own_kernels,
-            );
-            let k = rope(
-                layer
-                    .wk
-                    .forward(h.clone(), self.matvec())
-                    .reshape([rows_total, c.n_kv_heads, hd]),
-                &cos,
-                &sin,
-                self.own_kernels,
-            );
-            let v = layer
-                .wv
-                .forward(h, self.matvec())
-                .reshape([rows_total, c.n_kv_heads, hd]);
-            let mut attn = Vec::with_capacity(spans.len());
-            for (i, &span) in spans.iter().enumerate() {
-                let (_, n, start) = span;
-                let total = start + n;
-                let (Some(old_keys), Some(old_values)) = (old[i].0.next(), old[i].1.next()) else {
-                    return Err(ModelError::Config("the cache lost a layer".into()));
-                };
-                let keys = old_keys.slice_assign(
-                    [0..c.n_kv_heads, start..total, 0..hd],
-                    rows_of_span(&k, span).swap_dims(0, 1),
-                );
-                let values = old_values.slice_assign(
-                    [0..c.n_kv_heads, start..total, 0..hd],
-                    rows_of_span(&v, span).swap_dims(0, 1),
-                );
-                caches[i].keys.push(keys.clone());
-                caches[i].values.push(values.clone());
-                let q = rows_of_span(&q, span);
-                let fused = self
-                    .own_kernels
-                    .then(|| {
-                        kernels::attention::causal_attention_rows(&q, &keys, &values, start, scale)
-                    })
-                    .flatten();
-                attn.push(match fused {
-                    Some(a) => a,
-                    None => self.attention_burn(q, keys, values, masks[i].as_ref(), start, n),
-                });
-            }
-            let attn = if attn.len() == 1 {
-                attn.swap_remove(0)
-            } else {
-                Tensor::cat(attn, 0)
-            };
-            x = x + layer.wo.forward(attn, self.matvec());
+            .flatten();
+        match fused {
+            Some(a) => a,
+            None => self.attention_burn(q, keys, values, mask, span.start, span.n),
+        }
+    }
 
-            // MLP block: down(silu(gate(x)) · up(x)).
-            let h = rms_norm(x.clone(), &layer.ffn_norm, c.rms_eps, self.own_kernels);
-            let gate = layer.w_gate.forward(h.clone(), self.matvec());
-            let up = layer.w_up.forward(h, self.matvec());
-            let gated = match self
-                .own_kernels
-                .then(|| kernels::elementwise::swiglu(&gate, &up))
-                .flatten()
-            {
-                Some(gated) => gated,
-                None => activation::silu(gate) * up,
-            };
-            x = x + layer.w_down.forward(gated, self.matvec());
-        }
-        for (cache, &(_, n, _)) in caches.iter_mut().zip(&spans) {
-            cache.len += n;
-        }
-        Ok(x)
+    /// The MLP block's output for the residual `x`: down(silu(gate(h)) · up(h)).
+    fn mlp(&self, layer: &Layer, x: &Tensor<2>) -> Tensor<2> {
+        let h = rms_norm(
+            x.clone(),
+            &layer.ffn_norm,
+            self.config.rms_eps,
+            self.own_kernels,
+        );
+        let gate = layer.w_gate.forward(h.clone(), self.matvec());
+        let up = layer.w_up.forward(h, self.matvec());
+        let gated = match self
+            .own_kernels
+            .then(|| kernels::elementwise::swiglu(&gate, &up))
+            .flatten()
+        {
+            Some(gated) => gated,
+            None => activation::silu(gate) * up,
+        };
+        layer.w_down.forward(gated, self.matvec())
     }
 
     /// Attention composed from burn's operations (the `flex` backend, contexts longer than the
@@ -860,13 +950,13 @@ impl DeviceModel {
 
     /// cos/sin of the RoPE angles for every row of `spans` (first row, rows, first position),
     /// shaped `[rows, 1, hd/2, 1]` to broadcast over heads and the (even, odd) pair axis.
-    fn rope_tables(&self, spans: &[(usize, usize, usize)]) -> (Tensor<4>, Tensor<4>) {
+    fn rope_tables(&self, spans: &[Span]) -> (Tensor<4>, Tensor<4>) {
         let c = &self.config;
         let half = c.head_dim / 2;
-        let n: usize = spans.iter().map(|&(_, n, _)| n).sum();
+        let n: usize = spans.iter().map(|s| s.n).sum();
         let mut cos = Vec::with_capacity(n * half);
         let mut sin = Vec::with_capacity(n * half);
-        for pos in spans.iter().flat_map(|&(_, n, start)| start..start + n) {
+        for pos in spans.iter().flat_map(|s| s.start..s.start + s.n) {
             for i in 0..half {
                 let angle = pos as f32 * c.rope_theta.powf(-2.0 * i as f32 / c.head_dim as f32);
                 cos.push(angle.cos());

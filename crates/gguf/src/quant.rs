@@ -155,28 +155,62 @@ pub fn dequantize(ty: TensorType, bytes: &[u8]) -> Result<Vec<f32>, QuantError> 
     Ok(out)
 }
 
+/// The blocks of `bytes` of type `ty`, one slice each; a ragged tail is left out (the GGUF
+/// reader has already checked each tensor's byte count against its shape).
+pub fn blocks(ty: TensorType, bytes: &[u8]) -> std::slice::ChunksExact<'_, u8> {
+    bytes.chunks_exact(ty.block_bytes() as usize)
+}
+
+/// A Q8_0 block unpacked: `x[i] = d · q[i]`.
+pub fn unpack_q8_0(b: &[u8]) -> (f32, [i8; 32]) {
+    let mut q = [0i8; 32];
+    for (v, &byte) in q.iter_mut().zip(&b[2..34]) {
+        *v = byte as i8;
+    }
+    (f16_at(b, 0), q)
+}
+
 /// Q8_0: f16 scale `d`, 32 signed bytes; x = d·q.
 pub fn dequant_q8_0(b: &[u8], out: &mut [f32]) {
-    let d = f16_at(b, 0);
-    for (o, &q) in out.iter_mut().zip(&b[2..34]) {
-        *o = d * f32::from(q as i8);
+    let (d, q) = unpack_q8_0(b);
+    for (o, &v) in out.iter_mut().zip(&q) {
+        *o = d * f32::from(v);
     }
 }
 
-/// Q4_0: f16 scale `d`, 16 bytes of nibbles; low nibbles are elements 0–15, high 16–31; x = d·(q−8).
+/// Sixteen bytes of nibbles as GGUF packs a block of 32: byte `j` holds element `j` in its low
+/// nibble and element `j + 16` in its high one.
+pub type Nibbles = [u8; 16];
+
+fn nibbles_at(b: &[u8], at: usize) -> Nibbles {
+    let mut q = [0u8; 16];
+    q.copy_from_slice(&b[at..at + 16]);
+    q
+}
+
+/// A Q4_0 block unpacked: `x[i] = d · (q[i] − 8)`.
+pub fn unpack_q4_0(b: &[u8]) -> (f32, Nibbles) {
+    (f16_at(b, 0), nibbles_at(b, 2))
+}
+
+/// Q4_0: f16 scale `d`, 16 bytes of nibbles; x = d·(q−8).
 pub fn dequant_q4_0(b: &[u8], out: &mut [f32]) {
-    let d = f16_at(b, 0);
-    for (j, &q) in b[2..18].iter().enumerate() {
+    let (d, q) = unpack_q4_0(b);
+    for (j, &q) in q.iter().enumerate() {
         out[j] = d * (f32::from(q & 0x0F) - 8.0);
         out[j + 16] = d * (f32::from(q >> 4) - 8.0);
     }
 }
 
+/// A Q4_1 block unpacked: `x[i] = d · q[i] + m`, as `(d, m, nibbles)`.
+pub fn unpack_q4_1(b: &[u8]) -> (f32, f32, Nibbles) {
+    (f16_at(b, 0), f16_at(b, 2), nibbles_at(b, 4))
+}
+
 /// Q4_1: f16 scale `d`, f16 minimum `m`, 16 bytes of nibbles; x = d·q + m.
 pub fn dequant_q4_1(b: &[u8], out: &mut [f32]) {
-    let d = f16_at(b, 0);
-    let m = f16_at(b, 2);
-    for (j, &q) in b[4..20].iter().enumerate() {
+    let (d, m, q) = unpack_q4_1(b);
+    for (j, &q) in q.iter().enumerate() {
         out[j] = d * f32::from(q & 0x0F) + m;
         out[j + 16] = d * f32::from(q >> 4) + m;
     }
@@ -264,6 +298,17 @@ pub fn unpack_q4_k(b: &[u8]) -> Q4KBlock {
         }
     }
     block
+}
+
+impl Q4KBlock {
+    /// The eight sub-blocks as Q4_1 blocks: `s·q − min` is `d·q + m` with `d = s`, `m = −min`.
+    pub fn as_q4_1(&self) -> [(f32, f32, Nibbles); 8] {
+        std::array::from_fn(|s| {
+            let q = &self.q[32 * s..32 * s + 32];
+            let nibbles = std::array::from_fn(|j| q[j] | (q[j + 16] << 4));
+            (self.scale[s], -self.min[s], nibbles)
+        })
+    }
 }
 
 /// Q4_K: super-block of 256 as 8 sub-blocks of 32, each with a 6-bit scale and minimum.
