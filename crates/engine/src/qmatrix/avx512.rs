@@ -10,7 +10,55 @@
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
-use super::{BLOCK, QActs};
+use super::{BLOCK, FormatKernels, KernelTable, PORTABLE_FORMAT, QActs, QMatrix, avx2};
+
+/// This family's kernel for each format (AVX2's for Q4_0). Every entry is safe to call only
+/// where AVX-512 F, BW and VNNI and AVX2 run, which [`super::Kernels::table`] checks.
+pub(super) const TABLE: KernelTable = KernelTable {
+    q4_1: TILED,
+    q4_0: avx2::TABLE.q4_0,
+    q8_0: TILED,
+    q6k: TILED,
+    f32: PORTABLE_FORMAT,
+};
+
+/// The tiles, alone or over a task's rows.
+const TILED: FormatKernels = FormatKernels {
+    dot: row_dot,
+    rows: Some(task_rows),
+};
+
+/// Row `r` · `x`: a tile of one row and one token.
+fn row_dot(w: &QMatrix, r: usize, x: &QActs) -> f32 {
+    let nb = w.shape().1 / BLOCK;
+    // SAFETY (each call): the features run here (see `TABLE`); the tile checks its rows and
+    // tokens.
+    let [[value]] = match w {
+        QMatrix::Q4_1 { d, m, qs, .. } => unsafe { Q4_1 { nb, d, m, qs }.tile(r, [x]) },
+        QMatrix::Q8_0 { d, qs, .. } => unsafe { Q8_0 { nb, d, qs }.tile(r, [x]) },
+        QMatrix::Q6K { d, qs, .. } => unsafe { Q6K(Q8_0 { nb, d, qs }).tile(r, [x]) },
+        QMatrix::Q4_0 { .. } | QMatrix::F32 { .. } => return w.dot_row_portable(r, x),
+    };
+    value
+}
+
+/// A task's rows against every token, by tiles.
+fn task_rows(w: &QMatrix, first: usize, count: usize, xs: &[QActs], out: &mut [f32]) {
+    let nb = w.shape().1 / BLOCK;
+    // SAFETY (each call): as in `row_dot`.
+    match w {
+        QMatrix::Q4_1 { d, m, qs, .. } => unsafe {
+            fill(&Q4_1 { nb, d, m, qs }, first, count, xs, out)
+        },
+        QMatrix::Q8_0 { d, qs, .. } => unsafe { fill(&Q8_0 { nb, d, qs }, first, count, xs, out) },
+        QMatrix::Q6K { d, qs, .. } => unsafe {
+            fill(&Q6K(Q8_0 { nb, d, qs }), first, count, xs, out)
+        },
+        QMatrix::Q4_0 { .. } | QMatrix::F32 { .. } => {
+            super::each_row_and_token(QMatrix::dot_row_portable, w, first, xs, out)
+        }
+    }
+}
 
 /// Whether this machine runs them (AVX-512 F, BW and VNNI, detected once).
 pub fn available() -> bool {
@@ -23,13 +71,13 @@ pub fn available() -> bool {
 }
 
 /// Rows of one tile call. Four rows × four tokens keep sixteen accumulators in registers;
-/// 4×3, 3×4, 2×4 and 4×2 measured the same or slower (512-token prompt, alternating runs).
+/// the narrower shapes tried were no faster on a long prompt.
 const TILE_ROWS: usize = 4;
 /// Tokens of one tile call.
 const TILE_TOKENS: usize = 4;
 
-/// Tokens whose activations one pass over a task's rows reads (a 512-token prompt: 319 →
-/// 341 tok/s against all tokens a pass, best of three alternating runs; 32 gave 339).
+/// Tokens whose activations one pass over a task's rows reads: a long prompt's activations
+/// would not stay in cache across all of a task's rows.
 const TOKEN_BLOCK: usize = 64;
 
 /// How far ahead of the pair being read the weights are requested (as in the AVX2 kernels:
@@ -354,7 +402,7 @@ pub unsafe fn fill<K: Tiles>(
         let tokens = t0..(t0 + TOKEN_BLOCK).min(n);
         let mut k = 0;
         // One token (decoding) reads every weight once: row by row its stream stays ahead of
-        // the prefetcher, where rows side by side decoded ~10 % slower (measured, 2 threads).
+        // the prefetcher, where rows side by side decoded slower.
         if n > 1 {
             while k + TILE_ROWS <= count {
                 // SAFETY: the caller's guarantees, for these rows.

@@ -4,7 +4,32 @@
 
 use core::arch::wasm32::*;
 
-use super::{BLOCK, QActs};
+use super::{BLOCK, FormatKernels, KernelTable, PORTABLE_FORMAT, QActs, QMatrix, RowBlocks};
+
+/// This family's kernel for each format (the portable loop for Q4_0).
+pub(super) const TABLE: KernelTable = KernelTable {
+    q4_1: SIMD,
+    q4_0: PORTABLE_FORMAT,
+    q8_0: SIMD,
+    q6k: SIMD,
+    f32: PORTABLE_FORMAT,
+};
+
+/// One row at a time with the format's kernel.
+const SIMD: FormatKernels = FormatKernels {
+    dot: row_dot,
+    rows: None,
+};
+
+/// Row `r` · `x` with the format's SIMD128 kernel.
+fn row_dot(w: &QMatrix, r: usize, x: &QActs) -> f32 {
+    match w.row_blocks(r) {
+        RowBlocks::Q4_1 { d, m, qs } => dot_q4_1(d, m, qs, x),
+        RowBlocks::Q8_0 { d, qs } => dot_q8_0(d, qs, x),
+        RowBlocks::Q6K { d, qs } => dot_q6_k(d, qs, x),
+        RowBlocks::Q4_0 { .. } | RowBlocks::Other => w.dot_row_portable(r, x),
+    }
+}
 
 #[inline(always)]
 fn hsum(v: v128) -> f32 {
