@@ -23,8 +23,8 @@ pub use routing::{
 
 // Some dependency registers static constructors. Unless the module calls them itself,
 // wasm-ld wraps *every* export in a call to `__wasm_call_ctors` (its "command" model): each
-// call into the package re-ran them, about 0.5 ms in Chromium, which made a routing decision
-// cost 1.4 ms instead of tens of µs. Calling them once at start-up makes it a reactor.
+// call into the package re-ran them, which cost more than the routing decision itself.
+// Calling them once at start-up makes it a reactor.
 #[cfg(target_arch = "wasm32")]
 unsafe extern "C" {
     fn __wasm_call_ctors();

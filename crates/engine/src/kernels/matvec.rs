@@ -27,7 +27,7 @@ pub enum MatvecKernel {
     Cooperative,
     /// One invocation per row, no shared memory and no barrier: for software adapters
     /// (lavapipe, SwiftShader), which run a workgroup barrier as a context switch of every
-    /// invocation. Measured there 1.7× faster in decode than [`Self::Cooperative`].
+    /// invocation, so the cooperative kernel decodes slower there.
     PerRow,
 }
 
