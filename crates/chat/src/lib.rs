@@ -10,9 +10,10 @@ mod tool_calls;
 pub use tool_calls::{AnswerStream, Ending};
 
 use serde_json::Value;
+use straddle_engine::sample::SamplingParams;
 use straddle_engine::{
     ChatMessage, Constraint, Finish, FunctionSpec, GenerateParams, GrammarError, OutputFormat,
-    Prompt, SamplingParams,
+    Prompt,
 };
 use straddle_protocol::{
     ApiError, ChatRequest, FinishReason, Message, ResponseFormat, Role, ToolChoice, ToolChoiceMode,

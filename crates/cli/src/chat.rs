@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
+use straddle_engine::sample::SamplingParams;
 use straddle_engine::speculative::DraftLength;
-use straddle_engine::{ChatMessage, Engine, Flow, GenerateParams, Prompt, SamplingParams};
+use straddle_engine::{ChatMessage, Engine, Flow, GenerateParams, Prompt};
 use straddle_router::policy::{self, Context as RouteContext, Policy, Target};
 use straddle_router::quality::EdgeSignals;
 
@@ -78,7 +79,7 @@ pub fn load_engine(path: &Path) -> anyhow::Result<Engine> {
             path.display()
         )
     })?;
-    Engine::load(source, straddle_engine::generate::DEFAULT_CONTEXT)
+    Engine::load(source, straddle_engine::DEFAULT_CONTEXT)
         .with_context(|| format!("loading model {}", path.display()))
 }
 

@@ -151,7 +151,7 @@ impl EdgeGrader {
         &self,
         messages: &[ChatMessage],
         room: usize,
-    ) -> anyhow::Result<(straddle_engine::kv::KvCache, Vec<f32>, EdgeSignals)> {
+    ) -> anyhow::Result<(straddle_engine::KvCache, Vec<f32>, EdgeSignals)> {
         let ids = self.engine.prompt_tokens(Prompt::Messages(messages))?;
         let (_, cache, logits) = self
             .engine
@@ -213,7 +213,7 @@ impl EdgeGrader {
     /// pass over the choice on the prompt's cache.
     fn choice_logprob(
         &self,
-        cache: &mut straddle_engine::kv::KvCache,
+        cache: &mut straddle_engine::KvCache,
         first_logits: &[f32],
         ids: &[u32],
     ) -> anyhow::Result<f32> {

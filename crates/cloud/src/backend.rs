@@ -4,13 +4,14 @@
 
 use std::sync::{Mutex, MutexGuard};
 
-use straddle_engine::model::ModelError;
+use straddle_engine::ModelError;
+use straddle_engine::Tokenizer;
 use straddle_engine::sample::Rng;
+use straddle_engine::sample::SamplingParams;
 use straddle_engine::speculative::{self, Verdict};
-use straddle_engine::tokenizer::Tokenizer;
 use straddle_engine::{
-    BlockingLm, ChatMessage, Engine, EngineError, GenerateParams, Prompt, PromptPrefix,
-    SamplingParams, Sequence, TokenEvent,
+    BlockingLm, ChatMessage, Engine, EngineError, GenerateParams, Prompt, PromptPrefix, Sequence,
+    TokenEvent,
 };
 
 /// A model the server can run: synchronously, from its decode and verify threads.

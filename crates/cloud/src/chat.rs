@@ -29,7 +29,7 @@ pub async fn complete(
 ) -> Result<Response, ErrorResponse> {
     let defaults = Defaults {
         max_tokens: DEFAULT_MAX_TOKENS,
-        context: straddle_engine::generate::DEFAULT_CONTEXT,
+        context: straddle_engine::DEFAULT_CONTEXT,
     };
     let params = straddle_chat::params(&req, defaults, |f| scheduler.constrain(f))?;
     let created = now_secs();

@@ -117,7 +117,7 @@ async fn chat(
     AppJson(req): AppJson<ChatRequest>,
 ) -> Result<Response, ErrorResponse> {
     req.validate()?;
-    let context = straddle_engine::generate::DEFAULT_CONTEXT;
+    let context = straddle_engine::DEFAULT_CONTEXT;
     if req.token_limit().is_some_and(|n| n as usize >= context) {
         let e = ApiError::invalid(
             "max_tokens",

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::Parser;
-use straddle_engine::generate::DEFAULT_CONTEXT;
+use straddle_engine::DEFAULT_CONTEXT;
 use straddle_engine::gguf::FileSource;
 
 #[derive(Parser, Debug)]

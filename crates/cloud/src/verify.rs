@@ -12,9 +12,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::response::{IntoResponse, Response};
+use straddle_engine::ChatMessage;
+use straddle_engine::Tokenizer;
 use straddle_engine::sample::Rng;
-use straddle_engine::tokenizer::Tokenizer;
-use straddle_engine::{ChatMessage, SamplingParams};
+use straddle_engine::sample::SamplingParams;
 use straddle_protocol::{ApiError, ErrorKind, Usage, VerifyRequest, VerifyResponse};
 
 use crate::backend::{Served, ServedModel};
@@ -209,7 +210,7 @@ fn run<M: ServedModel>(
     req: VerifyRequest,
 ) -> Result<VerifyResponse, ApiError> {
     let vocab = check_drafts(e.tokenizer(), &req)?;
-    let context = straddle_engine::generate::DEFAULT_CONTEXT;
+    let context = straddle_engine::DEFAULT_CONTEXT;
     let draft = &req.draft_tokens;
     let fresh = !req.continues_session();
     let mut session = match fresh {

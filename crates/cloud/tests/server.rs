@@ -635,6 +635,17 @@ fn metric(port: u16, name: &str) -> f64 {
         .unwrap_or_else(|| panic!("metric {name} missing:\n{text}"))
 }
 
+/// Whether an SSE stream so far carries a delta with some text (not only the role chunk).
+fn has_text(sse: &str) -> bool {
+    const KEY: &str = "\"content\":\"";
+    sse.match_indices(KEY).any(|(i, _)| {
+        sse[i + KEY.len()..]
+            .chars()
+            .next()
+            .is_some_and(|c| c != '"')
+    })
+}
+
 #[test]
 fn sixteen_concurrent_streams_complete_in_shared_batches_and_a_dropped_client_frees_its_slot() {
     let Some(server) = start() else { return };
@@ -666,11 +677,12 @@ fn sixteen_concurrent_streams_complete_in_shared_batches_and_a_dropped_client_fr
         let mut s = TcpStream::connect(("127.0.0.1", p)).expect("connect");
         let body = r#"{"messages":[{"role":"user","content":"Tell me a long story."}],"max_tokens":400,"stream":true,"logit_bias":{"0":-100,"1":-100,"2":-100}}"#;
         write!(s, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).expect("send");
-        // Hang up once the first token has arrived, so the sequence is surely running.
+        // Hang up once the first token's text has arrived: the sequence is then live, and the
+        // server's count of active sequences already includes it.
         s.set_read_timeout(Some(Duration::from_secs(60)))
             .expect("timeout");
         let mut seen = Vec::new();
-        while !String::from_utf8_lossy(&seen).contains("data:") {
+        while !has_text(&String::from_utf8_lossy(&seen)) {
             let mut buf = [0u8; 256];
             let n = s.read(&mut buf).expect("first bytes");
             assert!(n > 0, "the stream ended before its first token");

@@ -9,9 +9,9 @@
 
 use std::time::Instant;
 
+use straddle_engine::Kernels;
 use straddle_engine::bandwidth;
 use straddle_engine::gguf::{FileSource, Gguf};
-use straddle_engine::qmatrix::Kernels;
 use straddle_engine::{Device, DeviceModel, Engine, MatvecKernel};
 
 /// The context every row is measured at (the 2,048-token budget).

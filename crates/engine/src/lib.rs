@@ -10,23 +10,26 @@
 //! an answer to a JSON schema), `generate` (the loop: one `Engine<M>` over either model), `speculative` (draft and verify), and `bandwidth` (what the memory delivers, the
 //! bound decoding is measured against).
 
+// Each item has one path. Types a user names sit at the root; free functions and the types
+// that only they take sit in the namespaces below (`sample`, `speculative`, `bandwidth`,
+// `parallel`, `tool_prompt`), and the container's modules are straddle-gguf's own.
 mod attention;
 pub mod bandwidth;
-pub mod causal_lm;
+mod causal_lm;
 #[cfg(feature = "device")]
-pub mod device_model;
-pub mod generate;
-pub mod grammar;
+mod device_model;
+mod generate;
+mod grammar;
 #[cfg(feature = "device")]
 mod kernels;
-pub mod kv;
-pub mod model;
+mod kv;
+mod model;
 pub mod parallel;
-pub mod qmatrix;
+mod qmatrix;
 pub mod sample;
 pub mod speculative;
-pub mod template;
-pub mod tokenizer;
+mod template;
+mod tokenizer;
 pub mod tool_prompt;
 
 pub use straddle_gguf::{gguf, quant};
@@ -37,14 +40,17 @@ pub use causal_lm::{BlockingLm, CausalLm, ModelCache};
 #[cfg(feature = "device")]
 pub use device_model::{DeviceCache, DeviceModel};
 pub use generate::{
-    Completion, Engine, EngineError, Finish, Flow, GenerateParams, Prompt, PromptPrefix, Sequence,
-    TokenEvent,
+    Completion, DEFAULT_CONTEXT, Engine, EngineError, Finish, Flow, GenerateParams, Prefilled,
+    Prompt, PromptPrefix, Sequence, TokenEvent,
 };
-pub use grammar::{Constraint, FunctionSpec, GrammarError, OutputFormat};
+pub use grammar::{Constraint, FunctionSpec, GrammarError, Grammars, OutputFormat};
 #[cfg(feature = "device")]
 pub use kernels::matvec::MatvecKernel;
-pub use sample::SamplingParams;
-pub use template::ChatMessage;
+pub use kv::KvCache;
+pub use model::{Arch, Config, Model, ModelError};
+pub use qmatrix::{Kernels, QActs, QMatrix};
+pub use template::{ChatMessage, ChatTemplate, TemplateError};
+pub use tokenizer::{Tokenizer, TokenizerError};
 
 /// File name of the default edge model in the model cache.
 pub const DEFAULT_MODEL_FILE: &str = "smollm2-135m-instruct-q4_1.gguf";

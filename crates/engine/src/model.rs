@@ -885,5 +885,3 @@ fn gelu(x: f32) -> f32 {
     let u = SQRT_2_OVER_PI * x * (1.0 + 0.044_715 * x * x);
     x / (1.0 + (-2.0 * u).exp())
 }
-
-pub use crate::attention::softmax;

@@ -13,11 +13,11 @@ mod tiny;
 use std::sync::OnceLock;
 
 use straddle_engine::Device;
-use straddle_engine::device_model::DeviceModel;
+use straddle_engine::DeviceModel;
 use straddle_engine::gguf::{FileSource, Gguf};
-use straddle_engine::model::{Model, ModelError};
 use straddle_engine::quant::TensorType;
 use straddle_engine::{Engine, Prompt};
+use straddle_engine::{Model, ModelError};
 
 /// The wgpu device, initialised once per test process (burn refuses a second init).
 /// `None` when no Vulkan adapter exists; `cargo xtask test` sets `STRADDLE_REQUIRE_WGPU` so a

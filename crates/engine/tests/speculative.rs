@@ -4,9 +4,9 @@
 
 mod tiny;
 
+use straddle_engine::KvCache;
+use straddle_engine::Model;
 use straddle_engine::gguf::Gguf;
-use straddle_engine::kv::KvCache;
-use straddle_engine::model::Model;
 use straddle_engine::quant::TensorType;
 use straddle_engine::sample::{self, Rng, SamplingParams};
 use straddle_engine::speculative::{DraftLength, Verdict};

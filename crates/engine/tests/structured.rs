@@ -5,9 +5,10 @@ mod common;
 
 use serde_json::{Value, json};
 use straddle_engine::gguf::FileSource;
+use straddle_engine::sample::SamplingParams;
 use straddle_engine::{
     ChatMessage, Engine, Finish, Flow, FunctionSpec, GenerateParams, GrammarError, OutputFormat,
-    Prompt, SamplingParams, tool_prompt,
+    Prompt, tool_prompt,
 };
 
 fn load(path: Option<std::path::PathBuf>) -> Option<Engine> {

@@ -4,8 +4,8 @@
 mod tiny;
 
 use straddle_engine::gguf::Gguf;
-use straddle_engine::model::{Model, ModelError};
 use straddle_engine::quant::TensorType;
+use straddle_engine::{Model, ModelError};
 use tiny::VOCAB;
 
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
@@ -129,7 +129,7 @@ fn batched_decode_across_sequences_equals_decoding_each_alone() {
         );
         caches.push(c);
     }
-    let mut refs: Vec<&mut straddle_engine::kv::KvCache> = caches.iter_mut().collect();
+    let mut refs: Vec<&mut straddle_engine::KvCache> = caches.iter_mut().collect();
     let batched = m.forward_batch(&[7, 7, 7], &mut refs).expect("batch");
     for (i, (a, b)) in alone.iter().zip(&batched).enumerate() {
         assert!(max_diff(a, b) < 1e-4, "sequence {i}: {}", max_diff(a, b));
@@ -216,7 +216,7 @@ fn an_unknown_architecture_is_named_with_the_supported_ones() {
         matches!(&err, ModelError::UnsupportedArch(a) if a == "mamba"),
         "{text}"
     );
-    for arch in straddle_engine::model::Arch::ALL {
+    for arch in straddle_engine::Arch::ALL {
         assert!(
             text.contains(arch.name()),
             "{text} does not name {}",

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use straddle_chat::{AnswerStream, Conversation, Defaults};
 #[cfg(feature = "webgpu")]
 use straddle_engine::DeviceModel;
-use straddle_engine::model::Model;
+use straddle_engine::Model;
 use straddle_engine::{
     CausalLm, Constraint, Engine, EngineError, GenerateParams, GrammarError, OutputFormat, Prompt,
     Sequence, TokenEvent,

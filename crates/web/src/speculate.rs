@@ -8,7 +8,7 @@ use std::rc::Rc;
 use straddle_chat::finish_reason;
 #[cfg(feature = "webgpu")]
 use straddle_engine::DeviceModel;
-use straddle_engine::model::Model;
+use straddle_engine::Model;
 use straddle_engine::speculative::{DraftLength, Speculation, Verdict};
 use straddle_engine::{CausalLm, Engine, Finish, ModelCache, OutputFormat};
 use wasm_bindgen::prelude::*;

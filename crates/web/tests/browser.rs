@@ -214,8 +214,8 @@ async fn gemma3_on_the_wasm_cpu_kernels_agrees_with_llama_cpp() {
 /// without WebGPU) agree with the portable loops they replace.
 #[wasm_bindgen_test]
 fn simd_kernels_match_the_portable_dot_products() {
-    use straddle_engine::qmatrix::{QActs, QMatrix};
     use straddle_engine::quant::{TensorType, encode};
+    use straddle_engine::{QActs, QMatrix};
     let (rows, cols) = (37, 160);
     let w: Vec<f32> = (0..rows * cols)
         .map(|i| ((i * 7919 % 211) as f32 - 105.0) / 60.0)
