@@ -33,13 +33,26 @@ pub(crate) fn attend_rows(
         let cache = caches[ci];
         let kvh = h / group;
         let qh = &q[t * qd + h * hd..t * qd + (h + 1) * hd];
+        // A sliding-window layer's ring may hold the window in two runs of slots; each
+        // position's score and weight are the same however the runs are cut.
+        let [near, far] = cache.slot_ranges(li, first..pos + 1);
+        let keys = |slots: std::ops::Range<usize>| {
+            move |i| &cache.key_row(li, kvh * hd + i)[slots.clone()]
+        };
+        let slot = |p: usize| match p.checked_sub(near.len()) {
+            None => near.start + p,
+            Some(past) => far.start + past,
+        };
         SCORES.with_borrow_mut(|sc| {
             sc.clear();
             sc.resize(pos + 1 - first, 0.0);
-            let key_row = |i| &cache.key_row(li, kvh * hd + i)[first..];
-            attention_scores(qh, key_row, scale, sc);
+            let (near_scores, far_scores) = sc.split_at_mut(near.len());
+            attention_scores(qh, keys(near.clone()), scale, near_scores);
+            if !far.is_empty() {
+                attention_scores(qh, keys(far.clone()), scale, far_scores);
+            }
             softmax(sc);
-            let value = |p| &cache.value(li, first + p)[kvh * hd..(kvh + 1) * hd];
+            let value = |p| &cache.value_slot(li, slot(p))[kvh * hd..(kvh + 1) * hd];
             weighted_values(sc, value, out);
         });
     };

@@ -113,7 +113,7 @@ impl ModelCache for KvCache {
     cache_sizes!();
 
     fn prefix(&self, n: usize) -> Option<Self> {
-        Some(KvCache::prefix(self, n))
+        KvCache::prefix(self, n)
     }
 }
 

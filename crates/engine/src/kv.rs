@@ -1,16 +1,28 @@
 //! The key/value cache: one f32 slab per layer, sized once from the caller's context limit.
 //!
-//! Values are stored position by position; keys dimension by dimension (`[kv_dim][capacity]`),
+//! Values are stored position by position; keys dimension by dimension (`[kv_dim][slots]`),
 //! so a query's scores against every position are `kv_dim` passes over contiguous rows,
 //! each adding one product per position — vector-wide, in the same order as a dot product.
+//!
+//! A sliding-window layer (Gemma 3's local layers) attends only to its last `window`
+//! positions, so its slab is a ring of `window + PASS_ROWS` slots: position `p` lives in slot
+//! `p % slots`. The extra rows let a pass write all its keys before any of its rows attends,
+//! and let a rejected draft be rewound, without overwriting a position still in a window.
+//! Until a sequence outgrows its ring the layout is the plain one.
+
+/// The most rows of one sequence a forward pass may add when the model has sliding-window
+/// layers (longer passes are split): the slack of their rings beyond the window.
+pub(crate) const PASS_ROWS: usize = 128;
 
 /// Keys and values of every position seen so far, per layer.
 #[derive(Debug, Clone)]
 pub struct KvCache {
-    /// Per layer, `kv_dim` rows of `capacity` positions.
+    /// Per layer, `kv_dim` rows of `slots(layer)` positions.
     keys: Vec<Vec<f32>>,
-    /// Per layer, `capacity` rows of `kv_dim` values.
+    /// Per layer, `slots(layer)` rows of `kv_dim` values.
     values: Vec<Vec<f32>>,
+    /// Per layer, the most slots it ever holds: its ring, or `usize::MAX` for every position.
+    rings: Vec<usize>,
     kv_dim: usize,
     capacity: usize,
     len: usize,
@@ -19,9 +31,21 @@ pub struct KvCache {
 impl KvCache {
     /// A cache for `capacity` positions of `kv_dim` floats in each of `layers` layers.
     pub fn new(layers: usize, capacity: usize, kv_dim: usize) -> Self {
+        Self::with_windows(&vec![None; layers], capacity, kv_dim)
+    }
+
+    /// A cache whose layer `l` keeps only the last `windows[l]` positions (plus a pass's rows)
+    /// where that is `Some`.
+    pub fn with_windows(windows: &[Option<usize>], capacity: usize, kv_dim: usize) -> Self {
+        let rings: Vec<usize> = windows
+            .iter()
+            .map(|w| w.map_or(usize::MAX, |w| w.saturating_add(PASS_ROWS)))
+            .collect();
+        let slots = |ring: &usize| capacity.min(*ring) * kv_dim;
         Self {
-            keys: (0..layers).map(|_| vec![0.0; capacity * kv_dim]).collect(),
-            values: (0..layers).map(|_| vec![0.0; capacity * kv_dim]).collect(),
+            keys: rings.iter().map(|r| vec![0.0; slots(r)]).collect(),
+            values: rings.iter().map(|r| vec![0.0; slots(r)]).collect(),
+            rings,
             kv_dim,
             capacity,
             len: 0,
@@ -45,7 +69,13 @@ impl KvCache {
 
     /// Bytes allocated.
     pub fn bytes(&self) -> usize {
-        2 * self.keys.len() * self.capacity * self.kv_dim * 4
+        let floats: usize = self.keys.iter().chain(&self.values).map(Vec::len).sum();
+        floats * 4
+    }
+
+    /// Slots layer `layer` holds now.
+    fn slots(&self, layer: usize) -> usize {
+        self.capacity.min(self.rings[layer])
     }
 
     /// Grows the cache to hold at least `capacity` positions, keeping what it holds (a
@@ -54,11 +84,14 @@ impl KvCache {
         if capacity <= self.capacity {
             return;
         }
-        for slab in self.keys.iter_mut() {
-            *slab = relayout(slab, self.kv_dim, self.capacity, capacity, self.len);
-        }
-        for slab in self.values.iter_mut() {
-            slab.resize(capacity * self.kv_dim, 0.0);
+        for layer in 0..self.keys.len() {
+            let (from, to) = (self.slots(layer), capacity.min(self.rings[layer]));
+            if from == to {
+                continue;
+            }
+            // A layer that can still grow has not wrapped: position p is in slot p.
+            self.keys[layer] = relayout(&self.keys[layer], self.kv_dim, from, to, self.len);
+            self.values[layer].resize(to * self.kv_dim, 0.0);
         }
         self.capacity = capacity;
     }
@@ -69,57 +102,82 @@ impl KvCache {
         self.len = self.len.min(len);
     }
 
-    /// A copy of the first `n` positions, in a cache of exactly that capacity.
-    pub fn prefix(&self, n: usize) -> KvCache {
+    /// A copy of the first `n` positions in a cache of exactly that capacity, or `None`
+    /// where a ring no longer holds what the copy's layers need (a window before `n` that
+    /// later positions overwrote).
+    pub fn prefix(&self, n: usize) -> Option<KvCache> {
         let n = n.min(self.len);
-        let rows = n * self.kv_dim;
-        KvCache {
-            keys: self
-                .keys
-                .iter()
-                .map(|k| relayout(k, self.kv_dim, self.capacity, n, n))
-                .collect(),
-            values: self.values.iter().map(|v| v[..rows].to_vec()).collect(),
+        let mut copy = KvCache {
+            keys: Vec::with_capacity(self.keys.len()),
+            values: Vec::with_capacity(self.keys.len()),
+            rings: self.rings.clone(),
             kv_dim: self.kv_dim,
             capacity: n,
             len: n,
-        }
-    }
-
-    /// Replaces what this cache holds with the first `n` positions of `other` (a prompt
-    /// prefix computed before, for the same model).
-    pub fn start_from(&mut self, other: &KvCache, n: usize) {
-        let n = n.min(other.len).min(self.capacity);
-        let rows = n * self.kv_dim;
-        for (dst, src) in self.keys.iter_mut().zip(&other.keys) {
-            for (d, s) in dst
-                .chunks_exact_mut(self.capacity)
-                .zip(src.chunks_exact(other.capacity))
-            {
-                d[..n].copy_from_slice(&s[..n]);
+        };
+        for layer in 0..self.keys.len() {
+            let (from, to) = (self.slots(layer), copy.slots(layer));
+            // The positions the copy keeps, and whether this cache still holds them.
+            let kept = n - to..n;
+            if kept.start < self.len.saturating_sub(from) {
+                return None;
             }
+            let mut keys = vec![0.0; to * self.kv_dim];
+            let mut values = vec![0.0; to * self.kv_dim];
+            for p in kept {
+                let (src, dst) = (p % from, p % to);
+                for c in 0..self.kv_dim {
+                    keys[c * to + dst] = self.keys[layer][c * from + src];
+                }
+                values[dst * self.kv_dim..(dst + 1) * self.kv_dim]
+                    .copy_from_slice(self.value(layer, p));
+            }
+            copy.keys.push(keys);
+            copy.values.push(values);
         }
-        for (dst, src) in self.values.iter_mut().zip(&other.values) {
-            dst[..rows].copy_from_slice(&src[..rows]);
-        }
-        self.len = n;
+        Some(copy)
     }
 
     pub(crate) fn write(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
+        let slots = self.slots(layer);
+        let slot = pos % slots;
         let keys = &mut self.keys[layer];
         for (c, &kc) in k.iter().enumerate() {
-            keys[c * self.capacity + pos] = kc;
+            keys[c * slots + slot] = kc;
         }
-        self.values[layer][pos * self.kv_dim..(pos + 1) * self.kv_dim].copy_from_slice(v);
+        self.values[layer][slot * self.kv_dim..(slot + 1) * self.kv_dim].copy_from_slice(v);
     }
 
-    /// Key dimension `c` (of `kv_dim`) at every position the cache can hold.
+    /// The slots that hold `positions`, in order: one range, or two where the positions
+    /// wrap around a ring (the second then starts at slot 0).
+    pub(crate) fn slot_ranges(
+        &self,
+        layer: usize,
+        positions: std::ops::Range<usize>,
+    ) -> [std::ops::Range<usize>; 2] {
+        let slots = self.slots(layer);
+        let (first, count) = (positions.start % slots.max(1), positions.len());
+        if first + count <= slots {
+            [first..first + count, 0..0]
+        } else {
+            [first..slots, 0..first + count - slots]
+        }
+    }
+
+    /// Key dimension `c` (of `kv_dim`) in every slot.
     pub(crate) fn key_row(&self, layer: usize, c: usize) -> &[f32] {
-        &self.keys[layer][c * self.capacity..(c + 1) * self.capacity]
+        let slots = self.slots(layer);
+        &self.keys[layer][c * slots..(c + 1) * slots]
     }
 
+    /// The values in slot `slot`.
+    pub(crate) fn value_slot(&self, layer: usize, slot: usize) -> &[f32] {
+        &self.values[layer][slot * self.kv_dim..(slot + 1) * self.kv_dim]
+    }
+
+    /// The values of position `pos`.
     pub(crate) fn value(&self, layer: usize, pos: usize) -> &[f32] {
-        &self.values[layer][pos * self.kv_dim..(pos + 1) * self.kv_dim]
+        self.value_slot(layer, pos % self.slots(layer))
     }
 
     pub(crate) fn advance(&mut self, n: usize) {
@@ -177,18 +235,74 @@ mod tests {
     }
 
     #[test]
-    fn keys_by_dimension_survive_growth_prefixes_and_restarts() {
+    fn keys_by_dimension_survive_growth_and_prefixes() {
         let mut cache = filled(4, 4);
         assert_holds(&cache, 4);
         cache.reserve(9);
         assert_eq!(cache.capacity(), 9);
         assert_holds(&cache, 4);
-        let prefix = cache.prefix(3);
+        let prefix = cache.prefix(3).expect("every position is held");
         assert_eq!((prefix.len(), prefix.capacity()), (3, 3));
         assert_holds(&prefix, 3);
-        let mut other = KvCache::new(2, 16, 3);
-        other.start_from(&cache, 2);
-        assert_eq!(other.len(), 2);
-        assert_holds(&other, 2);
+    }
+
+    /// The keys and values layer `layer` gives for `positions`, read through the slots.
+    fn read(cache: &KvCache, layer: usize, positions: std::ops::Range<usize>) -> Vec<f32> {
+        let [near, far] = cache.slot_ranges(layer, positions.clone());
+        let keys = (0..3).flat_map(|c| {
+            let row = cache.key_row(layer, c);
+            row[near.clone()].iter().chain(&row[far.clone()]).copied()
+        });
+        let values = positions.flat_map(|p| cache.value(layer, p).to_vec());
+        keys.chain(values).collect()
+    }
+
+    fn expected(positions: std::ops::Range<usize>) -> Vec<f32> {
+        let keys = (0..3).flat_map(|c| positions.clone().map(move |p| key(p, c)));
+        let values = positions
+            .clone()
+            .flat_map(|p| (0..3).map(move |c| -key(p, c)));
+        keys.chain(values).collect()
+    }
+
+    #[test]
+    fn a_window_layer_keeps_its_window_in_a_ring_and_the_other_every_position() {
+        let window = 5;
+        let ring = window + PASS_ROWS;
+        let mut cache = KvCache::with_windows(&[Some(window), None], 40, 3);
+        for p in 0..40 {
+            let k: Vec<f32> = (0..3).map(|c| key(p, c)).collect();
+            let v: Vec<f32> = k.iter().map(|x| -x).collect();
+            cache.write(0, p, &k, &v);
+            cache.write(1, p, &k, &v);
+            cache.advance(1);
+        }
+        // Short of its ring, a window layer is laid out like any other.
+        assert_eq!(read(&cache, 0, 0..40), expected(0..40));
+        // Grown past it, the ring wraps, and a window across the seam reads in order.
+        cache.reserve(ring + 60);
+        for p in 40..ring + 60 {
+            let k: Vec<f32> = (0..3).map(|c| key(p, c)).collect();
+            let v: Vec<f32> = k.iter().map(|x| -x).collect();
+            cache.write(0, p, &k, &v);
+            cache.write(1, p, &k, &v);
+            cache.advance(1);
+        }
+        let last = cache.len();
+        assert_eq!(
+            read(&cache, 0, last - window..last),
+            expected(last - window..last)
+        );
+        assert_eq!(read(&cache, 1, 0..last), expected(0..last));
+        assert_eq!(cache.bytes(), 2 * 4 * 3 * (ring + last));
+        // A copy of the whole keeps the ring's positions; an early one is no longer there.
+        let whole = cache
+            .prefix(last)
+            .expect("the ring holds the last positions");
+        assert_eq!(
+            read(&whole, 0, last - window..last),
+            expected(last - window..last)
+        );
+        assert!(cache.prefix(10).is_none(), "position 0 was overwritten");
     }
 }

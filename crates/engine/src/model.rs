@@ -5,7 +5,7 @@
 //! output head (tied to the embedding when the file has no `output.weight`).
 
 use crate::gguf::{ByteSource, Gguf, GgufError, TensorInfo};
-use crate::kv::KvCache;
+use crate::kv::{KvCache, PASS_ROWS};
 use crate::qmatrix::{QActs, QMatrix, matmul_many};
 use crate::quant::{self, QuantError};
 
@@ -498,11 +498,9 @@ impl Model {
 
     /// A KV cache for `capacity` positions.
     pub fn new_cache(&self, capacity: usize) -> KvCache {
-        KvCache::new(
-            self.config.n_layers,
-            capacity.min(self.max_context()),
-            self.config.kv_dim(),
-        )
+        let c = &self.config;
+        let windows: Vec<Option<usize>> = (0..c.n_layers).map(|l| c.window(l)).collect();
+        KvCache::with_windows(&windows, capacity.min(self.max_context()), c.kv_dim())
     }
 
     /// Runs `tokens` at positions `cache.len()..`, appending to the cache. Returns the logits of
@@ -611,6 +609,37 @@ impl Model {
     /// `rows[t].1` of `caches[rows[t].0]`. Advances each cache by its rows; returns the
     /// logits of the rows in `wanted`.
     fn forward_rows(
+        &self,
+        tokens: &[u32],
+        rows: &[(usize, usize)],
+        caches: &mut [&mut KvCache],
+        wanted: &[usize],
+    ) -> Result<Vec<Vec<f32>>, ModelError> {
+        // A sliding-window layer's ring holds a pass's rows beyond its window (`kv.rs`), so a
+        // longer pass goes in parts; the rows' values are the same either way.
+        let part = match self.config.sliding_window {
+            Some(_) => PASS_ROWS,
+            None => rows.len().max(1),
+        };
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.config.vocab) {
+            return Err(ModelError::BadToken(bad));
+        }
+        let mut logits = Vec::with_capacity(wanted.len());
+        for start in (0..rows.len()).step_by(part) {
+            let end = (start + part).min(rows.len());
+            let want: Vec<usize> = wanted
+                .iter()
+                .filter(|t| (start..end).contains(*t))
+                .map(|t| t - start)
+                .collect();
+            let pass = self.forward_pass(&tokens[start..end], &rows[start..end], caches, &want)?;
+            logits.extend(pass);
+        }
+        Ok(logits)
+    }
+
+    /// [`Self::forward_rows`] in one pass.
+    fn forward_pass(
         &self,
         tokens: &[u32],
         rows: &[(usize, usize)],

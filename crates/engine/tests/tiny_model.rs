@@ -5,7 +5,7 @@ mod tiny;
 
 use straddle_engine::gguf::Gguf;
 use straddle_engine::quant::TensorType;
-use straddle_engine::{Model, ModelError};
+use straddle_engine::{KvCache, Model, ModelError};
 use tiny::VOCAB;
 
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
@@ -222,5 +222,52 @@ fn an_unknown_architecture_is_named_with_the_supported_ones() {
             "{text} does not name {}",
             arch.name()
         );
+    }
+}
+
+#[test]
+fn gemma3_ring_cache_gives_the_full_cache_s_logits_to_the_bit() {
+    // The sliding-window layers keep their window (plus one pass) in a ring. A prompt that
+    // wraps it several times, decoding, a rewound draft and a copied prefix must all give
+    // exactly the logits of a cache that keeps every position.
+    let g = Gguf::read(tiny::gemma3(TensorType::Q8_0, 7, 3)).expect("tiny gemma3");
+    let m = Model::load(&g, 512).expect("load");
+    let tokens: Vec<u32> = (0..400u32).map(|i| i * 7919 % VOCAB as u32).collect();
+    let mut ring = m.new_cache(512);
+    let mut full = KvCache::new(m.config.n_layers, 512, m.config.kv_dim());
+    assert!(
+        ring.bytes() < full.bytes() / 2,
+        "the window layers hold less"
+    );
+    let (a, b) = (
+        m.forward(&tokens, &mut ring, true).expect("ring"),
+        m.forward(&tokens, &mut full, true).expect("full"),
+    );
+    assert_eq!(a, b, "prefill");
+    let mut copy = ring
+        .prefix(ring.len())
+        .expect("the ring holds the last window");
+    assert!(ring.prefix(8).is_none(), "an early prefix was overwritten");
+    copy.reserve(512);
+    for step in [[5u32, 9, 11].as_slice(), &[13], &[2, 4]] {
+        let want = m.forward(step, &mut full, true).expect("full");
+        assert_eq!(
+            m.forward(step, &mut ring, true).expect("ring"),
+            want,
+            "{step:?}"
+        );
+        assert_eq!(
+            m.forward(step, &mut copy, true).expect("copy"),
+            want,
+            "{step:?}"
+        );
+        // A rejected draft: its last token is forgotten and run again.
+        for cache in [&mut full, &mut ring, &mut copy] {
+            cache.truncate(cache.len() - 1);
+        }
+        let again = &step[step.len() - 1..];
+        let want = m.forward(again, &mut full, false).expect("full");
+        assert_eq!(m.forward(again, &mut ring, false).expect("ring"), want);
+        assert_eq!(m.forward(again, &mut copy, false).expect("copy"), want);
     }
 }
