@@ -143,18 +143,27 @@ impl EngineRuns<'_> {
         let (np, nd) = (PROMPT_TOKENS.to_string(), DECODE_TOKENS.to_string());
         let long = LONG_PROMPT_TOKENS.to_string();
         let mut rows = EngineRows::default();
+        // Per round: ours and the wrapper on each prompt, then llama-bench.
+        let bar = util::bench_bar(2 * 5, "engine");
         for _ in 0..2 {
             for (np, nd, into) in [
                 (&np, &nd, &mut rows.short),
                 (&long, &"4".to_string(), &mut rows.long),
             ] {
+                bar.set_message(format!("straddle, {np}-token prompt"));
                 self.ours(np, nd, into, &mut rows.best_kernels)?;
+                bar.inc(1);
+                bar.set_message(format!("llama-cpp-python, {np}-token prompt"));
                 into.push(self.llama_cpp_python(np, nd)?);
+                bar.inc(1);
             }
+            bar.set_message("llama-bench");
             let (short, long) = llama_bench(self.llama_bench, self.model, self.threads)?;
             rows.short.push(short);
             rows.long.push(long);
+            bar.inc(1);
         }
+        bar.finish_and_clear();
         Ok(rows)
     }
 

@@ -185,3 +185,15 @@ pub fn prune_superseded_binaries(deps: &Path) -> anyhow::Result<u64> {
     }
     Ok(freed)
 }
+
+/// A bar over a bench's `steps` runs, naming the one in progress (`set_message`), with an
+/// ETA; indicatif draws nothing when stderr is not a terminal (CI, a log file).
+pub fn bench_bar(steps: u64, bench: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(steps).with_prefix(bench.to_string());
+    let style = indicatif::ProgressStyle::with_template(
+        "{prefix} {bar:30} {pos}/{len} {msg} [{elapsed_precise}, ETA {eta}]",
+    )
+    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    bar.set_style(style);
+    bar
+}

@@ -59,13 +59,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<String> {
     let engine = Engine::load(FileSource::open(&model)?, 2048)
         .with_context(|| format!("loading {}", model.display()))?;
     let cases = spread(read_cases(&args.schemas)?, args.limit);
-    let bar = indicatif::ProgressBar::new(cases.len() as u64);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "schemas {bar:40} {pos}/{len} [{elapsed_precise}, ETA {eta}]",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
+    let bar = crate::progress::bar(cases.len() as u64, "schemas");
     let mut outcomes = Vec::with_capacity(cases.len());
     for case in &cases {
         outcomes.push(answer(&engine, case, args.max_tokens)?);

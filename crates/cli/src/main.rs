@@ -8,6 +8,7 @@ mod delay_proxy;
 mod edge_answers;
 mod eval;
 mod pii;
+mod progress;
 mod requant;
 mod route_eval;
 mod routellm;

@@ -438,7 +438,9 @@ pub fn train(
         config.epochs,
         config.seed
     );
-    let tagger = pii_tagger::train(&labelled, bloom, config, &provenance)?;
+    let bar = crate::progress::bar((labelled.len() * config.epochs) as u64, "sentences");
+    let tagger = pii_tagger::train(&labelled, bloom, config, &provenance, || bar.inc(1))?;
+    bar.finish_and_clear();
     std::fs::write(out, tagger.to_bytes()).with_context(|| format!("writing {}", out.display()))?;
     Ok(tagger)
 }

@@ -194,13 +194,7 @@ pub fn grade(items: &[Item], grader: &mut EdgeGrader) -> anyhow::Result<Vec<Edge
         .iter()
         .filter(|i| !grader.is_cached(&i.question))
         .count();
-    let bar = indicatif::ProgressBar::new(todo as u64);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "edge answers {bar:40} {pos}/{len} [{elapsed_precise}, ETA {eta}]",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
+    let bar = crate::progress::bar(todo as u64, "edge answers");
     let mut out = Vec::with_capacity(items.len());
     for item in items {
         let cached = grader.is_cached(&item.question);

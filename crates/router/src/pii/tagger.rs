@@ -776,11 +776,13 @@ fn gold_tags(example: &Labelled, tokens: &[Token]) -> Vec<usize> {
 /// Learns a tagger from labelled sentences with the averaged structured perceptron
 /// (Collins, 2002): decode, and where the best sequence differs from the gold one, add the
 /// gold features and subtract the predicted ones; the model is the average over every step.
+/// `on_step` is called after each sentence of each epoch (a caller's progress bar).
 pub fn train(
     examples: &[Labelled],
     gazetteer: Bloom,
     config: TrainConfig,
     provenance: &str,
+    mut on_step: impl FnMut(),
 ) -> Result<Tagger, TaggerError> {
     if examples.is_empty() {
         return Err(TaggerError::NoExamples);
@@ -804,6 +806,7 @@ pub fn train(
         for &idx in &order {
             let (tokens, gold) = &prepared[idx];
             learner.step(&examples[idx].text, tokens, gold, config.dropout, &mut rng);
+            on_step();
         }
     }
     Ok(learner.finish(provenance))
@@ -1070,12 +1073,12 @@ mod tests {
         };
         let mut gazetteer = Bloom::with_capacity(8);
         gazetteer.insert("given", "eve");
-        let tagger = train(&corpus, gazetteer.clone(), config, "toy").expect("trains");
+        let tagger = train(&corpus, gazetteer.clone(), config, "toy", || {}).expect("trains");
         let spans = tagger.tag("call Eve now");
         assert_eq!(spans.len(), 1, "{spans:?}");
         assert_eq!((spans[0].start, spans[0].end), (5, 8));
         assert_eq!(
-            train(&[], gazetteer, config, "none"),
+            train(&[], gazetteer, config, "none", || {}),
             Err(TaggerError::NoExamples)
         );
     }
