@@ -249,8 +249,11 @@ fn engine_table(rows: &EngineRows, threads: usize, llama_build: &str) -> String 
     table.push_str(&format!("\nRatio (ours ÷ `llama-bench`): prefill {:.2}× ({PROMPT_TOKENS} tokens), {long_ratio:.2}× ({LONG_PROMPT_TOKENS} tokens), decode {:.2}×. Best of 2 alternating rounds each; `llama-bench` reports the mean of its 3 repetitions per round (`-r 3`), its decode row is `tg{DECODE_TOKENS}` at depth {PROMPT_TOKENS} (`-d {PROMPT_TOKENS}`), as ours decodes after the {PROMPT_TOKENS}-token prompt. The Python wrapper's row is kept to show what it costs: it is not the peer.\n", ratio("prefill_tps"), ratio("decode_tps")));
     if let Some(r) = rows.short.iter().find(|r| r["engine"] == "straddle-cpu") {
         table.push_str(&format!(
-            "Resident weights (quantized): {} MB; f32 KV cache at 2,048 positions: {} MB.\nDecode GB/s: what a decoded token reads (every weight once, and the cached keys and values) × tokens per second, beside what a plain pass measured just after (host: every thread summing a 512 MiB buffer; device: `x + 1` over 96 MiB, reads and writes counted): the fraction of the memory-bandwidth bound.\n",
-            r["weights_mb"], r["kv_mb"]
+            "Resident weights (quantized): {} MB, {:.3}× the file's {} MB of tensors; f32 KV cache at 2,048 positions: {} MB.\nDecode GB/s: what a decoded token reads (every weight once, and the cached keys and values) × tokens per second, beside what a plain pass measured just after (host: every thread summing a 512 MiB buffer; device: `x + 1` over 96 MiB, reads and writes counted): the fraction of the memory-bandwidth bound.\n",
+            r["weights_mb"],
+            r["weights_mb"].as_f64().unwrap_or(0.0) / r["tensor_mb"].as_f64().unwrap_or(f64::NAN),
+            r["tensor_mb"],
+            r["kv_mb"]
         ));
     }
     table

@@ -84,6 +84,12 @@ fn bench_cpu(
     let t = Instant::now();
     let e = Engine::load(FileSource::open(path)?, CONTEXT)?;
     let load_ms = t.elapsed().as_secs_f64() * 1e3;
+    // What the file's tensors take: the yardstick for what the loaded weights hold.
+    let tensor_bytes: u64 = Gguf::read(FileSource::open(path)?)?
+        .tensors
+        .iter()
+        .map(|t| t.size)
+        .sum();
     let mut cache = e.new_cache(CONTEXT);
     let t = Instant::now();
     let mut logits = e
@@ -109,12 +115,13 @@ fn bench_cpu(
     );
     let bound = bandwidth::host_read(HOST_PROBE_BYTES);
     println!(
-        "{{\"engine\":\"straddle-cpu\",\"kernels\":\"{}\",\"threads\":{},\"load_ms\":{load_ms:.0},\"prefill_tps\":{:.1},\"decode_tps\":{:.1},\"weights_mb\":{:.1},\"kv_mb\":{:.1},{}}}",
+        "{{\"engine\":\"straddle-cpu\",\"kernels\":\"{}\",\"threads\":{},\"load_ms\":{load_ms:.0},\"prefill_tps\":{:.1},\"decode_tps\":{:.1},\"weights_mb\":{:.1},\"tensor_mb\":{:.1},\"kv_mb\":{:.1},{}}}",
         Kernels::detected().name(),
         straddle_engine::parallel::threads(),
         prompt.len() as f64 / prefill_s,
         n_decode as f64 / decode_s,
         e.model.weight_bytes() as f64 / 1e6,
+        tensor_bytes as f64 / 1e6,
         cache.bytes() as f64 / 1e6,
         bandwidth_fields(bytes * n_decode as f64 / decode_s, bound)
     );

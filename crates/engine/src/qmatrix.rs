@@ -4,7 +4,7 @@
 
 use std::sync::OnceLock;
 
-use crate::quant::{self, Nibbles, QuantError, TensorType};
+use crate::quant::{self, Nibbles, QuantError, TensorType, f16_to_f32};
 
 const BLOCK: usize = 32;
 
@@ -26,12 +26,21 @@ pub enum QMatrix {
         d: Vec<f32>,
         qs: Vec<u8>,
     },
-    /// Q8_0 repacked: per-block f32 scale, 32 signed bytes per block.
+    /// Q8_0 repacked: per-block f16 scale (the file's bits), 32 signed bytes per block.
     Q8_0 {
         rows: usize,
         cols: usize,
-        d: Vec<f32>,
+        d: Vec<u16>,
         qs: Vec<i8>,
+    },
+    /// Q5_0 at the file's size: per-block f16 scale, the 32 high bits, 16 bytes of nibbles;
+    /// x = d·(q − 16), widened to Q8_0's signed bytes inside the kernels.
+    Q5_0 {
+        rows: usize,
+        cols: usize,
+        d: Vec<u16>,
+        qh: Vec<u32>,
+        qs: Vec<u8>,
     },
     /// Q6_K repacked: an f32 scale per 16 values, one signed byte per value (−32..32).
     Q6K {
@@ -61,8 +70,13 @@ enum RowBlocks<'a> {
         qs: &'a [u8],
     },
     Q8_0 {
-        d: &'a [f32],
+        d: &'a [u16],
         qs: &'a [i8],
+    },
+    Q5_0 {
+        d: &'a [u16],
+        qh: &'a [u32],
+        qs: &'a [u8],
     },
     /// A scale per 16 values.
     Q6K {
@@ -228,6 +242,7 @@ struct KernelTable {
     q4_1: FormatKernels,
     q4_0: FormatKernels,
     q8_0: FormatKernels,
+    q5_0: FormatKernels,
     q6k: FormatKernels,
     f32: FormatKernels,
 }
@@ -239,6 +254,7 @@ impl KernelTable {
             QMatrix::Q4_1 { .. } => self.q4_1,
             QMatrix::Q4_0 { .. } => self.q4_0,
             QMatrix::Q8_0 { .. } => self.q8_0,
+            QMatrix::Q5_0 { .. } => self.q5_0,
             QMatrix::Q6K { .. } => self.q6k,
             QMatrix::F32 { .. } => self.f32,
         }
@@ -256,6 +272,7 @@ const PORTABLE: KernelTable = KernelTable {
     q4_1: PORTABLE_FORMAT,
     q4_0: PORTABLE_FORMAT,
     q8_0: PORTABLE_FORMAT,
+    q5_0: PORTABLE_FORMAT,
     q6k: PORTABLE_FORMAT,
     f32: PORTABLE_FORMAT,
 };
@@ -294,13 +311,11 @@ impl QMatrix {
             TensorType::Q4_0 if whole(BLOCK) => {
                 Self::q4_0(rows, cols, blocks.map(quant::unpack_q4_0))
             }
-            // x = d·(q − 16) with q − 16 in −16..16 is a Q8_0 block with the same scale, so
-            // the Q8_0 kernels run it exactly (at 36 bytes per block instead of 22).
             TensorType::Q5_0 if whole(BLOCK) => {
-                Self::q8_0(rows, cols, blocks.map(quant::unpack_q5_0))
+                Self::q5_0(rows, cols, blocks.map(quant::split_q5_0))
             }
             TensorType::Q8_0 if whole(BLOCK) => {
-                Self::q8_0(rows, cols, blocks.map(quant::unpack_q8_0))
+                Self::q8_0(rows, cols, blocks.map(quant::split_q8_0))
             }
             TensorType::Q6_K if whole(256) => Self::q6_k(rows, cols, blocks),
             other => QMatrix::F32 {
@@ -344,8 +359,30 @@ impl QMatrix {
         QMatrix::Q4_0 { rows, cols, d, qs }
     }
 
+    /// Q5_0's layout from blocks of `(d, high bits, nibbles)`.
+    fn q5_0(rows: usize, cols: usize, blocks: impl Iterator<Item = (u16, u32, Nibbles)>) -> Self {
+        let nb = rows * cols / BLOCK;
+        let (mut d, mut qh, mut qs) = (
+            Vec::with_capacity(nb),
+            Vec::with_capacity(nb),
+            Vec::with_capacity(nb * 16),
+        );
+        for (scale, high, nibbles) in blocks {
+            d.push(scale);
+            qh.push(high);
+            qs.extend_from_slice(&nibbles);
+        }
+        QMatrix::Q5_0 {
+            rows,
+            cols,
+            d,
+            qh,
+            qs,
+        }
+    }
+
     /// Q8_0's layout from blocks of `(d, values)`.
-    fn q8_0(rows: usize, cols: usize, blocks: impl Iterator<Item = (f32, [i8; 32])>) -> Self {
+    fn q8_0(rows: usize, cols: usize, blocks: impl Iterator<Item = (u16, [i8; 32])>) -> Self {
         let nb = rows * cols / BLOCK;
         let (mut d, mut qs) = (Vec::with_capacity(nb), Vec::with_capacity(nb * BLOCK));
         for (scale, values) in blocks {
@@ -373,6 +410,7 @@ impl QMatrix {
             QMatrix::Q4_1 { rows, cols, .. }
             | QMatrix::Q4_0 { rows, cols, .. }
             | QMatrix::Q8_0 { rows, cols, .. }
+            | QMatrix::Q5_0 { rows, cols, .. }
             | QMatrix::Q6K { rows, cols, .. }
             | QMatrix::F32 { rows, cols, .. } => (*rows, *cols),
         }
@@ -383,7 +421,9 @@ impl QMatrix {
         match self {
             QMatrix::Q4_1 { d, m, qs, .. } => 4 * (d.len() + m.len()) + qs.len(),
             QMatrix::Q4_0 { d, qs, .. } => 4 * d.len() + qs.len(),
-            QMatrix::Q8_0 { d, qs, .. } | QMatrix::Q6K { d, qs, .. } => 4 * d.len() + qs.len(),
+            QMatrix::Q8_0 { d, qs, .. } => 2 * d.len() + qs.len(),
+            QMatrix::Q5_0 { d, qh, qs, .. } => 2 * d.len() + 4 * qh.len() + qs.len(),
+            QMatrix::Q6K { d, qs, .. } => 4 * d.len() + qs.len(),
             QMatrix::F32 { w, .. } => 4 * w.len(),
         }
     }
@@ -416,8 +456,18 @@ impl QMatrix {
             QMatrix::Q8_0 { d, qs, .. } => {
                 for b in 0..nb {
                     let i = r * nb + b;
+                    let d = f16_to_f32(d[i]);
                     for j in 0..BLOCK {
-                        out[b * BLOCK + j] = d[i] * f32::from(qs[i * BLOCK + j]);
+                        out[b * BLOCK + j] = d * f32::from(qs[i * BLOCK + j]);
+                    }
+                }
+            }
+            QMatrix::Q5_0 { d, qh, qs, .. } => {
+                for b in 0..nb {
+                    let i = r * nb + b;
+                    let (d, q) = (f16_to_f32(d[i]), q5_0_block(qh, qs, i));
+                    for (o, &v) in out[b * BLOCK..(b + 1) * BLOCK].iter_mut().zip(&q) {
+                        *o = d * f32::from(v);
                     }
                 }
             }
@@ -451,6 +501,11 @@ impl QMatrix {
             QMatrix::Q8_0 { d, qs, .. } => RowBlocks::Q8_0 {
                 d: &d[blocks],
                 qs: &qs[r * nb * BLOCK..(r + 1) * nb * BLOCK],
+            },
+            QMatrix::Q5_0 { d, qh, qs, .. } => RowBlocks::Q5_0 {
+                d: &d[blocks.clone()],
+                qh: &qh[blocks],
+                qs: &qs[nibbles],
             },
             QMatrix::Q6K { d, qs, .. } => RowBlocks::Q6K {
                 d: &d[2 * blocks.start..2 * blocks.end],
@@ -538,7 +593,16 @@ impl QMatrix {
                         &qs[i * BLOCK..i * BLOCK + BLOCK],
                         &x.qs[b * BLOCK..b * BLOCK + BLOCK],
                     );
-                    acc += d[i] * x.d[b] * s as f32;
+                    acc += f16_to_f32(d[i]) * x.d[b] * s as f32;
+                }
+                acc
+            }
+            QMatrix::Q5_0 { d, qh, qs, .. } => {
+                let mut acc = 0f32;
+                for b in 0..nb {
+                    let i = r * nb + b;
+                    let s = dot_i8(&q5_0_block(qh, qs, i), &x.qs[b * BLOCK..b * BLOCK + BLOCK]);
+                    acc += f16_to_f32(d[i]) * x.d[b] * s as f32;
                 }
                 acc
             }
@@ -675,6 +739,13 @@ fn dot_nibbles(q: &[u8], x: &[i8]) -> i32 {
     dot_i8(&lo, &x[..16]) + dot_i8(&hi, &x[16..32])
 }
 
+/// Block `i`'s values `q − 16` of a Q5_0 matrix's high bits and nibbles.
+fn q5_0_block(qh: &[u32], qs: &[u8], i: usize) -> [i8; 32] {
+    let mut nibbles = [0u8; 16];
+    nibbles.copy_from_slice(&qs[i * 16..i * 16 + 16]);
+    quant::q5_0_values(qh[i], &nibbles)
+}
+
 #[inline(always)]
 fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
     a.iter()
@@ -780,6 +851,7 @@ mod tests {
                     (TensorType::Q4_1, encode::q4_1(&w)),
                     (TensorType::Q4_0, encode::q4_0(&w)),
                     (TensorType::Q8_0, encode::q8_0(&w)),
+                    (TensorType::Q5_0, encode::q5_0(&w)),
                 ] {
                     let m = QMatrix::from_gguf(ty, &bytes, rows, cols).expect("build");
                     for kernels in Kernels::available() {
@@ -811,6 +883,53 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn q5_0_at_the_file_s_size_gives_the_bits_of_its_values_widened_to_q8_0() {
+        // Q5_0's x = d·(q − 16) is a Q8_0 block with the same scale: each family's Q5_0
+        // kernel must give exactly what its Q8_0 kernel gives for that twin, batched or not.
+        let (rows, cols) = (9, 608);
+        let w: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i * 4099 % 257) as f32 - 128.0) / 64.0)
+            .collect();
+        let five = encode::q5_0(&w);
+        let twin: Vec<u8> = quant::blocks(TensorType::Q5_0, &five)
+            .flat_map(|b| {
+                let (d, qh, qs) = quant::split_q5_0(b);
+                let values = quant::q5_0_values(qh, &qs).map(|v| v as u8);
+                d.to_le_bytes().into_iter().chain(values)
+            })
+            .collect();
+        let q5 = QMatrix::from_gguf(TensorType::Q5_0, &five, rows, cols).expect("q5_0");
+        let q8 = QMatrix::from_gguf(TensorType::Q8_0, &twin, rows, cols).expect("q8_0");
+        assert_eq!(q5.bytes(), five.len(), "held at the file's size");
+        let acts: Vec<QActs> = (0..7)
+            .map(|t| {
+                let x: Vec<f32> = (0..cols)
+                    .map(|i| ((i * 13 + t * 29) % 31) as f32 / 8.0 - 1.9)
+                    .collect();
+                QActs::quantize(&x)
+            })
+            .collect();
+        for kernels in Kernels::available() {
+            let (mut got, mut want) = (vec![0f32; rows * 7], vec![0f32; rows * 7]);
+            q5.matmul_with(kernels, &acts, &mut got);
+            q8.matmul_with(kernels, &acts, &mut want);
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "{kernels:?}, 7 tokens");
+            for r in 0..rows {
+                assert_eq!(
+                    q5.dot_row_with(kernels, r, &acts[0]).to_bits(),
+                    q8.dot_row_with(kernels, r, &acts[0]).to_bits(),
+                    "{kernels:?} row {r}"
+                );
+            }
+        }
+        let (mut a, mut b) = (vec![0f32; cols], vec![0f32; cols]);
+        q5.row(4, &mut a);
+        q8.row(4, &mut b);
+        assert_eq!(a, b);
     }
 
     #[test]

@@ -163,11 +163,29 @@ pub fn blocks(ty: TensorType, bytes: &[u8]) -> std::slice::ChunksExact<'_, u8> {
 
 /// A Q8_0 block unpacked: `x[i] = d · q[i]`.
 pub fn unpack_q8_0(b: &[u8]) -> (f32, [i8; 32]) {
+    let (d, q) = split_q8_0(b);
+    (f16_to_f32(d), q)
+}
+
+/// A Q8_0 block with its scale left as f16 bits, the way a matrix that keeps the file's
+/// size holds it.
+pub fn split_q8_0(b: &[u8]) -> (u16, [i8; 32]) {
     let mut q = [0i8; 32];
     for (v, &byte) in q.iter_mut().zip(&b[2..34]) {
         *v = byte as i8;
     }
-    (f16_at(b, 0), q)
+    (u16::from_le_bytes([b[0], b[1]]), q)
+}
+
+/// An f16's value from its bits, exact for every finite f16 and without a branch, so a
+/// product kernel can afford it once per block on every target (infinities and NaNs, which
+/// no valid block scale holds, come out as large finite values).
+#[inline(always)]
+pub fn f16_to_f32(h: u16) -> f32 {
+    // The exponent and mantissa moved into f32's fields read as 2^-112 times the value
+    // (subnormals included, as f32 subnormals); one exact multiply rebiases it.
+    let magnitude = f32::from_bits(u32::from(h & 0x7FFF) << 13) * f32::from_bits(0x7780_0000);
+    f32::from_bits(magnitude.to_bits() | (u32::from(h & 0x8000) << 16))
 }
 
 /// Q8_0: f16 scale `d`, 32 signed bytes; x = d·q.
@@ -229,10 +247,25 @@ fn five_bits(qh: &[u8], qs: &[u8]) -> [u8; 32] {
     q
 }
 
+/// A Q5_0 block's parts as the file holds them: the f16 scale's bits, the 32 high bits (bit
+/// `j` for element `j`) and the nibbles.
+pub fn split_q5_0(b: &[u8]) -> (u16, u32, Nibbles) {
+    (
+        u16::from_le_bytes([b[0], b[1]]),
+        u32::from_le_bytes([b[2], b[3], b[4], b[5]]),
+        nibbles_at(b, 6),
+    )
+}
+
 /// A Q5_0 block unpacked: `x[i] = d · q[i]`, with `q` in `−16..16`.
 pub fn unpack_q5_0(b: &[u8]) -> (f32, [i8; 32]) {
-    let q = five_bits(&b[2..6], &b[6..22]);
-    (f16_at(b, 0), q.map(|v| v as i8 - 16))
+    let (d, qh, qs) = split_q5_0(b);
+    (f16_to_f32(d), q5_0_values(qh, &qs))
+}
+
+/// The 32 values `q − 16` of a Q5_0 block's high bits and nibbles.
+pub fn q5_0_values(qh: u32, qs: &Nibbles) -> [i8; 32] {
+    five_bits(&qh.to_le_bytes(), qs).map(|v| v as i8 - 16)
 }
 
 /// Q5_0: f16 scale `d`, 32 high bits, 16 bytes of nibbles; x = d·(q−16).
@@ -602,6 +635,20 @@ mod tests {
 
     fn h(x: f32) -> [u8; 2] {
         f16::from_f32(x).to_le_bytes()
+    }
+
+    #[test]
+    fn the_branch_free_f16_conversion_agrees_with_half_on_every_finite_value() {
+        for bits in 0..=u16::MAX {
+            let want = f16::from_bits(bits);
+            if want.is_finite() {
+                assert_eq!(
+                    f16_to_f32(bits).to_bits(),
+                    want.to_f32().to_bits(),
+                    "{bits:#06x}"
+                );
+            }
+        }
     }
 
     #[test]

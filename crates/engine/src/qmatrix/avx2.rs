@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 
 use super::{
     BLOCK, FormatKernels, KernelTable, PORTABLE_FORMAT, QActs, QMatrix, RowBlocks,
-    each_row_and_token,
+    each_row_and_token, f16_to_f32,
 };
 
 /// Whether this machine runs them (AVX2 and FMA, detected once).
@@ -26,15 +26,19 @@ pub(super) const TABLE: KernelTable = KernelTable {
         dot: row_dot,
         rows: None,
     },
-    q8_0: FormatKernels {
-        dot: row_dot,
-        rows: Some(rows_q8_0),
-    },
+    q8_0: SIGNED,
+    q5_0: SIGNED,
     q6k: FormatKernels {
         dot: row_dot,
         rows: None,
     },
     f32: PORTABLE_FORMAT,
+};
+
+/// The formats read as 32 signed bytes a block (Q8_0, and Q5_0 widened to them).
+const SIGNED: FormatKernels = FormatKernels {
+    dot: row_dot,
+    rows: Some(rows_signed),
 };
 
 /// Row `r` · `x` with the format's AVX2 kernel.
@@ -44,7 +48,8 @@ fn row_dot(w: &QMatrix, r: usize, x: &QActs) -> f32 {
     match w.row_blocks(r) {
         RowBlocks::Q4_1 { d, m, qs } => unsafe { dot_q4_1(d, m, qs, x) },
         RowBlocks::Q4_0 { d, qs } => unsafe { dot_q4_0(d, qs, x) },
-        RowBlocks::Q8_0 { d, qs } => unsafe { dot_q8_0(d, qs, x) },
+        RowBlocks::Q8_0 { d, qs } => unsafe { dot_signed(Q8Row { d, qs }, x) },
+        RowBlocks::Q5_0 { d, qh, qs } => unsafe { dot_signed(Q5Row { d, qh, qs }, x) },
         RowBlocks::Q6K { d, qs } => unsafe { dot_q6_k(d, qs, x) },
         RowBlocks::Other => w.dot_row_portable(r, x),
     }
@@ -67,18 +72,16 @@ fn rows_q4_1(w: &QMatrix, first: usize, count: usize, xs: &[QActs], out: &mut [f
     });
 }
 
-/// Q8_0 rows: a decoded token's chunk in one call, a prompt's tokens four at a time.
-fn rows_q8_0(w: &QMatrix, first: usize, count: usize, xs: &[QActs], out: &mut [f32]) {
-    if let ([x], QMatrix::Q8_0 { cols, d, qs, .. }) = (xs, w) {
-        let nb = cols / BLOCK;
-        let blocks = first * nb..(first + count) * nb;
-        let qs = &qs[blocks.start * BLOCK..blocks.end * BLOCK];
-        // SAFETY: as in `rows_q4_1`.
-        return unsafe { dot_rows_q8_0(nb, &d[blocks], qs, x, out) };
+/// Signed-byte rows: a decoded token's chunk in one call, a prompt's tokens four at a time.
+fn rows_signed(w: &QMatrix, first: usize, _count: usize, xs: &[QActs], out: &mut [f32]) {
+    if let [x] = xs {
+        // SAFETY: AVX2 and FMA run here (see `TABLE`).
+        return unsafe { dot_rows_signed(w, first, x, out) };
     }
     by_fours(w, first, xs, out, |blocks, four| match blocks {
-        // SAFETY: as in `row_dot`.
-        RowBlocks::Q8_0 { d, qs } => Some(unsafe { dot_q8_0_x4(d, qs, four) }),
+        // SAFETY (each call): as in `row_dot`.
+        RowBlocks::Q8_0 { d, qs } => Some(unsafe { dot_signed_x4(Q8Row { d, qs }, four) }),
+        RowBlocks::Q5_0 { d, qh, qs } => Some(unsafe { dot_signed_x4(Q5Row { d, qh, qs }, four) }),
         _ => None,
     });
 }
@@ -189,18 +192,16 @@ pub unsafe fn dot_rows_q4_1(
     }
 }
 
-/// [`dot_q8_0`] for consecutive rows of `nb` blocks each, one result per row of `out`.
+/// [`dot_signed`] for the rows from `first`, one result per row of `out`, in one call so the
+/// loop runs with the kernel's features.
 #[target_feature(enable = "avx2,fma")]
-pub unsafe fn dot_rows_q8_0(nb: usize, d: &[f32], qs: &[i8], x: &QActs, out: &mut [f32]) {
-    for (r, o) in out.iter_mut().enumerate() {
-        let blocks = r * nb..(r + 1) * nb;
-        // SAFETY: the caller's guarantees for `dot_q8_0`, row by row.
-        *o = unsafe {
-            dot_q8_0(
-                &d[blocks.clone()],
-                &qs[blocks.start * BLOCK..blocks.end * BLOCK],
-                x,
-            )
+unsafe fn dot_rows_signed(w: &QMatrix, first: usize, x: &QActs, out: &mut [f32]) {
+    for (k, o) in out.iter_mut().enumerate() {
+        // SAFETY (each call): the row's slices hold its blocks, and `x` as many.
+        *o = match w.row_blocks(first + k) {
+            RowBlocks::Q8_0 { d, qs } => unsafe { dot_signed(Q8Row { d, qs }, x) },
+            RowBlocks::Q5_0 { d, qh, qs } => unsafe { dot_signed(Q5Row { d, qh, qs }, x) },
+            _ => row_dot(w, first + k, x),
         };
     }
 }
@@ -236,24 +237,22 @@ pub unsafe fn dot_q4_1_x4(d: &[f32], m: &[f32], qs: &[u8], x: [&QActs; 4]) -> [f
     ]
 }
 
-/// [`dot_q8_0`] for four activation vectors, the row's bytes loaded once.
+/// [`dot_signed`] for four activation vectors, the row's bytes loaded once.
+///
+/// # Safety
+/// As for [`dot_signed`], for every token.
 #[target_feature(enable = "avx2,fma")]
-pub unsafe fn dot_q8_0_x4(d: &[f32], qs: &[i8], x: [&QActs; 4]) -> [f32; 4] {
-    let ones = _mm256_set1_epi16(1);
+unsafe fn dot_signed_x4<R: SignedBlocks>(row: R, x: [&QActs; 4]) -> [f32; 4] {
     let mut acc = [_mm256_setzero_ps(); 4];
-    for (b, &db) in d.iter().enumerate() {
-        prefetch_ahead(qs, b * BLOCK);
-        // SAFETY: block b lies inside `qs` (32 bytes a block).
-        let w = unsafe { _mm256_loadu_si256(qs.as_ptr().add(b * BLOCK) as *const __m256i) };
-        let abs_w = _mm256_sign_epi8(w, w);
+    for b in 0..row.blocks() {
+        // SAFETY: block b lies inside the row (the caller's guarantee).
+        let w = unsafe { row.bytes(b) };
+        let db = row.scale(b);
         for j in 0..4 {
             // SAFETY: block b lies inside every `x[j].qs` (32 bytes a block).
-            let xv =
-                unsafe { _mm256_loadu_si256(x[j].qs.as_ptr().add(b * BLOCK) as *const __m256i) };
-            let sum16 = _mm256_maddubs_epi16(abs_w, _mm256_sign_epi8(xv, w));
-            let sum32 = _mm256_madd_epi16(sum16, ones);
+            let xv = unsafe { activation_block(x[j], b) };
             acc[j] = _mm256_fmadd_ps(
-                _mm256_cvtepi32_ps(sum32),
+                _mm256_cvtepi32_ps(signed_sums(w, xv)),
                 _mm256_set1_ps(db * x[j].d[b]),
                 acc[j],
             );
@@ -288,34 +287,135 @@ pub unsafe fn dot_q4_0(d: &[f32], qs: &[u8], x: &QActs) -> f32 {
     hsum(acc)
 }
 
-/// Σ over blocks of d·dx·Σ(q·qx), for one Q8_0 row.
+/// A row whose blocks the signed-byte kernels read as 32 signed bytes and a scale.
+trait SignedBlocks: Copy {
+    /// Blocks in the row.
+    fn blocks(self) -> usize;
+    /// Block `b`'s scale.
+    fn scale(self, b: usize) -> f32;
+    /// Block `b`'s values.
+    ///
+    /// # Safety
+    /// AVX2 runs here, and `b` is below [`Self::blocks`] (a row's slices hold as many
+    /// blocks as scales: see `QMatrix::row_blocks`).
+    unsafe fn bytes(self, b: usize) -> __m256i;
+}
+
+/// A Q8_0 row: f16 scales and the signed bytes themselves.
+#[derive(Clone, Copy)]
+struct Q8Row<'a> {
+    d: &'a [u16],
+    qs: &'a [i8],
+}
+
+/// A Q5_0 row: f16 scales, high bits and nibbles, widened to `q − 16` a block at a time.
+#[derive(Clone, Copy)]
+struct Q5Row<'a> {
+    d: &'a [u16],
+    qh: &'a [u32],
+    qs: &'a [u8],
+}
+
+impl SignedBlocks for Q8Row<'_> {
+    fn blocks(self) -> usize {
+        self.d.len()
+    }
+
+    fn scale(self, b: usize) -> f32 {
+        f16_to_f32(self.d[b])
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn bytes(self, b: usize) -> __m256i {
+        debug_assert!((b + 1) * BLOCK <= self.qs.len(), "block inside the row");
+        prefetch_ahead(self.qs, b * BLOCK);
+        // SAFETY: the caller's guarantee; a row's bytes are 32 per scale.
+        unsafe { _mm256_loadu_si256(self.qs.as_ptr().add(b * BLOCK) as *const __m256i) }
+    }
+}
+
+impl SignedBlocks for Q5Row<'_> {
+    fn blocks(self) -> usize {
+        self.d.len()
+    }
+
+    fn scale(self, b: usize) -> f32 {
+        f16_to_f32(self.d[b])
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn bytes(self, b: usize) -> __m256i {
+        debug_assert!((b + 1) * 16 <= self.qs.len(), "block inside the row");
+        prefetch_ahead(self.qs, b * 16);
+        // SAFETY: the caller's guarantee; a row's nibbles are 16 bytes per scale.
+        let raw = unsafe { _mm_loadu_si128(self.qs.as_ptr().add(b * 16) as *const __m128i) };
+        let nibbles = _mm256_and_si256(
+            _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw),
+            _mm256_set1_epi8(0x0F),
+        );
+        // Byte j holds byte j / 8 of the high bits; with every bit but j % 8 set, it is all
+        // ones exactly where element j's high bit is (llama.cpp's `bytes_from_bits_32`).
+        let spread = _mm256_shuffle_epi8(
+            _mm256_set1_epi32(self.qh[b] as i32),
+            _mm256_set_epi64x(
+                0x0303_0303_0303_0303,
+                0x0202_0202_0202_0202,
+                0x0101_0101_0101_0101,
+                0,
+            ),
+        );
+        let others = _mm256_set1_epi64x(0x7FBF_DFEF_F7FB_FDFE);
+        let high = _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi8(-1));
+        // q − 16 is the nibble where the high bit is set, and the nibble with the top four
+        // bits set (nibble − 16) where it is not.
+        _mm256_or_si256(
+            nibbles,
+            _mm256_andnot_si256(high, _mm256_set1_epi8(0xF0u8 as i8)),
+        )
+    }
+}
+
+/// Σ over blocks of d·dx·Σ(q·qx), for one row of signed-byte blocks.
+///
+/// # Safety
+/// AVX2 and FMA run here, and `x` holds the row's blocks.
 #[target_feature(enable = "avx2,fma")]
-pub unsafe fn dot_q8_0(d: &[f32], qs: &[i8], x: &QActs) -> f32 {
+unsafe fn dot_signed<R: SignedBlocks>(row: R, x: &QActs) -> f32 {
     let mut acc = _mm256_setzero_ps();
-    for (b, &db) in d.iter().enumerate() {
-        // SAFETY: block b lies inside `qs` and `x.qs` (the caller's slices).
-        let sums = unsafe { signed_block_sums(qs, x, b) };
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(db * x.d[b]), acc);
+    for b in 0..row.blocks() {
+        // SAFETY: block b lies inside the row and `x` (the caller's guarantee).
+        let sums = unsafe { signed_sums(row.bytes(b), activation_block(x, b)) };
+        acc = _mm256_fmadd_ps(
+            _mm256_cvtepi32_ps(sums),
+            _mm256_set1_ps(row.scale(b) * x.d[b]),
+            acc,
+        );
     }
     hsum(acc)
 }
 
-/// Block `b`'s products of signed bytes with the activations, summed in fours: i32 lanes
-/// 0–3 cover its first 16 values, 4–7 the rest.
+/// Block `b` of `x`'s quantized activations.
 ///
 /// # Safety
-/// Block `b` (32 bytes) lies inside `qs` and `x.qs`.
-#[target_feature(enable = "avx2,fma")]
+/// AVX2 runs here, and `x` holds block `b`.
+#[target_feature(enable = "avx2")]
 #[inline]
-unsafe fn signed_block_sums(qs: &[i8], x: &QActs, b: usize) -> __m256i {
-    prefetch_ahead(qs, b * BLOCK);
+unsafe fn activation_block(x: &QActs, b: usize) -> __m256i {
+    debug_assert!(
+        (b + 1) * BLOCK <= x.qs.len(),
+        "block inside the activations"
+    );
     // SAFETY: the caller's guarantee.
-    let (w, xv) = unsafe {
-        (
-            _mm256_loadu_si256(qs.as_ptr().add(b * BLOCK) as *const __m256i),
-            _mm256_loadu_si256(x.qs.as_ptr().add(b * BLOCK) as *const __m256i),
-        )
-    };
+    unsafe { _mm256_loadu_si256(x.qs.as_ptr().add(b * BLOCK) as *const __m256i) }
+}
+
+/// A block's products of signed bytes `w` with activations `xv`, summed in fours: i32 lanes
+/// 0–3 cover its first 16 values, 4–7 the rest.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn signed_sums(w: __m256i, xv: __m256i) -> __m256i {
     // maddubs needs an unsigned operand: |w| times x with w's sign moved onto x (both at
     // most 127 in magnitude, so a pair's sum fits in i16).
     let sum16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xv, w));
@@ -328,8 +428,14 @@ unsafe fn signed_block_sums(qs: &[i8], x: &QActs, b: usize) -> __m256i {
 pub unsafe fn dot_q6_k(d: &[f32], qs: &[i8], x: &QActs) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (b, &dx) in x.d.iter().enumerate() {
+        prefetch_ahead(qs, b * BLOCK);
         // SAFETY: block b lies inside `qs` and `x.qs` (the caller's slices).
-        let sums = unsafe { signed_block_sums(qs, x, b) };
+        let sums = unsafe {
+            signed_sums(
+                _mm256_loadu_si256(qs.as_ptr().add(b * BLOCK) as *const __m256i),
+                activation_block(x, b),
+            )
+        };
         let scale = _mm256_set_m128(_mm_set1_ps(d[2 * b + 1] * dx), _mm_set1_ps(d[2 * b] * dx));
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), scale, acc);
     }

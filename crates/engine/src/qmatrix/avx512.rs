@@ -1,4 +1,4 @@
-//! AVX-512 VNNI kernels for Q4_1, Q8_0 and Q6_K: a tile of rows × tokens per call, two blocks per
+//! AVX-512 VNNI kernels for Q4_1, Q8_0, Q5_0 and Q6_K: a tile of rows × tokens per call, two blocks per
 //! 512-bit register, `vpdpbusd` for the byte products.
 //!
 //! A tile unpacks each weight pair once for its tokens and each activation pair once for its
@@ -18,6 +18,7 @@ pub(super) const TABLE: KernelTable = KernelTable {
     q4_1: TILED,
     q4_0: avx2::TABLE.q4_0,
     q8_0: TILED,
+    q5_0: TILED,
     q6k: TILED,
     f32: PORTABLE_FORMAT,
 };
@@ -36,7 +37,8 @@ fn row_dot(w: &QMatrix, r: usize, x: &QActs) -> f32 {
     let [[value]] = match w {
         QMatrix::Q4_1 { d, m, qs, .. } => unsafe { Q4_1 { nb, d, m, qs }.tile(r, [x]) },
         QMatrix::Q8_0 { d, qs, .. } => unsafe { Q8_0 { nb, d, qs }.tile(r, [x]) },
-        QMatrix::Q6K { d, qs, .. } => unsafe { Q6K(Q8_0 { nb, d, qs }).tile(r, [x]) },
+        QMatrix::Q5_0 { d, qh, qs, .. } => unsafe { Q5_0 { nb, d, qh, qs }.tile(r, [x]) },
+        QMatrix::Q6K { d, qs, .. } => unsafe { Q6K { nb, d, qs }.tile(r, [x]) },
         QMatrix::Q4_0 { .. } | QMatrix::F32 { .. } => return w.dot_row_portable(r, x),
     };
     value
@@ -51,22 +53,24 @@ fn task_rows(w: &QMatrix, first: usize, count: usize, xs: &[QActs], out: &mut [f
             fill(&Q4_1 { nb, d, m, qs }, first, count, xs, out)
         },
         QMatrix::Q8_0 { d, qs, .. } => unsafe { fill(&Q8_0 { nb, d, qs }, first, count, xs, out) },
-        QMatrix::Q6K { d, qs, .. } => unsafe {
-            fill(&Q6K(Q8_0 { nb, d, qs }), first, count, xs, out)
+        QMatrix::Q5_0 { d, qh, qs, .. } => unsafe {
+            fill(&Q5_0 { nb, d, qh, qs }, first, count, xs, out)
         },
+        QMatrix::Q6K { d, qs, .. } => unsafe { fill(&Q6K { nb, d, qs }, first, count, xs, out) },
         QMatrix::Q4_0 { .. } | QMatrix::F32 { .. } => {
             super::each_row_and_token(QMatrix::dot_row_portable, w, first, xs, out)
         }
     }
 }
 
-/// Whether this machine runs them (AVX-512 F, BW and VNNI, detected once).
+/// Whether this machine runs them (AVX-512 F, BW and VNNI, and F16C, detected once).
 pub fn available() -> bool {
     static AVAILABLE: OnceLock<bool> = OnceLock::new();
     *AVAILABLE.get_or_init(|| {
         is_x86_feature_detected!("avx512f")
             && is_x86_feature_detected!("avx512bw")
             && is_x86_feature_detected!("avx512vnni")
+            && is_x86_feature_detected!("f16c")
     })
 }
 
@@ -89,8 +93,8 @@ pub trait Tiles {
     /// `out[i][j]` = row `first + i` · token `x[j]`.
     ///
     /// # Safety
-    /// The machine has AVX-512 F, BW and VNNI ([`available`]). (Rows past the matrix, or
-    /// tokens with fewer blocks than a row, panic.)
+    /// The machine has AVX-512 F, BW and VNNI and F16C ([`available`]). (Rows past the
+    /// matrix, or tokens with fewer blocks than a row, panic.)
     unsafe fn tile<const R: usize, const T: usize>(
         &self,
         first: usize,
@@ -106,15 +110,131 @@ pub struct Q4_1<'a> {
     pub qs: &'a [u8],
 }
 
-/// Q8_0 rows: per block a scale and 32 signed bytes.
+/// Q8_0 rows: per block an f16 scale and 32 signed bytes.
 pub struct Q8_0<'a> {
+    pub nb: usize,
+    pub d: &'a [u16],
+    pub qs: &'a [i8],
+}
+
+/// Q5_0 rows: per block an f16 scale, 32 high bits and 16 bytes of nibbles.
+pub struct Q5_0<'a> {
+    pub nb: usize,
+    pub d: &'a [u16],
+    pub qh: &'a [u32],
+    pub qs: &'a [u8],
+}
+
+/// Q6_K rows as the engine holds them: signed bytes with an f32 scale per 16 values.
+pub struct Q6K<'a> {
     pub nb: usize,
     pub d: &'a [f32],
     pub qs: &'a [i8],
 }
 
-/// Q6_K rows as the engine holds them: Q8_0's signed bytes with a scale per 16 values.
-pub struct Q6K<'a>(pub Q8_0<'a>);
+/// Rows the signed tile reads: two blocks at a time as 64 signed bytes, with their scales
+/// spread over the lanes of the 32-bit sums each block's values fall in.
+trait SignedPairs {
+    /// Blocks per row.
+    fn nb(&self) -> usize;
+    /// Rows held.
+    fn rows(&self) -> usize;
+    /// Blocks `block` and `block + 1` (or `block` alone, the rest zero), requesting the
+    /// weights `rows_ahead` rows on.
+    ///
+    /// # Safety
+    /// The features run here; `block` (and `block + 1` where `two`) lie inside a row.
+    unsafe fn pair(&self, block: usize, two: bool, rows_ahead: usize) -> (__m512i, __m512);
+}
+
+impl SignedPairs for Q8_0<'_> {
+    fn nb(&self) -> usize {
+        self.nb
+    }
+
+    fn rows(&self) -> usize {
+        self.d.len() / self.nb
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
+    #[inline]
+    unsafe fn pair(&self, block: usize, two: bool, rows_ahead: usize) -> (__m512i, __m512) {
+        let p = self.qs[block * BLOCK..].as_ptr();
+        prefetch_ahead(
+            p.cast(),
+            block * BLOCK,
+            rows_ahead * self.nb * BLOCK + PREFETCH_BYTES,
+        );
+        // SAFETY: the caller's guarantee: the bytes and scales of both blocks are there.
+        unsafe {
+            (
+                pair_bytes(p, two),
+                half_pair_scales(self.d[block..].as_ptr(), two),
+            )
+        }
+    }
+}
+
+impl SignedPairs for Q6K<'_> {
+    fn nb(&self) -> usize {
+        self.nb
+    }
+
+    fn rows(&self) -> usize {
+        self.d.len() / (2 * self.nb)
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
+    #[inline]
+    unsafe fn pair(&self, block: usize, two: bool, rows_ahead: usize) -> (__m512i, __m512) {
+        let p = self.qs[block * BLOCK..].as_ptr();
+        prefetch_ahead(
+            p.cast(),
+            block * BLOCK,
+            rows_ahead * self.nb * BLOCK + PREFETCH_BYTES,
+        );
+        // SAFETY: as for Q8_0, with two scales a block.
+        unsafe {
+            (
+                pair_bytes(p, two),
+                quad_scales(self.d[2 * block..].as_ptr(), two),
+            )
+        }
+    }
+}
+
+impl SignedPairs for Q5_0<'_> {
+    fn nb(&self) -> usize {
+        self.nb
+    }
+
+    fn rows(&self) -> usize {
+        self.d.len() / self.nb
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
+    #[inline]
+    unsafe fn pair(&self, block: usize, two: bool, rows_ahead: usize) -> (__m512i, __m512) {
+        let p = self.qs[block * 16..].as_ptr();
+        prefetch_ahead(p, block * 16, rows_ahead * self.nb * 16 + PREFETCH_BYTES);
+        // SAFETY: the caller's guarantee: both blocks' nibbles and scales are there.
+        let nibbles = unsafe { pair_nibbles(p, two) };
+        let high = u64::from(self.qh[block])
+            | if two {
+                u64::from(self.qh[block + 1]) << 32
+            } else {
+                0
+            };
+        // q − 16: the nibble where the high bit is set, the nibble − 16 (top bits set)
+        // where not; nothing past a lone block.
+        let low_only = _mm512_or_si512(nibbles, _mm512_set1_epi8(0xF0u8 as i8));
+        let values = _mm512_mask_mov_epi8(low_only, high, nibbles);
+        let present: __mmask64 = if two { !0 } else { 0xFFFF_FFFF };
+        // SAFETY: as above.
+        let scales = unsafe { half_pair_scales(self.d[block..].as_ptr(), two) };
+        (_mm512_maskz_mov_epi8(present, values), scales)
+    }
+}
 
 /// Two consecutive scales spread over a register: lanes 0..8 the first, 8..16 the second
 /// (zero where `two` is false: a row's odd last block).
@@ -128,8 +248,50 @@ unsafe fn pair_scales(p: *const f32, two: bool) -> __m512 {
             _mm_load_ss(p)
         }
     };
+    spread_pair(v)
+}
+
+/// [`pair_scales`] from f16 scales (converted exactly).
+#[target_feature(enable = "avx512f,f16c")]
+unsafe fn half_pair_scales(p: *const u16, two: bool) -> __m512 {
+    // SAFETY: the caller's pointer holds two f16s, or one where `two` is false.
+    let bits = unsafe {
+        if two {
+            p.cast::<u32>().read_unaligned()
+        } else {
+            u32::from(p.read())
+        }
+    };
+    spread_pair(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+}
+
+/// Lanes 0 and 1 of `v` over lanes 0..8 and 8..16.
+#[target_feature(enable = "avx512f")]
+fn spread_pair(v: __m128) -> __m512 {
     let spread = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
     _mm512_permutexvar_ps(spread, _mm512_zextps128_ps512(v))
+}
+
+/// Two blocks' nibbles (32 bytes, or 16 and zeros) as 64 bytes in element order: block
+/// `b`'s 32 values, then block `b + 1`'s.
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+unsafe fn pair_nibbles(p: *const u8, two: bool) -> __m512i {
+    // SAFETY: the caller's pointer holds 32 bytes, or 16 where `two` is false.
+    let raw = unsafe {
+        if two {
+            _mm256_loadu_si256(p.cast())
+        } else {
+            _mm256_zextsi128_si256(_mm_loadu_si128(p.cast()))
+        }
+    };
+    // 128-bit lanes: [b low, b+1 low, b high, b+1 high] nibbles, reordered to
+    // [b low, b high, b+1 low, b+1 high]: elements 0..32 of b, then of b+1.
+    let both = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(raw), _mm256_srli_epi16::<4>(raw));
+    _mm512_and_si512(
+        _mm512_shuffle_i64x2::<0b11_01_10_00>(both, both),
+        _mm512_set1_epi8(0x0F),
+    )
 }
 
 /// The four scales of two consecutive blocks of 16-value sub-blocks, each over its four
@@ -207,14 +369,13 @@ fn reduce(acc: __m512) -> f32 {
 }
 
 impl Tiles for Q4_1<'_> {
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
     unsafe fn tile<const R: usize, const T: usize>(
         &self,
         first: usize,
         x: [&QActs; T],
     ) -> [[f32; T]; R] {
         let nb = self.nb;
-        let low = _mm512_set1_epi8(0x0F);
         assert!((first + R) * nb <= self.d.len(), "rows past the matrix");
         assert!(
             x.iter()
@@ -232,20 +393,7 @@ impl Tiles for Q4_1<'_> {
                 let p = self.qs[block * 16..].as_ptr();
                 prefetch_ahead(p, block * 16, ahead);
                 // SAFETY: block `block` (and the next when `two`) lies inside the row.
-                let raw = unsafe {
-                    if two {
-                        _mm256_loadu_si256(p.cast())
-                    } else {
-                        _mm256_zextsi128_si256(_mm_loadu_si128(p.cast()))
-                    }
-                };
-                // 128-bit lanes: [b low, b+1 low, b high, b+1 high] nibbles, reordered to
-                // [b low, b high, b+1 low, b+1 high]: elements 0..32 of b, then of b+1.
-                let both = _mm512_inserti64x4::<1>(
-                    _mm512_castsi256_si512(raw),
-                    _mm256_srli_epi16::<4>(raw),
-                );
-                w[i] = _mm512_and_si512(_mm512_shuffle_i64x2::<0b11_01_10_00>(both, both), low);
+                w[i] = unsafe { pair_nibbles(p, two) };
                 // SAFETY: the row's scales hold block `block` (and the next when `two`).
                 dw[i] = unsafe { pair_scales(self.d[block..].as_ptr(), two) };
             }
@@ -287,52 +435,42 @@ impl Tiles for Q4_1<'_> {
     }
 }
 
-impl Tiles for Q8_0<'_> {
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn tile<const R: usize, const T: usize>(
-        &self,
-        first: usize,
-        x: [&QActs; T],
-    ) -> [[f32; T]; R] {
-        // SAFETY: the caller's guarantees.
-        unsafe { signed_tile::<R, T, 1>(self, first, x) }
-    }
+/// The signed formats' tiles are one tile over [`SignedPairs`].
+macro_rules! signed_tiles {
+    ($($format:ident),*) => {$(
+        impl Tiles for $format<'_> {
+            #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
+            unsafe fn tile<const R: usize, const T: usize>(
+                &self,
+                first: usize,
+                x: [&QActs; T],
+            ) -> [[f32; T]; R] {
+                // SAFETY: the caller's guarantees.
+                unsafe { signed_tile::<R, T>(self, first, x) }
+            }
+        }
+    )*};
 }
 
-impl Tiles for Q6K<'_> {
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn tile<const R: usize, const T: usize>(
-        &self,
-        first: usize,
-        x: [&QActs; T],
-    ) -> [[f32; T]; R] {
-        // SAFETY: the caller's guarantees.
-        unsafe { signed_tile::<R, T, 2>(&self.0, first, x) }
-    }
-}
+signed_tiles!(Q8_0, Q5_0, Q6K);
 
-/// The tile of signed-byte rows with `SCALES` scales per block of 32 (Q8_0's one, Q6_K's
-/// two).
+/// The tile of rows read as signed bytes (Q8_0's, Q5_0's widened, Q6_K's with a scale per 16).
 ///
 /// # Safety
 /// As for [`Tiles::tile`].
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn signed_tile<const R: usize, const T: usize, const SCALES: usize>(
-    m: &Q8_0<'_>,
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
+unsafe fn signed_tile<const R: usize, const T: usize>(
+    m: &impl SignedPairs,
     first: usize,
     x: [&QActs; T],
 ) -> [[f32; T]; R] {
-    let nb = m.nb;
+    let nb = m.nb();
     let zero = _mm512_setzero_si512();
-    assert!(
-        (first + R) * nb * SCALES <= m.d.len(),
-        "rows past the matrix"
-    );
+    assert!(first + R <= m.rows(), "rows past the matrix");
     assert!(
         x.iter()
             .all(|xj| xj.qs.len() >= nb * BLOCK && xj.d.len() >= nb)
     );
-    let ahead = R * nb * BLOCK + PREFETCH_BYTES;
     let mut acc = [[_mm512_setzero_ps(); T]; R];
     for b in (0..nb).step_by(2) {
         let two = b + 1 < nb;
@@ -341,18 +479,9 @@ unsafe fn signed_tile<const R: usize, const T: usize, const SCALES: usize>(
         let mut dw = [_mm512_setzero_ps(); R];
         for i in 0..R {
             let block = (first + i) * nb + b;
-            let p = m.qs[block * BLOCK..].as_ptr();
-            prefetch_ahead(p.cast(), block * BLOCK, ahead);
             // SAFETY: block `block` (and the next when `two`) lies inside the row, as do
             // its scales.
-            let (wv, d) = unsafe {
-                let scales = m.d[block * SCALES..].as_ptr();
-                let d = match SCALES {
-                    1 => pair_scales(scales, two),
-                    _ => quad_scales(scales, two),
-                };
-                (pair_bytes(p, two), d)
-            };
+            let (wv, d) = unsafe { m.pair(block, two, R) };
             // vpdpbusd multiplies unsigned by signed bytes: |w| times x with w's sign
             // moved onto x.
             magnitude[i] = _mm512_abs_epi8(wv);

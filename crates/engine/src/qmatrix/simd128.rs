@@ -4,13 +4,16 @@
 
 use core::arch::wasm32::*;
 
-use super::{BLOCK, FormatKernels, KernelTable, PORTABLE_FORMAT, QActs, QMatrix, RowBlocks};
+use super::{
+    BLOCK, FormatKernels, KernelTable, PORTABLE_FORMAT, QActs, QMatrix, RowBlocks, f16_to_f32,
+};
 
 /// This family's kernel for each format (the portable loop for Q4_0).
 pub(super) const TABLE: KernelTable = KernelTable {
     q4_1: SIMD,
     q4_0: PORTABLE_FORMAT,
     q8_0: SIMD,
+    q5_0: SIMD,
     q6k: SIMD,
     f32: PORTABLE_FORMAT,
 };
@@ -26,6 +29,7 @@ fn row_dot(w: &QMatrix, r: usize, x: &QActs) -> f32 {
     match w.row_blocks(r) {
         RowBlocks::Q4_1 { d, m, qs } => dot_q4_1(d, m, qs, x),
         RowBlocks::Q8_0 { d, qs } => dot_q8_0(d, qs, x),
+        RowBlocks::Q5_0 { d, qh, qs } => dot_q5_0(d, qh, qs, x),
         RowBlocks::Q6K { d, qs } => dot_q6_k(d, qs, x),
         RowBlocks::Q4_0 { .. } | RowBlocks::Other => w.dot_row_portable(r, x),
     }
@@ -76,16 +80,58 @@ pub fn dot_q4_1(d: &[f32], m: &[f32], qs: &[u8], x: &QActs) -> f32 {
 }
 
 /// Σ over blocks of d·dx·Σ(q·qx), for one Q8_0 row.
-pub fn dot_q8_0(d: &[f32], qs: &[i8], x: &QActs) -> f32 {
+pub fn dot_q8_0(d: &[u16], qs: &[i8], x: &QActs) -> f32 {
     let nb = d.len();
-    assert!(qs.len() == nb * BLOCK && x.qs.len() >= nb * BLOCK);
-    let mut acc = f32x4_splat(0.0);
-    for (b, &db) in d.iter().enumerate() {
-        // SAFETY: the assert above puts block b inside `qs` and `x.qs` (32 bytes a block).
-        let (w0, w1, x0, x1) = unsafe {
+    assert!(qs.len() == nb * BLOCK);
+    dot_signed(d, x, |b| {
+        // SAFETY: the assert above puts block b inside `qs` (32 bytes a block).
+        unsafe {
             (
                 v128_load(qs.as_ptr().add(b * BLOCK) as *const v128),
                 v128_load(qs.as_ptr().add(b * BLOCK + 16) as *const v128),
+            )
+        }
+    })
+}
+
+/// Σ over blocks of d·dx·Σ((q − 16)·qx), for one Q5_0 row: each block widened to Q8_0's
+/// signed bytes.
+pub fn dot_q5_0(d: &[u16], qh: &[u32], qs: &[u8], x: &QActs) -> f32 {
+    let nb = d.len();
+    assert!(qh.len() == nb && qs.len() == nb * 16);
+    let mask = u8x16_splat(0x0F);
+    // Byte j of a half tests bit j % 8 of the high bits' byte j / 8.
+    let bit = u8x16(1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128);
+    let top = u8x16_splat(0xF0);
+    dot_signed(d, x, |b| {
+        // SAFETY: the assert above puts block b inside `qs` (16 bytes a block).
+        let raw = unsafe { v128_load(qs.as_ptr().add(b * 16) as *const v128) };
+        let bits = u32x4_splat(qh[b]);
+        let high = |bytes: v128| {
+            let spread = i8x16_swizzle(bits, bytes);
+            i8x16_eq(v128_and(spread, bit), bit)
+        };
+        let low_half = high(u8x16(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
+        let high_half = high(u8x16(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+        // q − 16: the nibble where the high bit is set, the nibble − 16 where not.
+        (
+            v128_or(v128_and(raw, mask), v128_andnot(top, low_half)),
+            v128_or(u8x16_shr(raw, 4), v128_andnot(top, high_half)),
+        )
+    })
+}
+
+/// Σ over blocks of d·dx·Σ(q·qx) for a row whose block `b` is `bytes(b)`: two halves of 16
+/// signed bytes.
+#[inline(always)]
+fn dot_signed(d: &[u16], x: &QActs, bytes: impl Fn(usize) -> (v128, v128)) -> f32 {
+    assert!(x.qs.len() >= d.len() * BLOCK && x.d.len() >= d.len());
+    let mut acc = f32x4_splat(0.0);
+    for (b, &db) in d.iter().enumerate() {
+        let (w0, w1) = bytes(b);
+        // SAFETY: the assert above puts block b inside `x.qs` (32 bytes a block).
+        let (x0, x1) = unsafe {
+            (
                 v128_load(x.qs.as_ptr().add(b * BLOCK) as *const v128),
                 v128_load(x.qs.as_ptr().add(b * BLOCK + 16) as *const v128),
             )
@@ -93,7 +139,7 @@ pub fn dot_q8_0(d: &[f32], qs: &[i8], x: &QActs) -> f32 {
         let s = i32x4_add(dot16(w0, x0), dot16(w1, x1));
         acc = f32x4_add(
             acc,
-            f32x4_mul(f32x4_convert_i32x4(s), f32x4_splat(db * x.d[b])),
+            f32x4_mul(f32x4_convert_i32x4(s), f32x4_splat(f16_to_f32(db) * x.d[b])),
         );
     }
     hsum(acc)
