@@ -26,8 +26,8 @@ const LOGIT_TOL: f64 = 1.25;
 /// whole vocabulary, but by ≤ 0.5 relative to the top-1 token (7 prompts, 2026-12-01).
 const SHIFT_TOL: f64 = 2.0;
 /// Gemma 3's shift reaches 2.1 where its distribution is flat (chat-turn step 7, every
-/// top-5 logit moved by +1.2 to +2.1, the same tokens in the same order), the noise of
-/// llama.cpp's f16 KV cache over 256-wide heads against our f32 one.
+/// top-5 logit moved by +1.2 to +2.1, the same tokens in the same order): rounding over
+/// 256-wide heads that moves every logit together and changes no probability.
 const GEMMA3_SHIFT_TOL: f64 = 2.5;
 
 #[derive(serde::Deserialize)]
