@@ -159,16 +159,10 @@ impl SignedPairs for Q8_0<'_> {
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
     #[inline]
     unsafe fn pair(&self, block: usize, two: bool, rows_ahead: usize) -> (__m512i, __m512) {
-        let p = self.qs[block * BLOCK..].as_ptr();
-        prefetch_ahead(
-            p.cast(),
-            block * BLOCK,
-            rows_ahead * self.nb * BLOCK + PREFETCH_BYTES,
-        );
         // SAFETY: the caller's guarantee: the bytes and scales of both blocks are there.
         unsafe {
             (
-                pair_bytes(p, two),
+                signed_row_pair(self.qs, self.nb, block, two, rows_ahead),
                 half_pair_scales(self.d[block..].as_ptr(), two),
             )
         }
@@ -187,16 +181,10 @@ impl SignedPairs for Q6K<'_> {
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
     #[inline]
     unsafe fn pair(&self, block: usize, two: bool, rows_ahead: usize) -> (__m512i, __m512) {
-        let p = self.qs[block * BLOCK..].as_ptr();
-        prefetch_ahead(
-            p.cast(),
-            block * BLOCK,
-            rows_ahead * self.nb * BLOCK + PREFETCH_BYTES,
-        );
         // SAFETY: as for Q8_0, with two scales a block.
         unsafe {
             (
-                pair_bytes(p, two),
+                signed_row_pair(self.qs, self.nb, block, two, rows_ahead),
                 quad_scales(self.d[2 * block..].as_ptr(), two),
             )
         }
@@ -308,6 +296,30 @@ unsafe fn quad_scales(p: *const f32, two: bool) -> __m512 {
     };
     let spread = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
     _mm512_permutexvar_ps(spread, _mm512_zextps128_ps512(v))
+}
+
+/// Blocks `block` and `block + 1` (or `block` alone) of rows held as 32 signed bytes a
+/// block, `nb` blocks a row, requesting the weights `rows_ahead` rows on.
+///
+/// # Safety
+/// As [`SignedPairs::pair`]: `block` (and `block + 1` where `two`) lie inside `qs`.
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+unsafe fn signed_row_pair(
+    qs: &[i8],
+    nb: usize,
+    block: usize,
+    two: bool,
+    rows_ahead: usize,
+) -> __m512i {
+    let p = qs[block * BLOCK..].as_ptr();
+    prefetch_ahead(
+        p.cast(),
+        block * BLOCK,
+        rows_ahead * nb * BLOCK + PREFETCH_BYTES,
+    );
+    // SAFETY: the caller's guarantee.
+    unsafe { pair_bytes(p, two) }
 }
 
 /// Two blocks of activations (64 bytes), or one and zeros.
