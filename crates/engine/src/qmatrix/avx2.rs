@@ -242,7 +242,7 @@ pub unsafe fn dot_q4_1_x4(d: &[f32], m: &[f32], qs: &[u8], x: [&QActs; 4]) -> [f
 /// # Safety
 /// As for [`dot_signed`], for every token.
 #[target_feature(enable = "avx2,fma")]
-unsafe fn dot_signed_x4<R: SignedBlocks>(row: R, x: [&QActs; 4]) -> [f32; 4] {
+unsafe fn dot_signed_x4<'a, R: SignedBlocks<'a>>(row: R, x: [&QActs; 4]) -> [f32; 4] {
     let mut acc = [_mm256_setzero_ps(); 4];
     for b in 0..row.blocks() {
         // SAFETY: block b lies inside the row (the caller's guarantee).
@@ -288,11 +288,17 @@ pub unsafe fn dot_q4_0(d: &[f32], qs: &[u8], x: &QActs) -> f32 {
 }
 
 /// A row whose blocks the signed-byte kernels read as 32 signed bytes and a scale.
-trait SignedBlocks: Copy {
+trait SignedBlocks<'a>: Copy {
+    /// The row's f16 scales, one a block.
+    fn scales(self) -> &'a [u16];
     /// Blocks in the row.
-    fn blocks(self) -> usize;
+    fn blocks(self) -> usize {
+        self.scales().len()
+    }
     /// Block `b`'s scale.
-    fn scale(self, b: usize) -> f32;
+    fn scale(self, b: usize) -> f32 {
+        f16_to_f32(self.scales()[b])
+    }
     /// Block `b`'s values.
     ///
     /// # Safety
@@ -316,13 +322,9 @@ struct Q5Row<'a> {
     qs: &'a [u8],
 }
 
-impl SignedBlocks for Q8Row<'_> {
-    fn blocks(self) -> usize {
-        self.d.len()
-    }
-
-    fn scale(self, b: usize) -> f32 {
-        f16_to_f32(self.d[b])
+impl<'a> SignedBlocks<'a> for Q8Row<'a> {
+    fn scales(self) -> &'a [u16] {
+        self.d
     }
 
     #[target_feature(enable = "avx2,fma")]
@@ -335,13 +337,9 @@ impl SignedBlocks for Q8Row<'_> {
     }
 }
 
-impl SignedBlocks for Q5Row<'_> {
-    fn blocks(self) -> usize {
-        self.d.len()
-    }
-
-    fn scale(self, b: usize) -> f32 {
-        f16_to_f32(self.d[b])
+impl<'a> SignedBlocks<'a> for Q5Row<'a> {
+    fn scales(self) -> &'a [u16] {
+        self.d
     }
 
     #[target_feature(enable = "avx2,fma")]
@@ -382,7 +380,7 @@ impl SignedBlocks for Q5Row<'_> {
 /// # Safety
 /// AVX2 and FMA run here, and `x` holds the row's blocks.
 #[target_feature(enable = "avx2,fma")]
-unsafe fn dot_signed<R: SignedBlocks>(row: R, x: &QActs) -> f32 {
+unsafe fn dot_signed<'a, R: SignedBlocks<'a>>(row: R, x: &QActs) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for b in 0..row.blocks() {
         // SAFETY: block b lies inside the row and `x` (the caller's guarantee).
