@@ -1,19 +1,26 @@
-//! The same Llama-family transformer as [`crate::model`], run on a burn [`Device`] chosen at
-//! run time: WebGPU in the browser, Vulkan (Mesa lavapipe on a machine without a GPU) or
-//! burn's pure-Rust `flex` CPU backend natively.
+//! The same transformers as [`crate::model`] (every [`crate::Arch`]: the layers' tensors are
+//! read by [`crate::weights`] for both), run on a burn [`Device`] chosen at run time: WebGPU in
+//! the browser, Vulkan (Mesa lavapipe on a machine without a GPU) or burn's pure-Rust `flex`
+//! CPU backend natively.
 //!
 //! Weights stay quantized on the device. GGUF blocks map onto burn's block-quantized tensors
 //! without loss (each mapping is checked against the CPU's dequantization in the tests below):
 //! - Q8_0 `x = d·q` is Q8F per block of 32 with an f32 scale;
+//! - Q5_0 `x = d·q`, `q` in −16..16, is the same, a byte a value;
 //! - Q4_0 `x = d·(q − 8)` is Q4F per block of 32;
 //! - Q4_1 `x = d·q + m` is `d·(q − 8) + (m + 8d)`: a Q4F tensor plus one bias per block, applied
 //!   as `blocksum32(x) · biasᵀ` after the quantized product;
 //! - Q4_K `x = s·q − m` per sub-block of 32 (6-bit `s`, `m` times the super-block's `d`, `dmin`)
 //!   is the same: `s·(q − 8) + (8s − m)`, Q4F plus one bias per block of 32;
+//! - Q5_1 `x = d·q + m`, `q` in 0..32, is `d·(q − 16) + (m + 16d)`: Q8F per block of 32 plus
+//!   one bias per block, as Q4_1; Q5_K's sub-blocks of 32 are Q5_1 blocks;
 //! - Q6_K `x = (d·sc)·q`, `q` in −32..32 with a signed 8-bit `sc` per sub-block of 16, is Q8F per
 //!   block of 16.
 //!
 //! Other tensor types are dequantized to f32 once at load (stated in [`DeviceModel::weight_bytes`]).
+//!
+//! Sliding-window layers (Gemma 3) keep every position in their cache and see only the last
+//! `window` of them; the CPU model's ring (`kv.rs`) is not used here.
 //! The embedding table stays on the host: a prompt needs a handful of rows, not a 49k-row
 //! gather on the device.
 //!
@@ -24,12 +31,13 @@ use burn::tensor::{DType, Device, Tensor, TensorData, activation};
 
 #[cfg(not(target_arch = "wasm32"))]
 use crate::causal_lm::ready;
-use crate::gguf::{ByteSource, Gguf, GgufError};
+use crate::gguf::{ByteSource, Gguf};
 use crate::kernels;
 use crate::kernels::matvec::MatvecKernel;
-use crate::model::{Arch, Config, ModelError};
+use crate::model::{Config, GELU_CUBIC, GELU_SQRT_2_OVER_PI, Host, ModelError, rope_frequencies};
 use crate::qmatrix::QMatrix;
 use crate::quant::{self, Nibbles, TensorType};
+use crate::weights::{self, LayerWeights, WeightStore};
 
 const BLOCK: usize = 32;
 /// Values in a K-quant super-block (Q4_K, Q6_K): a row must hold whole ones.
@@ -43,7 +51,7 @@ const MATVEC_MAX_ROWS: usize = 16;
 struct Linear {
     /// Quantized (or, for types burn cannot hold quantized, f32) weights `[out, in]`.
     weight: Tensor<2>,
-    /// Q4_1's per-block offsets `[out, in/32]`, applied to the block sums of `x`.
+    /// The per-block offsets of the types with a minimum (Q4_1, Q5_1, Q4_K, Q5_K) `[out, in/32]`, applied to the block sums of `x`.
     block_bias: Option<Tensor<2>>,
     in_dim: usize,
     quantized: bool,
@@ -93,16 +101,91 @@ impl Linear {
     }
 }
 
-struct Layer {
-    attn_norm: Tensor<2>,
-    wq: Linear,
-    wk: Linear,
-    wv: Linear,
-    wo: Linear,
-    ffn_norm: Tensor<2>,
-    w_gate: Linear,
-    w_up: Linear,
-    w_down: Linear,
+/// Values a [`Linear`] may hold: its largest form (f32) then fits in 96 MiB, under the 128 MiB
+/// that WebGPU guarantees one storage buffer (Mesa's lavapipe grants no more).
+const PART_VALUES: usize = 24 << 20;
+
+/// A weight matrix `[out, in]` on the device, in blocks of rows that each fit one buffer (an
+/// output head of a large vocabulary does not).
+struct Matrix {
+    parts: Vec<Linear>,
+}
+
+impl Matrix {
+    /// Uploads GGUF blocks of type `ty` holding an `[out_dim, in_dim]` matrix, row after row.
+    fn upload(
+        ty: TensorType,
+        bytes: &[u8],
+        out_dim: usize,
+        in_dim: usize,
+        device: &Device,
+    ) -> Result<Self, ModelError> {
+        Self::upload_in_parts(ty, bytes, [out_dim, in_dim], PART_VALUES, device)
+    }
+
+    /// [`Self::upload`] in parts of at most `part_values` values (whole rows, at least one).
+    fn upload_in_parts(
+        ty: TensorType,
+        bytes: &[u8],
+        [out_dim, in_dim]: [usize; 2],
+        part_values: usize,
+        device: &Device,
+    ) -> Result<Self, ModelError> {
+        let row_bytes = bytes.len() / out_dim.max(1);
+        if row_bytes == 0 || row_bytes * out_dim != bytes.len() {
+            return Err(ModelError::Config(format!(
+                "{} bytes of {ty:?} do not hold {out_dim} rows",
+                bytes.len()
+            )));
+        }
+        let rows_per_part = (part_values / in_dim.max(1)).max(1);
+        let parts = bytes
+            .chunks(rows_per_part * row_bytes)
+            .map(|part| Linear::upload(ty, part, part.len() / row_bytes, in_dim, device))
+            .collect::<Result<_, _>>()?;
+        Ok(Self { parts })
+    }
+
+    /// `x [n, in] → [n, out]`, the parts' outputs side by side.
+    fn forward(&self, x: Tensor<2>, matvec: Option<MatvecKernel>) -> Tensor<2> {
+        match &self.parts[..] {
+            [one] => one.forward(x, matvec),
+            parts => Tensor::cat(
+                parts.iter().map(|p| p.forward(x.clone(), matvec)).collect(),
+                1,
+            ),
+        }
+    }
+
+    /// Bytes it takes on the device.
+    fn device_bytes(&self) -> usize {
+        self.parts.iter().map(|p| p.device_bytes).sum()
+    }
+}
+
+type Layer = LayerWeights<Matrix, Tensor<2>>;
+
+/// The device model's weights: matrices uploaded as [`Matrix`]es, vectors as `[1, len]` rows.
+struct OnDevice<'a>(&'a Device);
+
+impl WeightStore for OnDevice<'_> {
+    type Matrix = Matrix;
+    type Vector = Tensor<2>;
+
+    fn matrix(
+        &self,
+        ty: TensorType,
+        bytes: &[u8],
+        rows: usize,
+        cols: usize,
+    ) -> Result<Matrix, ModelError> {
+        Matrix::upload(ty, bytes, rows, cols, self.0)
+    }
+
+    fn vector(&self, values: Vec<f32>) -> Tensor<2> {
+        let len = values.len();
+        Tensor::<2>::from_data(TensorData::new(values, [1, len]), self.0)
+    }
 }
 
 /// Keys and values of every layer for one sequence, preallocated for `capacity` positions.
@@ -146,17 +229,35 @@ struct Span {
     start: usize,
 }
 
-/// What every layer of one pass shares: where each chunk's rows sit, their RoPE angles and
-/// their causal masks (none for a single token).
+/// What the layers of one kind (global, or sliding-window) share in a pass: the RoPE angles
+/// of their base for every row (`[rows, hd/2]`), and each chunk's mask for burn's attention
+/// (none where its rows see every cached position).
+struct LayerKind {
+    cos: Tensor<2>,
+    sin: Tensor<2>,
+    masks: Vec<Option<Tensor<2>>>,
+    window: Option<usize>,
+}
+
+/// What every layer of one pass shares: where each chunk's rows sit, and each kind of layer's
+/// angles and masks.
 struct Pass {
     spans: Vec<Span>,
     rows: usize,
-    cos: Tensor<4>,
-    sin: Tensor<4>,
-    masks: Vec<Option<Tensor<2>>>,
+    global: LayerKind,
+    /// The sliding-window layers', where the model has them.
+    local: Option<LayerKind>,
 }
 
 impl Pass {
+    /// What layer `li` of the model `c` shares with the layers of its kind.
+    fn kind(&self, c: &Config, li: usize) -> &LayerKind {
+        match (c.window(li), &self.local) {
+            (Some(_), Some(local)) => local,
+            _ => &self.global,
+        }
+    }
+
     /// `t`'s rows `[n, heads, hd]` that belong to `span` (all of them when it is the only one).
     fn rows_of(&self, t: &Tensor<3>, span: Span) -> Tensor<3> {
         if self.spans.len() == 1 {
@@ -178,7 +279,7 @@ pub struct DeviceModel {
     embed: QMatrix,
     layers: Vec<Layer>,
     norm: Tensor<2>,
-    head: Linear,
+    head: Matrix,
     max_context: usize,
     own_kernels: bool,
     matvec: MatvecKernel,
@@ -191,25 +292,6 @@ impl std::fmt::Debug for DeviceModel {
             .field("device_weight_bytes", &self.weight_bytes())
             .finish()
     }
-}
-
-fn tensor_info<'g, S: ByteSource>(
-    g: &'g Gguf<S>,
-    name: &str,
-) -> Result<&'g crate::gguf::TensorInfo, ModelError> {
-    g.tensor(name)
-        .ok_or_else(|| GgufError::MissingTensor(name.into()).into())
-}
-
-fn check_shape(name: &str, got: &[u64], want: &[u64]) -> Result<(), ModelError> {
-    if got != want {
-        return Err(ModelError::Shape {
-            name: name.into(),
-            got: got.to_vec(),
-            want: want.to_vec(),
-        });
-    }
-    Ok(())
 }
 
 /// Packs signed 4-bit values eight to a little-endian `u32`, lowest nibble first (burn's
@@ -246,19 +328,6 @@ fn block_scheme(value: QuantValue, block: usize) -> QuantScheme {
         .per_block([block as u8], burn::tensor::quantization::ScaleDtype::F32)
 }
 
-fn linear<S: ByteSource>(
-    g: &Gguf<S>,
-    name: &str,
-    out_dim: usize,
-    in_dim: usize,
-    device: &Device,
-) -> Result<Linear, ModelError> {
-    let info = tensor_info(g, name)?;
-    // GGUF lists the input dimension first.
-    check_shape(name, &info.shape, &[in_dim as u64, out_dim as u64])?;
-    Linear::upload(info.ty, &g.tensor_bytes(name)?, out_dim, in_dim, device)
-}
-
 impl Linear {
     /// Uploads GGUF blocks of type `ty` holding an `[out_dim, in_dim]` matrix.
     fn upload(
@@ -273,9 +342,12 @@ impl Linear {
         let whole = |block: usize| in_dim.is_multiple_of(block);
         let no_min = |(d, nibbles): (f32, Nibbles)| (d, None, nibbles);
         Ok(match ty {
-            TensorType::Q8_0 if whole(BLOCK) => {
-                let (values, scales) =
-                    eight_bit(blocks.map(quant::unpack_q8_0).map(|(d, q)| ([d], q)));
+            TensorType::Q8_0 | TensorType::Q5_0 if whole(BLOCK) => {
+                let unpack = match ty {
+                    TensorType::Q8_0 => quant::unpack_q8_0,
+                    _ => quant::unpack_q5_0,
+                };
+                let (values, scales) = eight_bit(blocks.map(unpack).map(|(d, q)| ([d], q)));
                 Self::q8(shape, &values, &scales, BLOCK, device)
             }
             // x = (d·sc)·q with q in −32..32: 8-bit values, one scale per sub-block of 16.
@@ -292,6 +364,12 @@ impl Linear {
                 Self::q4(shape, blocks.map(quant::unpack_q4_1).map(with_min), device)
             }
             // x = s·q − m per sub-block of 32 is a Q4_1 block: Q4_1's device layout.
+            TensorType::Q5_1 if whole(BLOCK) => {
+                Self::q8_with_min(shape, blocks.map(quant::unpack_q5_1), device)
+            }
+            TensorType::Q5_K if whole(K_BLOCK) => {
+                Self::q8_with_min(shape, blocks.flat_map(quant::unpack_q5_k), device)
+            }
             TensorType::Q4_K if whole(K_BLOCK) => {
                 let subs = blocks.flat_map(|b| quant::unpack_q4_k(b).as_q4_1());
                 Self::q4(shape, subs.map(|(d, m, q)| (d, Some(m), q)), device)
@@ -338,24 +416,48 @@ impl Linear {
             nibbles.extend(packed.iter().map(|&byte| (byte & 0xF) as i8 - 8));
             nibbles.extend(packed.iter().map(|&byte| (byte >> 4) as i8 - 8));
         }
-        let (weight, mut device_bytes) = quantized(
+        let (weight, device_bytes) = quantized(
             shape,
             packed_q4(&nibbles, &scales),
             QuantValue::Q4F,
             BLOCK,
             device,
         );
-        let block_bias = (!bias.is_empty()).then(|| {
-            device_bytes += bias.len() * 4;
-            Tensor::<2>::from_data(TensorData::new(bias, [out_dim, in_dim / BLOCK]), device)
-        });
         Linear {
             weight,
-            block_bias,
+            block_bias: None,
             in_dim,
             quantized: true,
             device_bytes,
         }
+        .with_block_bias(bias, device)
+    }
+
+    /// 5-bit values with a minimum, `x = d·q + m` with `q` in `0..32` per block of 32 (Q5_1,
+    /// Q5_K's sub-blocks): 8-bit values `q − 16` with one scale `d` and one offset `m + 16d`.
+    fn q8_with_min(
+        shape: [usize; 2],
+        blocks: impl Iterator<Item = (f32, f32, [u8; 32])>,
+        device: &Device,
+    ) -> Self {
+        let (mut values, mut scales, mut bias) = (Vec::new(), Vec::new(), Vec::new());
+        for (d, m, q) in blocks {
+            scales.push(d);
+            bias.push(m + 16.0 * d);
+            values.extend(q.iter().map(|&v| v as i8 - 16));
+        }
+        Self::q8(shape, &values, &scales, BLOCK, device).with_block_bias(bias, device)
+    }
+
+    /// The matrix with one offset per block of 32 (`[out, in/32]`, row after row) added to each
+    /// block's product; none when `bias` is empty.
+    fn with_block_bias(mut self, bias: Vec<f32>, device: &Device) -> Self {
+        if !bias.is_empty() {
+            self.device_bytes += bias.len() * 4;
+            let shape = [bias.len() / (self.in_dim / BLOCK), self.in_dim / BLOCK];
+            self.block_bias = Some(Tensor::<2>::from_data(TensorData::new(bias, shape), device));
+        }
+        self
     }
 
     /// Weights burn cannot hold quantized, as f32.
@@ -397,21 +499,6 @@ fn eight_bit<const S: usize, const N: usize>(
     (values, scales)
 }
 
-fn norm_weight<S: ByteSource>(
-    g: &Gguf<S>,
-    name: &str,
-    len: usize,
-    device: &Device,
-) -> Result<Tensor<2>, ModelError> {
-    let info = tensor_info(g, name)?;
-    check_shape(name, &info.shape, &[len as u64])?;
-    let values = quant::dequantize(info.ty, &g.tensor_bytes(name)?)?;
-    Ok(Tensor::<2>::from_data(
-        TensorData::new(values, [1, len]),
-        device,
-    ))
-}
-
 fn rms_norm(x: Tensor<2>, weight: &Tensor<2>, eps: f32, own_kernels: bool) -> Tensor<2> {
     if let Some(y) = own_kernels
         .then(|| kernels::norm::rms_norm(&x, weight, eps))
@@ -435,53 +522,27 @@ fn rms_norm_burn(x: Tensor<2>, weight: &Tensor<2>, eps: f32) -> Tensor<2> {
 }
 
 impl DeviceModel {
-    /// Uploads the weights of a Llama-family GGUF to `device`; caches it creates hold at most
-    /// `max_context` positions.
+    /// Uploads the weights of a GGUF of one of the [`crate::Arch`]s to `device`; caches it
+    /// creates hold at most `max_context` positions.
     pub fn load<S: ByteSource>(
         g: &Gguf<S>,
         max_context: usize,
         device: &Device,
     ) -> Result<Self, ModelError> {
         let c = Config::from_gguf(g)?;
-        if c.arch != Arch::Llama {
-            return Err(ModelError::UnsupportedOnDevice(c.arch.name()));
-        }
-        let (d, kv, f) = (c.dim, c.kv_dim(), c.ffn_dim);
-        let mut layers = Vec::with_capacity(c.n_layers);
-        for i in 0..c.n_layers {
-            let n = |s: &str| format!("blk.{i}.{s}.weight");
-            layers.push(Layer {
-                attn_norm: norm_weight(g, &n("attn_norm"), d, device)?,
-                wq: linear(g, &n("attn_q"), d, d, device)?,
-                wk: linear(g, &n("attn_k"), kv, d, device)?,
-                wv: linear(g, &n("attn_v"), kv, d, device)?,
-                wo: linear(g, &n("attn_output"), d, d, device)?,
-                ffn_norm: norm_weight(g, &n("ffn_norm"), d, device)?,
-                w_gate: linear(g, &n("ffn_gate"), f, d, device)?,
-                w_up: linear(g, &n("ffn_up"), f, d, device)?,
-                w_down: linear(g, &n("ffn_down"), d, f, device)?,
-            });
-        }
-        let embed_info = tensor_info(g, "token_embd.weight")?;
-        check_shape(
-            "token_embd.weight",
-            &embed_info.shape,
-            &[d as u64, c.vocab as u64],
-        )?;
-        let embed = QMatrix::from_gguf(
-            embed_info.ty,
-            &g.tensor_bytes("token_embd.weight")?,
-            c.vocab,
-            d,
-        )?;
+        let store = OnDevice(device);
+        let layers = (0..c.n_layers)
+            .map(|i| weights::load_layer(&store, g, &c, i))
+            .collect::<Result<_, _>>()?;
+        let embed = weights::matrix(&Host, g, "token_embd.weight", c.vocab, c.dim)?;
         // A tied head is the embedding matrix, uploaded once for the product.
         let head_name = if g.tensor("output.weight").is_some() {
             "output.weight"
         } else {
             "token_embd.weight"
         };
-        let head = linear(g, head_name, c.vocab, d, device)?;
-        let norm = norm_weight(g, "output_norm.weight", d, device)?;
+        let head = weights::matrix(&store, g, head_name, c.vocab, c.dim)?;
+        let norm = weights::vector(&store, g, "output_norm.weight", c.dim)?;
         Ok(Self {
             max_context: max_context.min(c.context_length.max(1)),
             config: c,
@@ -495,20 +556,19 @@ impl DeviceModel {
         })
     }
 
-    /// Bytes of weights held on the device (quantized values, scales, Q4_1 offsets, norms).
+    /// Bytes of weights held on the device (quantized values, scales, block offsets, norms,
+    /// biases).
     pub fn weight_bytes(&self) -> usize {
-        let norms = (2 * self.layers.len() + 1) * self.config.dim * 4;
-        let linears: usize = self
+        let f32s = |v: &Tensor<2>| v.shape().num_elements() * 4;
+        let layers: usize = self
             .layers
             .iter()
             .map(|l| {
-                [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]
-                    .iter()
-                    .map(|m| m.device_bytes)
-                    .sum::<usize>()
+                l.matrices().iter().map(|m| m.device_bytes()).sum::<usize>()
+                    + l.vectors().map(f32s).sum::<usize>()
             })
             .sum();
-        norms + linears + self.head.device_bytes
+        layers + f32s(&self.norm) + self.head.device_bytes()
     }
 
     /// Bytes an f32 KV cache of `capacity` positions takes on the device.
@@ -712,8 +772,8 @@ impl DeviceModel {
                 )
             })
             .collect();
-        for layer in &self.layers {
-            let attention = self.attention(layer, &x, &pass, &mut taken, caches)?;
+        for (li, layer) in self.layers.iter().enumerate() {
+            let attention = self.attention(li, layer, &x, &pass, &mut taken, caches)?;
             x = x + attention;
             let mlp = self.mlp(layer, &x);
             x = x + mlp;
@@ -756,18 +816,62 @@ impl DeviceModel {
             });
             rows += n;
         }
-        let (cos, sin) = self.rope_tables(&spans);
-        let masks = spans
-            .iter()
-            .map(|s| (s.n > 1).then(|| self.causal_mask(s.start, s.n)))
-            .collect();
+        let global = self.layer_kind(&spans, c.rope_theta, None);
+        let local = c
+            .sliding_window
+            .map(|w| self.layer_kind(&spans, c.rope_theta_local, Some(w)));
         Ok(Pass {
             spans,
             rows,
-            cos,
-            sin,
-            masks,
+            global,
+            local,
         })
+    }
+
+    /// The angles of RoPE base `theta` for every row of `spans`, and each span's mask under
+    /// `window`.
+    fn layer_kind(&self, spans: &[Span], theta: f32, window: Option<usize>) -> LayerKind {
+        let freqs = rope_frequencies(theta, self.config.head_dim);
+        let rows: usize = spans.iter().map(|s| s.n).sum();
+        let (mut cos, mut sin) = (Vec::with_capacity(rows * freqs.len()), Vec::new());
+        for pos in spans.iter().flat_map(|s| s.start..s.start + s.n) {
+            for &freq in &freqs {
+                let angle = pos as f32 * freq;
+                cos.push(angle.cos());
+                sin.push(angle.sin());
+            }
+        }
+        let half = freqs.len();
+        let t = |v| Tensor::<2>::from_data(TensorData::new(v, [rows, half]), &self.device);
+        LayerKind {
+            cos: t(cos),
+            sin: t(sin),
+            masks: spans.iter().map(|s| self.mask(*s, window)).collect(),
+            window,
+        }
+    }
+
+    /// `[n, start+n]` for `span`: 0 where query `i` (at `start+i`) may see key `j`, −∞ after
+    /// it or, under a window, before its last `window` positions. `None` when every query sees
+    /// every key.
+    fn mask(&self, span: Span, window: Option<usize>) -> Option<Tensor<2>> {
+        let (start, n) = (span.start, span.n);
+        let total = start + n;
+        let window = window.unwrap_or(total);
+        if n == 1 && total <= window {
+            return None;
+        }
+        let mut mask = vec![0f32; n * total];
+        for (i, row) in mask.chunks_mut(total).enumerate() {
+            let pos = start + i;
+            let first = (pos + 1).saturating_sub(window);
+            row[..first].fill(f32::NEG_INFINITY);
+            row[pos + 1..].fill(f32::NEG_INFINITY);
+        }
+        Some(Tensor::<2>::from_data(
+            TensorData::new(mask, [n, total]),
+            &self.device,
+        ))
     }
 
     /// The chunks' token embeddings, end to end: `[rows, dim]`.
@@ -778,8 +882,11 @@ impl DeviceModel {
             if tok as usize >= vocab {
                 return Err(ModelError::BadToken(tok));
             }
-            self.embed
-                .row(tok as usize, &mut values[t * d..(t + 1) * d]);
+            let row = &mut values[t * d..(t + 1) * d];
+            self.embed.row(tok as usize, row);
+            if let Some(scale) = self.config.embedding_scale() {
+                row.iter_mut().for_each(|v| *v *= scale);
+            }
         }
         Ok(Tensor::<2>::from_data(
             TensorData::new(values, [rows, d]),
@@ -787,10 +894,54 @@ impl DeviceModel {
         ))
     }
 
-    /// The attention block's output `[rows, dim]` for the residual `x`: each chunk against
-    /// its own cache, which gains the chunk's keys and values.
+    /// RMSNorm of each row of `x` by `weight`.
+    fn norm(&self, x: Tensor<2>, weight: &Tensor<2>) -> Tensor<2> {
+        rms_norm(x, weight, self.config.rms_eps, self.own_kernels)
+    }
+
+    /// A block's output product `w · x`, RMS-normalised by `post_norm` where the block has one
+    /// (Gemma).
+    fn block_output(&self, w: &Matrix, x: Tensor<2>, post_norm: Option<&Tensor<2>>) -> Tensor<2> {
+        let y = w.forward(x, self.matvec());
+        match post_norm {
+            Some(weight) => self.norm(y, weight),
+            None => y,
+        }
+    }
+
+    /// `w · h` (plus `bias`) as `heads` heads of `[rows, heads, hd]`, each RMS-normalised by
+    /// `head_norm` where the model has one (Qwen 3, Gemma), then rotated by `kind`'s angles
+    /// when `rotate`.
+    fn heads(
+        &self,
+        (w, bias, head_norm): (&Matrix, Option<&Tensor<2>>, Option<&Tensor<2>>),
+        h: Tensor<2>,
+        heads: usize,
+        rotate: Option<&LayerKind>,
+    ) -> Tensor<3> {
+        let c = &self.config;
+        let mut y = w.forward(h, self.matvec());
+        let rows = y.dims()[0];
+        if let Some(bias) = bias {
+            y = y + bias.clone();
+        }
+        if let Some(weight) = head_norm {
+            y = self
+                .norm(y.reshape([rows * heads, c.head_dim]), weight)
+                .reshape([rows, heads * c.head_dim]);
+        }
+        let y = y.reshape([rows, heads, c.head_dim]);
+        match rotate {
+            Some(kind) => rope(y, kind, c.arch.rope_halves(), self.own_kernels),
+            None => y,
+        }
+    }
+
+    /// Layer `li`'s attention block output `[rows, dim]` for the residual `x`: each chunk
+    /// against its own cache, which gains the chunk's keys and values.
     fn attention(
         &self,
+        li: usize,
         layer: &Layer,
         x: &Tensor<2>,
         pass: &Pass,
@@ -798,27 +949,36 @@ impl DeviceModel {
         caches: &mut [&mut DeviceCache],
     ) -> Result<Tensor<2>, ModelError> {
         let c = &self.config;
-        let h = rms_norm(x.clone(), &layer.attn_norm, c.rms_eps, self.own_kernels);
-        let heads = |w: &Linear, h: Tensor<2>, heads: usize| {
-            w.forward(h, self.matvec())
-                .reshape([pass.rows, heads, c.head_dim])
-        };
-        let rotated = |t: Tensor<3>| rope(t, &pass.cos, &pass.sin, self.own_kernels);
-        let q = rotated(heads(&layer.wq, h.clone(), c.n_heads));
-        let k = rotated(heads(&layer.wk, h.clone(), c.n_kv_heads));
-        let v = heads(&layer.wv, h, c.n_kv_heads);
+        let kind = pass.kind(c, li);
+        let h = self.norm(x.clone(), &layer.attn_norm);
+        let bias = |i: usize| layer.qkv_bias.as_ref().map(|b| &b[i]);
+        let head_norm = |i: usize| layer.qk_norm.as_ref().map(|n| &n[i]);
+        let q = self.heads(
+            (&layer.wq, bias(0), head_norm(0)),
+            h.clone(),
+            c.n_heads,
+            Some(kind),
+        );
+        let k = self.heads(
+            (&layer.wk, bias(1), head_norm(1)),
+            h.clone(),
+            c.n_kv_heads,
+            Some(kind),
+        );
+        let v = self.heads((&layer.wv, bias(2), None), h, c.n_kv_heads, None);
         let mut attn = Vec::with_capacity(pass.spans.len());
         for (i, &span) in pass.spans.iter().enumerate() {
             let (keys, values) = self.append(pass, span, (&k, &v), &mut taken[i], caches[i])?;
             let q = pass.rows_of(&q, span);
-            attn.push(self.span_attention(q, keys, values, pass.masks[i].as_ref(), span));
+            attn.push(self.span_attention(q, keys, values, kind, i, span));
         }
         let attn = if attn.len() == 1 {
             attn.swap_remove(0)
         } else {
             Tensor::cat(attn, 0)
         };
-        Ok(layer.wo.forward(attn, self.matvec()))
+        let post_norm = layer.post_norms.as_ref().map(|[a, _]| a);
+        Ok(self.block_output(&layer.wo, attn, post_norm))
     }
 
     /// Writes `span`'s new keys and values into this layer's cache tensors, hands them back to
@@ -847,9 +1007,60 @@ impl DeviceModel {
         Ok((keys, values))
     }
 
-    /// One chunk's attention `[n, heads·hd]`: the fused kernel where it runs, burn's
-    /// operations otherwise.
+    /// One chunk's attention `[n, heads·hd]` (chunk `i` of the pass): the fused kernel where
+    /// it runs, burn's operations otherwise.
     fn span_attention(
+        &self,
+        q: Tensor<3>,
+        keys: Tensor<3>,
+        values: Tensor<3>,
+        kind: &LayerKind,
+        i: usize,
+        span: Span,
+    ) -> Tensor<2> {
+        let scale = 1.0 / (self.config.head_dim as f32).sqrt();
+        let fused = self
+            .own_kernels
+            .then(|| {
+                kernels::attention::causal_attention_rows(
+                    &q,
+                    &keys,
+                    &values,
+                    span.start,
+                    scale,
+                    kind.window,
+                )
+            })
+            .flatten();
+        match fused {
+            Some(a) => a,
+            None => self.attention_burn(q, keys, values, kind.masks[i].as_ref(), span),
+        }
+    }
+
+    /// The MLP block's output for the residual `x`: down(act(gate(h)) · up(h)), with SiLU
+    /// or (Gemma) GELU.
+    fn mlp(&self, layer: &Layer, x: &Tensor<2>) -> Tensor<2> {
+        let h = self.norm(x.clone(), &layer.ffn_norm);
+        let gate = layer.w_gate.forward(h.clone(), self.matvec());
+        let up = layer.w_up.forward(h, self.matvec());
+        let gelu = self.config.arch.gelu_gate();
+        let gated = match self
+            .own_kernels
+            .then(|| kernels::elementwise::gated(&gate, &up, gelu))
+            .flatten()
+        {
+            Some(gated) => gated,
+            None if gelu => gelu_tanh(gate) * up,
+            None => activation::silu(gate) * up,
+        };
+        let post_norm = layer.post_norms.as_ref().map(|[_, m]| m);
+        self.block_output(&layer.w_down, gated, post_norm)
+    }
+
+    /// Attention composed from burn's operations (the `flex` backend, contexts longer than the
+    /// fused kernel holds): `[n, heads·hd]` for queries `q [n, heads, hd]` of `span`.
+    fn attention_burn(
         &self,
         q: Tensor<3>,
         keys: Tensor<3>,
@@ -857,54 +1068,9 @@ impl DeviceModel {
         mask: Option<&Tensor<2>>,
         span: Span,
     ) -> Tensor<2> {
-        let scale = 1.0 / (self.config.head_dim as f32).sqrt();
-        let fused = self
-            .own_kernels
-            .then(|| {
-                kernels::attention::causal_attention_rows(&q, &keys, &values, span.start, scale)
-            })
-            .flatten();
-        match fused {
-            Some(a) => a,
-            None => self.attention_burn(q, keys, values, mask, span.start, span.n),
-        }
-    }
-
-    /// The MLP block's output for the residual `x`: down(silu(gate(h)) · up(h)).
-    fn mlp(&self, layer: &Layer, x: &Tensor<2>) -> Tensor<2> {
-        let h = rms_norm(
-            x.clone(),
-            &layer.ffn_norm,
-            self.config.rms_eps,
-            self.own_kernels,
-        );
-        let gate = layer.w_gate.forward(h.clone(), self.matvec());
-        let up = layer.w_up.forward(h, self.matvec());
-        let gated = match self
-            .own_kernels
-            .then(|| kernels::elementwise::swiglu(&gate, &up))
-            .flatten()
-        {
-            Some(gated) => gated,
-            None => activation::silu(gate) * up,
-        };
-        layer.w_down.forward(gated, self.matvec())
-    }
-
-    /// Attention composed from burn's operations (the `flex` backend, contexts longer than the
-    /// fused kernel holds): `[n, heads·hd]` for queries `q [n, heads, hd]` at `start..start+n`.
-    fn attention_burn(
-        &self,
-        q: Tensor<3>,
-        keys: Tensor<3>,
-        values: Tensor<3>,
-        mask: Option<&Tensor<2>>,
-        start: usize,
-        n: usize,
-    ) -> Tensor<2> {
         let c = &self.config;
-        let (d, hd) = (c.dim, c.head_dim);
-        let total = start + n;
+        let (n, hd) = (span.n, c.head_dim);
+        let total = span.start + n;
         let group = c.n_heads / c.n_kv_heads;
         let scale = 1.0 / (hd as f32).sqrt();
         let keys = keys.slice([0..c.n_kv_heads, 0..total, 0..hd]);
@@ -923,7 +1089,7 @@ impl DeviceModel {
             .matmul(values)
             .reshape([c.n_heads, n, hd])
             .swap_dims(0, 1)
-            .reshape([n, d])
+            .reshape([n, c.q_dim()])
     }
 
     /// Runs `tokens` and reads back the logits of the last token (or every token).
@@ -947,55 +1113,45 @@ impl DeviceModel {
     ) -> Result<Vec<Vec<f32>>, ModelError> {
         ready(self.forward_read(tokens, cache, all_logits))
     }
-
-    /// cos/sin of the RoPE angles for every row of `spans` (first row, rows, first position),
-    /// shaped `[rows, 1, hd/2, 1]` to broadcast over heads and the (even, odd) pair axis.
-    fn rope_tables(&self, spans: &[Span]) -> (Tensor<4>, Tensor<4>) {
-        let c = &self.config;
-        let half = c.head_dim / 2;
-        let n: usize = spans.iter().map(|s| s.n).sum();
-        let mut cos = Vec::with_capacity(n * half);
-        let mut sin = Vec::with_capacity(n * half);
-        for pos in spans.iter().flat_map(|s| s.start..s.start + s.n) {
-            for i in 0..half {
-                let angle = pos as f32 * c.rope_theta.powf(-2.0 * i as f32 / c.head_dim as f32);
-                cos.push(angle.cos());
-                sin.push(angle.sin());
-            }
-        }
-        let t = |v| Tensor::<4>::from_data(TensorData::new(v, [n, 1, half, 1]), &self.device);
-        (t(cos), t(sin))
-    }
-
-    /// `[n, start+n]`: 0 where query `i` (at `start+i`) may see key `j`, −∞ after it.
-    fn causal_mask(&self, start: usize, n: usize) -> Tensor<2> {
-        let total = start + n;
-        let mut mask = vec![0f32; n * total];
-        for i in 0..n {
-            for j in start + i + 1..total {
-                mask[i * total + j] = f32::NEG_INFINITY;
-            }
-        }
-        Tensor::<2>::from_data(TensorData::new(mask, [n, total]), &self.device)
-    }
 }
 
-/// Rotates adjacent pairs of each head's vector (`[n, heads, hd]`) by its position's angles
-/// (GGUF's llama layout permutes Q/K rows for this "normal" RoPE mode).
-fn rope(x: Tensor<3>, cos: &Tensor<4>, sin: &Tensor<4>, own_kernels: bool) -> Tensor<3> {
+/// Rotates each head of `x [n, heads, hd]` by its row's angles in `kind`: adjacent pairs
+/// (GGUF's llama layout permutes Q/K rows for this "normal" mode), or a head's two halves
+/// (GPT-NeoX's mode) when `halves`.
+fn rope(x: Tensor<3>, kind: &LayerKind, halves: bool, own_kernels: bool) -> Tensor<3> {
+    let (cos, sin) = (&kind.cos, &kind.sin);
     if let Some(y) = own_kernels
-        .then(|| kernels::elementwise::rope(&x, cos, sin))
+        .then(|| kernels::elementwise::rope(&x, cos, sin, halves))
         .flatten()
     {
         return y;
     }
     let [n, heads, hd] = x.dims();
-    let pairs = x.reshape([n, heads, hd / 2, 2]);
-    let even = pairs.clone().slice([0..n, 0..heads, 0..hd / 2, 0..1]);
-    let odd = pairs.slice([0..n, 0..heads, 0..hd / 2, 1..2]);
-    let rotated_even = even.clone() * cos.clone() - odd.clone() * sin.clone();
-    let rotated_odd = even * sin.clone() + odd * cos.clone();
-    Tensor::cat(vec![rotated_even, rotated_odd], 3).reshape([n, heads, hd])
+    let half = hd / 2;
+    // The pair's two members lie along `axis`: [.., 2, half] for halves, [.., half, 2] else.
+    let (pairs, angles, axis) = if halves {
+        ([n, heads, 2, half], [n, 1, 1, half], 2)
+    } else {
+        ([n, heads, half, 2], [n, 1, half, 1], 3)
+    };
+    let (cos, sin) = (cos.clone().reshape(angles), sin.clone().reshape(angles));
+    let pairs = x.reshape(pairs);
+    let a = pairs.clone().narrow(axis, 0, 1);
+    let b = pairs.narrow(axis, 1, 1);
+    let rotated_a = a.clone() * cos.clone() - b.clone() * sin.clone();
+    let rotated_b = a * sin + b * cos;
+    Tensor::cat(vec![rotated_a, rotated_b], axis).reshape([n, heads, hd])
+}
+
+/// GELU's tanh approximation from burn's operations, as [`crate::model`] writes it:
+/// `x / (1 + e^(−2u))`.
+fn gelu_tanh(x: Tensor<2>) -> Tensor<2> {
+    let u = (x.clone() * x.clone())
+        .mul_scalar(GELU_CUBIC)
+        .add_scalar(1.0)
+        .mul(x.clone())
+        .mul_scalar(GELU_SQRT_2_OVER_PI);
+    x / u.mul_scalar(-2.0).exp().add_scalar(1.0)
 }
 
 fn rows_of(data: TensorData, vocab: usize) -> Result<Vec<Vec<f32>>, ModelError> {
@@ -1008,6 +1164,23 @@ fn rows_of(data: TensorData, vocab: usize) -> Result<Vec<Vec<f32>>, ModelError> 
 #[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use super::*;
+
+    /// The wgpu device, initialised once per test process (burn refuses a second init);
+    /// `None` when no adapter exists, unless `STRADDLE_REQUIRE_WGPU` is set (`cargo xtask
+    /// test` sets it).
+    fn wgpu_device() -> Option<Device> {
+        static DEVICE: std::sync::OnceLock<Option<Device>> = std::sync::OnceLock::new();
+        DEVICE
+            .get_or_init(|| match Device::wgpu_options().init() {
+                Ok(device) => Some(device),
+                Err(e) if std::env::var_os("STRADDLE_REQUIRE_WGPU").is_none() => {
+                    eprintln!("skipping wgpu: {e}");
+                    None
+                }
+                Err(e) => panic!("wgpu device required but unavailable: {e}"),
+            })
+            .clone()
+    }
 
     /// Random GGUF blocks of `ty` for an `[out, in]` matrix (scales kept small and positive).
     fn random_blocks(ty: TensorType, out_dim: usize, in_dim: usize, seed: u64) -> Vec<u8> {
@@ -1030,6 +1203,14 @@ mod tests {
                     &(0..out_dim * in_dim).map(|_| value()).collect::<Vec<_>>(),
                 );
             }
+            TensorType::Q5_0 | TensorType::Q5_1 | TensorType::Q5_K => {
+                let encode = match ty {
+                    TensorType::Q5_0 => quant::encode::q5_0,
+                    TensorType::Q5_1 => quant::encode::q5_1,
+                    _ => quant::encode::q5_k,
+                };
+                return encode(&(0..out_dim * in_dim).map(|_| value()).collect::<Vec<_>>());
+            }
             _ => {}
         }
         let (block_bytes, halves) = match ty {
@@ -1051,24 +1232,72 @@ mod tests {
         bytes
     }
 
+    /// A matrix uploaded in parts of a few rows (an output head too large for one buffer)
+    /// gives the product of the matrix uploaded whole, on every backend and both paths.
+    #[test]
+    fn a_matrix_in_parts_gives_the_whole_matrix_s_product() {
+        let (out_dim, in_dim) = (37, 64);
+        let bytes = random_blocks(TensorType::Q8_0, out_dim, in_dim, 5);
+        let mut devices = vec![Device::flex()];
+        devices.extend(wgpu_device());
+        for device in devices {
+            let shape = [out_dim, in_dim];
+            let whole = Matrix::upload_in_parts(TensorType::Q8_0, &bytes, shape, 1 << 20, &device)
+                .expect("whole");
+            let parts =
+                Matrix::upload_in_parts(TensorType::Q8_0, &bytes, shape, 10 * in_dim, &device)
+                    .expect("parts");
+            assert_eq!((whole.parts.len(), parts.parts.len()), (1, 4));
+            assert_eq!(whole.device_bytes(), parts.device_bytes());
+            for n in [1, 5] {
+                let xs: Vec<f32> = (0..n * in_dim)
+                    .map(|i| (i % 13) as f32 / 7.0 - 0.9)
+                    .collect();
+                let x = Tensor::<2>::from_data(TensorData::new(xs, [n, in_dim]), &device);
+                for matvec in [None, Some(MatvecKernel::PerRow)] {
+                    let rows = |m: &Matrix| {
+                        m.forward(x.clone(), matvec)
+                            .into_data()
+                            .try_into_vec::<f32>()
+                            .expect("f32")
+                    };
+                    let (want, got) = (rows(&whole), rows(&parts));
+                    assert_eq!(got.len(), n * out_dim);
+                    for (g, w) in got.iter().zip(&want) {
+                        assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "{g} vs {w}");
+                    }
+                }
+            }
+        }
+        let short = Matrix::upload(
+            TensorType::Q8_0,
+            &bytes[..bytes.len() - 1],
+            out_dim,
+            in_dim,
+            &Device::flex(),
+        );
+        assert!(
+            matches!(short, Err(ModelError::Config(_))),
+            "a short tensor is a typed error"
+        );
+    }
+
     /// Both matrix–vector kernels on the device against the dequantized product on the host, for
     /// every quantized type, row counts that do not fill a cube, inputs shorter than one word
     /// per lane and longer than several, and one to a few activation rows.
     #[test]
     fn matvec_kernels_equal_the_dequantized_product() {
-        let device = match Device::wgpu_options().init() {
-            Ok(d) => d,
-            Err(e) if std::env::var_os("STRADDLE_REQUIRE_WGPU").is_none() => {
-                eprintln!("skipping: no wgpu device ({e})");
-                return;
-            }
-            Err(e) => panic!("wgpu device required but unavailable: {e}"),
+        let Some(device) = wgpu_device() else {
+            return;
         };
         for ty in [
             TensorType::Q4_0,
             TensorType::Q4_1,
             TensorType::Q8_0,
+            TensorType::Q5_0,
+            TensorType::Q5_1,
             TensorType::Q4_K,
+            TensorType::Q5_K,
             TensorType::Q6_K,
         ] {
             let shapes: &[(usize, usize)] = if ty.block_elements() == 256 {

@@ -31,6 +31,7 @@ pub mod speculative;
 mod template;
 mod tokenizer;
 pub mod tool_prompt;
+mod weights;
 
 pub use straddle_gguf::{gguf, quant};
 

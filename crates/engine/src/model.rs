@@ -4,10 +4,11 @@
 //! RoPE and grouped-query heads → residual → RMSNorm → SwiGLU MLP → residual) → RMSNorm →
 //! output head (tied to the embedding when the file has no `output.weight`).
 
-use crate::gguf::{ByteSource, Gguf, GgufError, TensorInfo};
+use crate::gguf::{ByteSource, Gguf, GgufError};
 use crate::kv::{KvCache, PASS_ROWS};
 use crate::qmatrix::{QActs, QMatrix, matmul_many};
-use crate::quant::{self, QuantError};
+use crate::quant::{QuantError, TensorType};
+use crate::weights::{self, LayerWeights, WeightStore};
 
 /// Why a model could not be loaded or run.
 #[derive(Debug, thiserror::Error)]
@@ -29,8 +30,6 @@ pub enum ModelError {
     Config(String),
     #[error("context full: {needed} positions needed, cache holds {capacity}")]
     ContextFull { needed: usize, capacity: usize },
-    #[error("architecture `{0}` runs on the CPU only so far (the device model is llama's)")]
-    UnsupportedOnDevice(&'static str),
     #[error("token id {0} is outside the vocabulary")]
     BadToken(u32),
     #[error("device error: {0}")]
@@ -85,32 +84,32 @@ impl Arch {
     }
 
     /// Whether RoPE rotates element `i` with `i + head/2` (GPT-NeoX's layout), not `i + 1`.
-    fn rope_halves(self) -> bool {
+    pub(crate) fn rope_halves(self) -> bool {
         self != Arch::Llama
     }
 
     /// Whether the MLP's gate is GELU (tanh approximation) rather than SiLU.
-    fn gelu_gate(self) -> bool {
+    pub(crate) fn gelu_gate(self) -> bool {
         self == Arch::Gemma3
     }
 
     /// Whether each query and key head is RMS-normalised before RoPE.
-    fn qk_norm(self) -> bool {
+    pub(crate) fn qk_norm(self) -> bool {
         matches!(self, Arch::Qwen3 | Arch::Gemma3)
     }
 
     /// Whether each block's output is RMS-normalised before the residual.
-    fn post_norms(self) -> bool {
+    pub(crate) fn post_norms(self) -> bool {
         self == Arch::Gemma3
     }
 
     /// Whether the Q/K/V products carry biases.
-    fn qkv_bias(self) -> bool {
+    pub(crate) fn qkv_bias(self) -> bool {
         self == Arch::Qwen2
     }
 
     /// Whether Q/K/V (`attn_qkv`) and gate/up (`ffn_up`) are each one fused tensor.
-    fn fused(self) -> bool {
+    pub(crate) fn fused(self) -> bool {
         self == Arch::Phi3
     }
 }
@@ -240,29 +239,25 @@ impl Config {
         self.n_kv_heads * self.head_dim
     }
 
+    /// What each token's embedding is multiplied by, where the architecture scales it
+    /// (Gemma: √d).
+    pub fn embedding_scale(&self) -> Option<f32> {
+        (self.arch == Arch::Gemma3).then(|| (self.dim as f32).sqrt())
+    }
+
+    /// The RoPE base of layer `layer`.
+    pub fn rope_base(&self, layer: usize) -> f32 {
+        match self.window(layer) {
+            Some(_) => self.rope_theta_local,
+            None => self.rope_theta,
+        }
+    }
+
     /// The window layer `layer` attends within, if it is a sliding-window layer.
     pub fn window(&self, layer: usize) -> Option<usize> {
         let global = (layer + 1).is_multiple_of(GEMMA3_GLOBAL_EVERY);
         self.sliding_window.filter(|_| !global)
     }
-}
-
-struct Layer {
-    attn_norm: Vec<f32>,
-    wq: QMatrix,
-    wk: QMatrix,
-    wv: QMatrix,
-    wo: QMatrix,
-    ffn_norm: Vec<f32>,
-    w_gate: QMatrix,
-    w_up: QMatrix,
-    w_down: QMatrix,
-    /// RMSNorm weights of each query and key head (Qwen 3, Gemma 3).
-    qk_norm: Option<[Vec<f32>; 2]>,
-    /// RMSNorm weights of the attention and MLP outputs (Gemma 3).
-    post_norms: Option<[Vec<f32>; 2]>,
-    /// Biases of the Q, K and V products (Qwen 2).
-    qkv_bias: Option<[Vec<f32>; 3]>,
 }
 
 /// RoPE's angles for every position of one base: `cos[pos · half + i]`, `sin` alike.
@@ -275,9 +270,7 @@ impl RopeTable {
     /// angle(pos, i) = pos · θ^(−2i/head_dim) for `positions` positions.
     fn new(theta: f32, head_dim: usize, positions: usize) -> Self {
         let half = head_dim / 2;
-        let freqs: Vec<f32> = (0..half)
-            .map(|i| theta.powf(-2.0 * i as f32 / head_dim as f32))
-            .collect();
+        let freqs = rope_frequencies(theta, head_dim);
         let (mut cos, mut sin) = (
             Vec::with_capacity(positions * half),
             Vec::with_capacity(positions * half),
@@ -291,6 +284,13 @@ impl RopeTable {
         }
         Self { cos, sin }
     }
+}
+
+/// RoPE's angle per position for each pair `i` of a head: θ^(−2i/head_dim).
+pub(crate) fn rope_frequencies(theta: f32, head_dim: usize) -> Vec<f32> {
+    (0..head_dim / 2)
+        .map(|i| theta.powf(-2.0 * i as f32 / head_dim as f32))
+        .collect()
 }
 
 /// The loaded model: weights stay in their quantized block format.
@@ -314,132 +314,29 @@ impl std::fmt::Debug for Model {
     }
 }
 
-fn check_shape(t: &TensorInfo, want: &[u64]) -> Result<(), ModelError> {
-    if t.shape != want {
-        return Err(ModelError::Shape {
-            name: t.name.clone(),
-            got: t.shape.clone(),
-            want: want.to_vec(),
-        });
+/// The CPU model's weights: quantized blocks in host memory, vectors as f32.
+pub(crate) struct Host;
+
+impl WeightStore for Host {
+    type Matrix = QMatrix;
+    type Vector = Vec<f32>;
+
+    fn matrix(
+        &self,
+        ty: TensorType,
+        bytes: &[u8],
+        rows: usize,
+        cols: usize,
+    ) -> Result<QMatrix, ModelError> {
+        Ok(QMatrix::from_gguf(ty, bytes, rows, cols)?)
     }
-    Ok(())
-}
 
-fn matrix<S: ByteSource>(
-    g: &Gguf<S>,
-    name: &str,
-    rows: usize,
-    cols: usize,
-) -> Result<QMatrix, ModelError> {
-    let t = g
-        .tensor(name)
-        .ok_or_else(|| GgufError::MissingTensor(name.into()))?;
-    // GGUF lists the input (column) dimension first.
-    check_shape(t, &[cols as u64, rows as u64])?;
-    Ok(QMatrix::from_gguf(
-        t.ty,
-        &g.tensor_bytes(name)?,
-        rows,
-        cols,
-    )?)
-}
-
-/// A tensor of stacked matrices (rows `rows[0]`, then `rows[1]`, …, all `cols` wide), split
-/// into one matrix each: each row's blocks are contiguous, so the split is by bytes.
-fn fused<S: ByteSource, const N: usize>(
-    g: &Gguf<S>,
-    name: &str,
-    rows: [usize; N],
-    cols: usize,
-) -> Result<[QMatrix; N], ModelError> {
-    let t = g
-        .tensor(name)
-        .ok_or_else(|| GgufError::MissingTensor(name.into()))?;
-    check_shape(t, &[cols as u64, rows.iter().sum::<usize>() as u64])?;
-    if !(cols as u64).is_multiple_of(t.ty.block_elements()) {
-        return Err(ModelError::Config(format!(
-            "rows of `{name}` are not whole {:?} blocks",
-            t.ty
-        )));
+    fn vector(&self, values: Vec<f32>) -> Vec<f32> {
+        values
     }
-    let row_bytes = cols as u64 / t.ty.block_elements() * t.ty.block_bytes();
-    let bytes = g.tensor_bytes(name)?;
-    let mut start = 0;
-    let mut parts = Vec::with_capacity(N);
-    for n in rows {
-        let end = start + n * row_bytes as usize;
-        parts.push(QMatrix::from_gguf(t.ty, &bytes[start..end], n, cols)?);
-        start = end;
-    }
-    Ok(parts
-        .try_into()
-        .unwrap_or_else(|_| unreachable!("one matrix per part")))
 }
 
-fn vector<S: ByteSource>(g: &Gguf<S>, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
-    let t = g
-        .tensor(name)
-        .ok_or_else(|| GgufError::MissingTensor(name.into()))?;
-    check_shape(t, &[len as u64])?;
-    Ok(quant::dequantize(t.ty, &g.tensor_bytes(name)?)?)
-}
-
-/// Layer `i`'s weights, each checked against the shape the config implies.
-fn load_layer<S: ByteSource>(g: &Gguf<S>, c: &Config, i: usize) -> Result<Layer, ModelError> {
-    let (d, q, kv, f) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim);
-    let n = |s: &str| format!("blk.{i}.{s}.weight");
-    let arch = c.arch;
-    let qk_norm = match arch.qk_norm() {
-        true => Some([
-            vector(g, &n("attn_q_norm"), c.head_dim)?,
-            vector(g, &n("attn_k_norm"), c.head_dim)?,
-        ]),
-        false => None,
-    };
-    let post_norms = match arch.post_norms() {
-        true => Some([
-            vector(g, &n("post_attention_norm"), d)?,
-            vector(g, &n("post_ffw_norm"), d)?,
-        ]),
-        false => None,
-    };
-    let bias = |s: &str, len| vector(g, &format!("blk.{i}.{s}.bias"), len);
-    let qkv_bias = match arch.qkv_bias() {
-        true => Some([bias("attn_q", q)?, bias("attn_k", kv)?, bias("attn_v", kv)?]),
-        false => None,
-    };
-    let ([wq, wk, wv], [w_gate, w_up]) = match arch.fused() {
-        true => (
-            fused(g, &n("attn_qkv"), [q, kv, kv], d)?,
-            fused(g, &n("ffn_up"), [f, f], d)?,
-        ),
-        false => (
-            [
-                matrix(g, &n("attn_q"), q, d)?,
-                matrix(g, &n("attn_k"), kv, d)?,
-                matrix(g, &n("attn_v"), kv, d)?,
-            ],
-            [
-                matrix(g, &n("ffn_gate"), f, d)?,
-                matrix(g, &n("ffn_up"), f, d)?,
-            ],
-        ),
-    };
-    Ok(Layer {
-        attn_norm: vector(g, &n("attn_norm"), d)?,
-        wq,
-        wk,
-        wv,
-        wo: matrix(g, &n("attn_output"), d, q)?,
-        ffn_norm: vector(g, &n("ffn_norm"), d)?,
-        w_gate,
-        w_up,
-        w_down: matrix(g, &n("ffn_down"), d, f)?,
-        qk_norm,
-        post_norms,
-        qkv_bias,
-    })
-}
+type Layer = LayerWeights<QMatrix, Vec<f32>>;
 
 impl Model {
     /// Loads the weights of a GGUF of one of the [`Arch`]s; RoPE tables cover `max_context`
@@ -447,14 +344,14 @@ impl Model {
     pub fn load<S: ByteSource>(g: &Gguf<S>, max_context: usize) -> Result<Self, ModelError> {
         let c = Config::from_gguf(g)?;
         let layers = (0..c.n_layers)
-            .map(|i| load_layer(g, &c, i))
+            .map(|i| weights::load_layer(&Host, g, &c, i))
             .collect::<Result<_, _>>()?;
-        let embed = matrix(g, "token_embd.weight", c.vocab, c.dim)?;
+        let embed = weights::matrix(&Host, g, "token_embd.weight", c.vocab, c.dim)?;
         let head = match g.tensor("output.weight") {
-            Some(_) => Some(matrix(g, "output.weight", c.vocab, c.dim)?),
+            Some(_) => Some(weights::matrix(&Host, g, "output.weight", c.vocab, c.dim)?),
             None => None,
         };
-        let norm = vector(g, "output_norm.weight", c.dim)?;
+        let norm = weights::vector(&Host, g, "output_norm.weight", c.dim)?;
         let rope_global = RopeTable::new(c.rope_theta, c.head_dim, max_context);
         let rope_local = (c.sliding_window.is_some() && c.rope_theta_local != c.rope_theta)
             .then(|| RopeTable::new(c.rope_theta_local, c.head_dim, max_context));
@@ -475,17 +372,8 @@ impl Model {
             .layers
             .iter()
             .map(|l| {
-                [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]
-                    .iter()
-                    .map(|m| m.bytes())
-                    .sum::<usize>()
-                    + 4 * (l.attn_norm.len() + l.ffn_norm.len())
-                    + [l.qk_norm.iter().flatten(), l.post_norms.iter().flatten()]
-                        .into_iter()
-                        .flatten()
-                        .chain(l.qkv_bias.iter().flatten())
-                        .map(|v| 4 * v.len())
-                        .sum::<usize>()
+                l.matrices().iter().map(|m| m.bytes()).sum::<usize>()
+                    + l.vectors().map(|v| 4 * v.len()).sum::<usize>()
             })
             .sum();
         l + self.embed.bytes() + self.head.as_ref().map_or(0, QMatrix::bytes)
@@ -667,8 +555,7 @@ impl Model {
             }
             let row = &mut x[t * d..(t + 1) * d];
             self.embed.row(tok as usize, row);
-            if self.config.arch == Arch::Gemma3 {
-                let scale = (d as f32).sqrt();
+            if let Some(scale) = self.config.embedding_scale() {
                 row.iter_mut().for_each(|v| *v *= scale);
             }
         }
@@ -906,11 +793,15 @@ fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
 }
 
+/// √(2/π), GELU's tanh approximation's scale.
+pub(crate) const GELU_SQRT_2_OVER_PI: f32 = 0.797_884_6;
+/// The cubic term's weight in GELU's tanh approximation.
+pub(crate) const GELU_CUBIC: f32 = 0.044_715;
+
 /// GELU's tanh approximation, as ggml and Gemma use it: ½x(1 + tanh u) written as
 /// x / (1 + e^(−2u)), the same function at SiLU's cost (`tanh` is a slower libm call, and
 /// this runs for every FFN value of every token).
 fn gelu(x: f32) -> f32 {
-    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    let u = SQRT_2_OVER_PI * x * (1.0 + 0.044_715 * x * x);
+    let u = GELU_SQRT_2_OVER_PI * x * (1.0 + GELU_CUBIC * x * x);
     x / (1.0 + (-2.0 * u).exp())
 }

@@ -276,10 +276,14 @@ pub fn dequant_q5_0(b: &[u8], out: &mut [f32]) {
     }
 }
 
+/// A Q5_1 block unpacked: `x[i] = d · q[i] + m`, with `q` in `0..32`.
+pub fn unpack_q5_1(b: &[u8]) -> (f32, f32, [u8; 32]) {
+    (f16_at(b, 0), f16_at(b, 2), five_bits(&b[4..8], &b[8..24]))
+}
+
 /// Q5_1: f16 scale `d`, f16 minimum `m`, 32 high bits, 16 bytes of nibbles; x = d·q + m.
 pub fn dequant_q5_1(b: &[u8], out: &mut [f32]) {
-    let (d, m) = (f16_at(b, 0), f16_at(b, 2));
-    let q = five_bits(&b[4..8], &b[8..24]);
+    let (d, m, q) = unpack_q5_1(b);
     for (o, &v) in out.iter_mut().zip(&q) {
         *o = d * f32::from(v) + m;
     }
@@ -352,24 +356,35 @@ pub fn dequant_q4_k(b: &[u8], out: &mut [f32]) {
     }
 }
 
-/// Q5_K: Q4_K's layout with a fifth bit per value in 32 bytes of `qh` (bit `j` of byte `l`
-/// is the high bit of element `l` of sub-block `j`).
-pub fn dequant_q5_k(b: &[u8], out: &mut [f32]) {
+/// A 176-byte Q5_K block unpacked into its eight sub-blocks of 32, each as Q5_1's `(d, m, q)`:
+/// `x = d·q + m` with `d` the sub-block's scale, `m` minus its minimum, `q` in `0..32`. Q4_K's
+/// layout with a fifth bit per value in 32 bytes of `qh` (bit `j` of byte `l` is the high bit
+/// of element `l` of sub-block `j`).
+pub fn unpack_q5_k(b: &[u8]) -> [(f32, f32, [u8; 32]); 8] {
     let d = f16_at(b, 0);
     let dmin = f16_at(b, 2);
     let (scales, qh, qs) = (&b[4..16], &b[16..48], &b[48..176]);
-    for j in 0..8 {
+    std::array::from_fn(|j| {
         let (sc, m) = scale_min_k4(j, scales);
-        let (scale, min) = (d * sc, dmin * m);
         let low = &qs[32 * (j / 2)..32 * (j / 2) + 32];
-        for l in 0..32 {
+        let q = std::array::from_fn(|l| {
             let nibble = if j % 2 == 0 {
                 low[l] & 0x0F
             } else {
                 low[l] >> 4
             };
-            let q = nibble | (((qh[l] >> j) & 1) << 4);
-            out[32 * j + l] = scale * f32::from(q) - min;
+            nibble | (((qh[l] >> j) & 1) << 4)
+        });
+        (d * sc, -(dmin * m), q)
+    })
+}
+
+/// Q5_K: super-block of 256 as 8 sub-blocks of 32 of 5 bits, each with a 6-bit scale and
+/// minimum.
+pub fn dequant_q5_k(b: &[u8], out: &mut [f32]) {
+    for ((d, m, q), out) in unpack_q5_k(b).iter().zip(out.chunks_mut(32)) {
+        for (o, &v) in out.iter_mut().zip(q) {
+            *o = d * f32::from(v) + m;
         }
     }
 }
@@ -512,6 +527,35 @@ pub mod encode {
         out
     }
 
+    /// f32 → Q5_1 blocks: Q4_1's with 5-bit steps, the fifth bits in 32 high bits.
+    pub fn q5_1(values: &[f32]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for block in values.chunks_exact(32) {
+            let min = block.iter().copied().fold(f32::INFINITY, f32::min);
+            let max = block.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let d = f16::from_f32((max - min) / 31.0);
+            let m = f16::from_f32(min);
+            let inv = if d.to_f32() == 0.0 {
+                0.0
+            } else {
+                1.0 / d.to_f32()
+            };
+            let q: Vec<u32> = block
+                .iter()
+                .map(|&v| (((v - m.to_f32()) * inv).round() as i32).clamp(0, 31) as u32)
+                .collect();
+            let qh = q
+                .iter()
+                .enumerate()
+                .fold(0u32, |h, (j, &v)| h | ((v >> 4) << j));
+            out.extend_from_slice(&d.to_le_bytes());
+            out.extend_from_slice(&m.to_le_bytes());
+            out.extend_from_slice(&qh.to_le_bytes());
+            out.extend((0..16).map(|j| (q[j] & 15) as u8 | (((q[j + 16] & 15) as u8) << 4)));
+        }
+        out
+    }
+
     /// The smallest f16 at least `v`, so 63 units of it cover the largest of 63 steps.
     fn unit_covering(v: f32) -> f16 {
         let h = f16::from_f32(v);
@@ -522,54 +566,89 @@ pub mod encode {
         }
     }
 
+    /// One super-block of 256 as 8 sub-blocks of 32, each `levels` steps up from its minimum:
+    /// the K-quants' header (f16 `d`, f16 `dmin`, the sub-blocks' scales and minimums as 6-bit
+    /// multiples of them, 12 bytes) and each value's step.
+    fn k_with_min(block: &[f32], levels: f32) -> (Vec<u8>, [u8; 256]) {
+        // Minimums rounded up and then scales rounded up to cover the rounded ranges, so
+        // every value lands in 0..=levels without clamping.
+        let mut sub_min = [0f32; 8];
+        let mut sub_max = [0f32; 8];
+        for (j, sub) in block.chunks_exact(32).enumerate() {
+            sub_min[j] = -sub.iter().copied().fold(0f32, f32::min);
+            sub_max[j] = sub.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        }
+        let dmin = unit_covering(sub_min.iter().copied().fold(0f32, f32::max) / 63.0);
+        let six_up = |v: f32, unit: f16| {
+            if unit.to_f32() == 0.0 {
+                0u8
+            } else {
+                (v / unit.to_f32()).ceil().clamp(0.0, 63.0) as u8
+            }
+        };
+        let m: Vec<u8> = sub_min.iter().map(|&v| six_up(v, dmin)).collect();
+        let sub_scale: Vec<f32> = (0..8)
+            .map(|j| (sub_max[j] + dmin.to_f32() * f32::from(m[j])) / levels)
+            .collect();
+        let d = unit_covering(sub_scale.iter().copied().fold(0f32, f32::max) / 63.0);
+        let sc: Vec<u8> = sub_scale.iter().map(|&v| six_up(v, d)).collect();
+        let mut header = Vec::with_capacity(16);
+        header.extend_from_slice(&d.to_le_bytes());
+        header.extend_from_slice(&dmin.to_le_bytes());
+        for j in 0..4 {
+            header.push(sc[j] | ((sc[j + 4] >> 4) << 6));
+        }
+        for j in 0..4 {
+            header.push(m[j] | ((m[j + 4] >> 4) << 6));
+        }
+        for j in 0..4 {
+            header.push((sc[j + 4] & 0x0F) | ((m[j + 4] & 0x0F) << 4));
+        }
+        let q = std::array::from_fn(|i| {
+            let j = i / 32;
+            let scale = d.to_f32() * f32::from(sc[j]);
+            if scale == 0.0 {
+                return 0u8;
+            }
+            let min = dmin.to_f32() * f32::from(m[j]);
+            ((block[i] + min) / scale).round().clamp(0.0, levels) as u8
+        });
+        (header, q)
+    }
+
+    /// The low four bits of a super-block's steps as the K-quants pack them: each 32 bytes
+    /// hold two sub-blocks, the first in the low nibbles.
+    fn k_nibbles(q: &[u8; 256], out: &mut Vec<u8>) {
+        for chunk in 0..4 {
+            out.extend(
+                (0..32)
+                    .map(|l| (q[64 * chunk + l] & 0x0F) | ((q[64 * chunk + 32 + l] & 0x0F) << 4)),
+            );
+        }
+    }
+
     /// f32 → Q4_K blocks (`values.len()` a multiple of 256): per sub-block of 32 a 4-bit range
     /// from its minimum, the sub-blocks' scales and minimums as 6-bit multiples of `d`, `dmin`.
     pub fn q4_k(values: &[f32]) -> Vec<u8> {
         let mut out = Vec::new();
         for block in values.chunks_exact(256) {
-            // Minimums rounded up and then scales rounded up to cover the rounded ranges, so
-            // every value lands in 0..16 without clamping.
-            let mut sub_min = [0f32; 8];
-            let mut sub_max = [0f32; 8];
-            for (j, sub) in block.chunks_exact(32).enumerate() {
-                sub_min[j] = -sub.iter().copied().fold(0f32, f32::min);
-                sub_max[j] = sub.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            }
-            let dmin = unit_covering(sub_min.iter().copied().fold(0f32, f32::max) / 63.0);
-            let six_up = |v: f32, unit: f16| {
-                if unit.to_f32() == 0.0 {
-                    0u8
-                } else {
-                    (v / unit.to_f32()).ceil().clamp(0.0, 63.0) as u8
-                }
-            };
-            let m: Vec<u8> = sub_min.iter().map(|&v| six_up(v, dmin)).collect();
-            let sub_scale: Vec<f32> = (0..8)
-                .map(|j| (sub_max[j] + dmin.to_f32() * f32::from(m[j])) / 15.0)
-                .collect();
-            let d = unit_covering(sub_scale.iter().copied().fold(0f32, f32::max) / 63.0);
-            let sc: Vec<u8> = sub_scale.iter().map(|&v| six_up(v, d)).collect();
-            let mut packed = [0u8; 12];
-            for j in 0..4 {
-                packed[j] = sc[j] | ((sc[j + 4] >> 4) << 6);
-                packed[j + 4] = m[j] | ((m[j + 4] >> 4) << 6);
-                packed[j + 8] = (sc[j + 4] & 0x0F) | ((m[j + 4] & 0x0F) << 4);
-            }
-            out.extend_from_slice(&d.to_le_bytes());
-            out.extend_from_slice(&dmin.to_le_bytes());
-            out.extend_from_slice(&packed);
-            let q = |i: usize| {
-                let j = i / 32;
-                let scale = d.to_f32() * f32::from(sc[j]);
-                if scale == 0.0 {
-                    return 0u8;
-                }
-                let min = dmin.to_f32() * f32::from(m[j]);
-                ((block[i] + min) / scale).round().clamp(0.0, 15.0) as u8
-            };
-            for chunk in 0..4 {
-                out.extend((0..32).map(|l| q(64 * chunk + l) | (q(64 * chunk + 32 + l) << 4)));
-            }
+            let (header, q) = k_with_min(block, 15.0);
+            out.extend_from_slice(&header);
+            k_nibbles(&q, &mut out);
+        }
+        out
+    }
+
+    /// f32 → Q5_K blocks: Q4_K's with 5-bit ranges, the fifth bits in 32 bytes of `qh`.
+    pub fn q5_k(values: &[f32]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for block in values.chunks_exact(256) {
+            let (header, q) = k_with_min(block, 31.0);
+            out.extend_from_slice(&header);
+            out.extend(
+                (0..32).map(|l| (0..8).fold(0u8, |h, j| h | (((q[32 * j + l] >> 4) & 1) << j))),
+            );
+            k_nibbles(&q, &mut out);
         }
         out
     }
@@ -748,6 +827,7 @@ mod tests {
             (TensorType::Q4_0, encode::q4_0(&v), 0.45),
             (TensorType::Q4_1, encode::q4_1(&v), 0.25),
             (TensorType::Q5_0, encode::q5_0(&v), 0.12),
+            (TensorType::Q5_1, encode::q5_1(&v), 0.12),
         ] {
             let back = dequantize(ty, &bytes).expect("dequant");
             for (a, b) in v.iter().zip(&back) {
@@ -766,6 +846,7 @@ mod tests {
         for (ty, bytes, tol) in [
             // Half a step of each sub-block's range (6.3 · spread) over 15 and 63 levels.
             (TensorType::Q4_K, encode::q4_k(&v), 0.22),
+            (TensorType::Q5_K, encode::q5_k(&v), 0.12),
             (TensorType::Q6_K, encode::q6_k(&v), 0.06),
         ] {
             assert_eq!(bytes.len() as u64, 2 * ty.block_bytes(), "{ty:?}");
@@ -786,6 +867,14 @@ mod tests {
             assert!(unpacked.q[i] < 16);
             let x = unpacked.scale[i / 32] * f32::from(unpacked.q[i]) - unpacked.min[i / 32];
             assert_eq!(x, want);
+        }
+        let b5 = encode::q5_k(&v);
+        let back = dequantize(TensorType::Q5_K, &b5).expect("q5_k");
+        for (s, (d, m, q)) in unpack_q5_k(&b5).iter().enumerate() {
+            for (l, &q) in q.iter().enumerate() {
+                assert!(q < 32);
+                assert_eq!(d * f32::from(q) + m, back[32 * s + l]);
+            }
         }
         let b6 = encode::q6_k(&v);
         let unpacked = unpack_q6_k(&b6);

@@ -16,7 +16,7 @@ const THREADS: u32 = 256;
 pub(crate) const MAX_POSITIONS: usize = 2048;
 
 /// `out[i, h] = softmax_j(q[i, h] · k[h / group, j] · scale) · v[h / group, j]` over the cache
-/// positions `j ≤ start + i`.
+/// positions `start + i − window < j ≤ start + i`.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch)]
 fn causal_attention(
@@ -29,14 +29,21 @@ fn causal_attention(
     head_dim: usize,
     group: usize,
     scale: f32,
+    window: usize,
 ) {
     let t = UNIT_POS_X as usize;
     let head = CUBE_POS_X as usize;
     let row = CUBE_POS_Y as usize;
     let heads = CUBE_COUNT_X as usize;
-    let seen = start + row + 1;
+    let upto = start + row + 1;
+    let mut first = 0usize;
+    if upto > window {
+        first = upto - window;
+    }
+    // Position `first + j` is the row's `j`-th visible one.
+    let seen = upto - first;
     let q_at = (row * heads + head) * head_dim;
-    let kv_at = (head / group) * capacity * head_dim;
+    let kv_at = (head / group) * capacity * head_dim + first * head_dim;
 
     // Literal sizes: a `comptime!` value made mutable fails shader validation.
     let mut probs = Shared::new_slice(2048usize);
@@ -121,13 +128,15 @@ fn causal_attention(
 }
 
 /// Attention of `q [n, heads, hd]` (positions `start..start+n`) against caches
-/// `[kv_heads, capacity, hd]` whose first `start + n` positions are filled; `[n, heads·hd]`.
+/// `[kv_heads, capacity, hd]` whose first `start + n` positions are filled, each row seeing
+/// the last `window` of them where a window is given; `[n, heads·hd]`.
 pub(crate) fn causal_attention_rows(
     q: &Tensor<3>,
     keys: &Tensor<3>,
     values: &Tensor<3>,
     start: usize,
     scale: f32,
+    window: Option<usize>,
 ) -> Option<Tensor<2>> {
     let [n, heads, head_dim] = q.dims();
     let [kv_heads, capacity, kv_dim] = keys.dims();
@@ -139,8 +148,12 @@ pub(crate) fn causal_attention_rows(
         || head_dim > THREADS as usize
         || !(THREADS as usize).is_multiple_of(head_dim)
         || n == 0
-        || start + n > capacity.min(MAX_POSITIONS)
+        || start + n > capacity
     {
+        return None;
+    }
+    let window = window.unwrap_or(start + n).min(start + n);
+    if window == 0 || window > MAX_POSITIONS {
         return None;
     }
     let q = cube_f32(q)?;
@@ -161,6 +174,7 @@ pub(crate) fn causal_attention_rows(
         head_dim,
         heads / kv_heads,
         scale,
+        window,
     );
     Some(from_cube(out))
 }

@@ -168,7 +168,7 @@ fn per_row_matvec(
 
 /// `x [n, in] · weightᵀ (+ blocksum32(x) · biasᵀ)` for a weight held as burn's Q4F or Q8F
 /// blocks along `in` (`PackedU32`, f32 scales; Q4F in blocks of 32, Q8F in blocks of 32 or 16)
-/// and Q4_1's offsets `bias [out, in/32]`.
+/// and the offsets of Q4_1, Q5_1 and the K-quants with minimums, `bias [out, in/32]`.
 ///
 /// `None` when the tensors do not live on a cubecl device or are not laid out as this kernel
 /// reads them; the caller then runs burn's own product.
@@ -189,7 +189,8 @@ pub(crate) fn quantized_matvec(
     let block = scheme.block_size()?.num_elements();
     let bits = match (scheme.value, block) {
         (QuantValue::Q4F, 32) => 4,
-        (QuantValue::Q8F, 32 | 16) if bias.is_none() => 8,
+        (QuantValue::Q8F, 32) => 8,
+        (QuantValue::Q8F, 16) if bias.is_none() => 8,
         _ => return None,
     };
     if !in_dim.is_multiple_of(block) {

@@ -49,6 +49,8 @@ fn encode_as(ty: TensorType, v: &[f32]) -> Vec<u8> {
         TensorType::Q4_K => encode::q4_k(v),
         TensorType::Q6_K => encode::q6_k(v),
         TensorType::Q5_0 => encode::q5_0(v),
+        TensorType::Q5_1 => encode::q5_1(v),
+        TensorType::Q5_K => encode::q5_k(v),
         other => panic!("no encoder for {other:?}"),
     }
 }
@@ -278,6 +280,26 @@ pub fn family<S: ByteSource>(arch: &str, pre: &str, vocab: &Gguf<S>) -> Vec<u8> 
             w = w.tensor(&n("attn_q_norm"), &[hd as u64], TensorType::F32, norm(hd));
             w = w.tensor(&n("attn_k_norm"), &[hd as u64], TensorType::F32, norm(hd));
         }
+    }
+    w.to_bytes()
+}
+
+/// `g` with its metadata as it is and every tensor rewritten as its exact dequantized values
+/// in F32: a full-precision twin of any model, real or tiny.
+pub fn as_f32<S: ByteSource>(g: &Gguf<S>) -> Vec<u8> {
+    let mut w = GgufWriter::new();
+    for (key, value) in &g.metadata {
+        w = w.kv(key, value.clone());
+    }
+    for t in &g.tensors {
+        let bytes = g.tensor_bytes(&t.name).expect("tensor bytes");
+        let exact = straddle_engine::quant::dequantize(t.ty, &bytes).expect("dequantize");
+        w = w.tensor(
+            &t.name,
+            &t.shape,
+            TensorType::F32,
+            encode_as(TensorType::F32, &exact),
+        );
     }
     w.to_bytes()
 }
