@@ -53,6 +53,25 @@ struct Case {
     top5: Vec<Vec<(u32, f64)>>,
 }
 
+thread_local! {
+    /// The page's WebGPU device: burn registers one per device id and refuses a second.
+    static DEVICE: std::cell::RefCell<Option<straddle_engine::Device>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// The WebGPU device, initialised by the first test that asks for it.
+async fn webgpu_device() -> straddle_engine::Device {
+    if let Some(device) = DEVICE.with(|d| d.borrow().clone()) {
+        return device;
+    }
+    let device = straddle_engine::Device::wgpu_options()
+        .init_async()
+        .await
+        .expect("WebGPU device");
+    DEVICE.with(|d| *d.borrow_mut() = Some(device.clone()));
+    device
+}
+
 /// Fetches `url` into memory, as a page loads a model from a CDN.
 async fn fetch_bytes(url: &str) -> Vec<u8> {
     use wasm_bindgen::JsCast;
@@ -101,10 +120,7 @@ async fn real_model_on_webgpu_agrees_with_llama_cpp() {
     ))
     .expect("reference JSON");
     let bytes = fetch_bytes(url).await;
-    let device = straddle_engine::Device::wgpu_options()
-        .init_async()
-        .await
-        .expect("WebGPU device");
+    let device = webgpu_device().await;
     let engine = straddle_engine::Engine::load_on(bytes, 256, &device).expect("load on WebGPU");
     let mut clear_steps = 0;
     for case in reference
@@ -229,10 +245,7 @@ async fn gemma3_on_webgpu_agrees_with_llama_cpp() {
         "../../../tests/reference/gemma-3-270m-q4_k_m.json"
     ))
     .expect("reference JSON");
-    let device = straddle_engine::Device::wgpu_options()
-        .init_async()
-        .await
-        .expect("WebGPU device");
+    let device = webgpu_device().await;
     let engine = straddle_engine::Engine::load_on(fetch_bytes(url).await, 64, &device)
         .expect("load on WebGPU");
     let case = reference
