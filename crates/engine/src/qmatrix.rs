@@ -42,6 +42,15 @@ pub enum QMatrix {
         qh: Vec<u32>,
         qs: Vec<u8>,
     },
+    /// Q5_1 and Q5_K's sub-blocks widened: per-block f32 scale and minimum, one byte per
+    /// value (`0..32`); x = d·q + m, read as Q4_1 is.
+    Q5_1 {
+        rows: usize,
+        cols: usize,
+        d: Vec<f32>,
+        m: Vec<f32>,
+        qs: Vec<u8>,
+    },
     /// Q6_K repacked: an f32 scale per 16 values, one signed byte per value (−32..32).
     Q6K {
         rows: usize,
@@ -76,6 +85,11 @@ enum RowBlocks<'a> {
     Q5_0 {
         d: &'a [u16],
         qh: &'a [u32],
+        qs: &'a [u8],
+    },
+    Q5_1 {
+        d: &'a [f32],
+        m: &'a [f32],
         qs: &'a [u8],
     },
     /// A scale per 16 values.
@@ -243,6 +257,7 @@ struct KernelTable {
     q4_0: FormatKernels,
     q8_0: FormatKernels,
     q5_0: FormatKernels,
+    q5_1: FormatKernels,
     q6k: FormatKernels,
     f32: FormatKernels,
 }
@@ -255,6 +270,7 @@ impl KernelTable {
             QMatrix::Q4_0 { .. } => self.q4_0,
             QMatrix::Q8_0 { .. } => self.q8_0,
             QMatrix::Q5_0 { .. } => self.q5_0,
+            QMatrix::Q5_1 { .. } => self.q5_1,
             QMatrix::Q6K { .. } => self.q6k,
             QMatrix::F32 { .. } => self.f32,
         }
@@ -273,6 +289,7 @@ const PORTABLE: KernelTable = KernelTable {
     q4_0: PORTABLE_FORMAT,
     q8_0: PORTABLE_FORMAT,
     q5_0: PORTABLE_FORMAT,
+    q5_1: PORTABLE_FORMAT,
     q6k: PORTABLE_FORMAT,
     f32: PORTABLE_FORMAT,
 };
@@ -316,6 +333,12 @@ impl QMatrix {
             }
             TensorType::Q8_0 if whole(BLOCK) => {
                 Self::q8_0(rows, cols, blocks.map(quant::split_q8_0))
+            }
+            TensorType::Q5_1 if whole(BLOCK) => {
+                Self::q5_1(rows, cols, blocks.map(quant::unpack_q5_1))
+            }
+            TensorType::Q5_K if whole(256) => {
+                Self::q5_1(rows, cols, blocks.flat_map(quant::unpack_q5_k))
             }
             TensorType::Q6_K if whole(256) => Self::q6_k(rows, cols, blocks),
             other => QMatrix::F32 {
@@ -381,6 +404,28 @@ impl QMatrix {
         }
     }
 
+    /// The widened Q5_1 layout from blocks of `(d, m, values)`.
+    fn q5_1(rows: usize, cols: usize, blocks: impl Iterator<Item = (f32, f32, [u8; 32])>) -> Self {
+        let nb = rows * cols / BLOCK;
+        let (mut d, mut m, mut qs) = (
+            Vec::with_capacity(nb),
+            Vec::with_capacity(nb),
+            Vec::with_capacity(nb * BLOCK),
+        );
+        for (scale, min, values) in blocks {
+            d.push(scale);
+            m.push(min);
+            qs.extend_from_slice(&values);
+        }
+        QMatrix::Q5_1 {
+            rows,
+            cols,
+            d,
+            m,
+            qs,
+        }
+    }
+
     /// Q8_0's layout from blocks of `(d, values)`.
     fn q8_0(rows: usize, cols: usize, blocks: impl Iterator<Item = (u16, [i8; 32])>) -> Self {
         let nb = rows * cols / BLOCK;
@@ -411,6 +456,7 @@ impl QMatrix {
             | QMatrix::Q4_0 { rows, cols, .. }
             | QMatrix::Q8_0 { rows, cols, .. }
             | QMatrix::Q5_0 { rows, cols, .. }
+            | QMatrix::Q5_1 { rows, cols, .. }
             | QMatrix::Q6K { rows, cols, .. }
             | QMatrix::F32 { rows, cols, .. } => (*rows, *cols),
         }
@@ -423,6 +469,7 @@ impl QMatrix {
             QMatrix::Q4_0 { d, qs, .. } => 4 * d.len() + qs.len(),
             QMatrix::Q8_0 { d, qs, .. } => 2 * d.len() + qs.len(),
             QMatrix::Q5_0 { d, qh, qs, .. } => 2 * d.len() + 4 * qh.len() + qs.len(),
+            QMatrix::Q5_1 { d, m, qs, .. } => 4 * (d.len() + m.len()) + qs.len(),
             QMatrix::Q6K { d, qs, .. } => 4 * d.len() + qs.len(),
             QMatrix::F32 { w, .. } => 4 * w.len(),
         }
@@ -471,6 +518,13 @@ impl QMatrix {
                     }
                 }
             }
+            QMatrix::Q5_1 { d, m, qs, .. } => {
+                let row = r * cols..(r + 1) * cols;
+                for (j, (o, &q)) in out.iter_mut().zip(&qs[row.clone()]).enumerate() {
+                    let i = (row.start + j) / BLOCK;
+                    *o = d[i] * f32::from(q) + m[i];
+                }
+            }
             QMatrix::Q6K { d, qs, .. } => {
                 let row = r * cols..(r + 1) * cols;
                 for (j, (o, &q)) in out.iter_mut().zip(&qs[row.clone()]).enumerate() {
@@ -506,6 +560,11 @@ impl QMatrix {
                 d: &d[blocks.clone()],
                 qh: &qh[blocks],
                 qs: &qs[nibbles],
+            },
+            QMatrix::Q5_1 { d, m, qs, .. } => RowBlocks::Q5_1 {
+                d: &d[blocks.clone()],
+                m: &m[blocks],
+                qs: &qs[r * nb * BLOCK..(r + 1) * nb * BLOCK],
             },
             QMatrix::Q6K { d, qs, .. } => RowBlocks::Q6K {
                 d: &d[2 * blocks.start..2 * blocks.end],
@@ -603,6 +662,21 @@ impl QMatrix {
                     let i = r * nb + b;
                     let s = dot_i8(&q5_0_block(qh, qs, i), &x.qs[b * BLOCK..b * BLOCK + BLOCK]);
                     acc += f16_to_f32(d[i]) * x.d[b] * s as f32;
+                }
+                acc
+            }
+            QMatrix::Q5_1 { d, m, qs, .. } => {
+                let mut acc = 0f32;
+                for b in 0..nb {
+                    let i = r * nb + b;
+                    let w = &qs[i * BLOCK..i * BLOCK + BLOCK];
+                    let xq = &x.qs[b * BLOCK..b * BLOCK + BLOCK];
+                    let s: i32 = w
+                        .iter()
+                        .zip(xq)
+                        .map(|(&q, &v)| i32::from(q) * i32::from(v))
+                        .sum();
+                    acc += d[i] * x.d[b] * s as f32 + m[i] * x.sum[b];
                 }
                 acc
             }
@@ -781,6 +855,8 @@ mod tests {
             (TensorType::Q4_K, 512, encode::q4_k),
             (TensorType::Q6_K, 512, encode::q6_k),
             (TensorType::Q5_0, 96, encode::q5_0),
+            (TensorType::Q5_1, 96, encode::q5_1),
+            (TensorType::Q5_K, 512, encode::q5_k),
         ] {
             let bytes = encoder(&weights(cols));
             let xs: Vec<Vec<f32>> = (0..3)
@@ -829,6 +905,21 @@ mod tests {
     }
 
     #[test]
+    fn five_bit_formats_with_a_minimum_stay_quantized_at_a_byte_a_value() {
+        let (rows, cols) = (8, 512);
+        let w: Vec<f32> = (0..rows * cols).map(|i| (i as f32 * 0.61).sin()).collect();
+        for (ty, bytes) in [
+            (TensorType::Q5_1, encode::q5_1(&w)),
+            (TensorType::Q5_K, encode::q5_k(&w)),
+        ] {
+            let m = QMatrix::from_gguf(ty, &bytes, rows, cols).expect("build");
+            assert!(matches!(m, QMatrix::Q5_1 { .. }), "{ty:?} kept quantized");
+            // A byte a value and an f32 scale and minimum a block of 32: 1.25 bytes a value.
+            assert_eq!(m.bytes(), rows * cols * 5 / 4, "{ty:?}");
+        }
+    }
+
+    #[test]
     fn batched_products_are_exactly_one_at_a_time_for_every_kernel_family() {
         // Batched and alone must give the same bits, or a batch could change a greedy answer.
         // Rows of 4, 3 (an odd last pair) and 19 blocks (past the 16 a minimum step takes).
@@ -852,6 +943,7 @@ mod tests {
                     (TensorType::Q4_0, encode::q4_0(&w)),
                     (TensorType::Q8_0, encode::q8_0(&w)),
                     (TensorType::Q5_0, encode::q5_0(&w)),
+                    (TensorType::Q5_1, encode::q5_1(&w)),
                 ] {
                     let m = QMatrix::from_gguf(ty, &bytes, rows, cols).expect("build");
                     for kernels in Kernels::available() {

@@ -298,7 +298,7 @@ fn simd_kernels_match_the_portable_dot_products() {
         .map(|i| ((i * 31 % 23) as f32 / 7.0) - 1.6)
         .collect();
     let acts = QActs::quantize(&x);
-    // Q6_K's super-blocks hold 256 values: its rows are 256 wide.
+    // The K-quants' super-blocks hold 256 values: their rows are 256 wide.
     let w6: Vec<f32> = (0..rows * 256)
         .map(|i| ((i * 7919 % 211) as f32 - 105.0) / 60.0)
         .collect();
@@ -310,10 +310,12 @@ fn simd_kernels_match_the_portable_dot_products() {
         (TensorType::Q4_1, encode::q4_1(&w)),
         (TensorType::Q8_0, encode::q8_0(&w)),
         (TensorType::Q5_0, encode::q5_0(&w)),
+        (TensorType::Q5_1, encode::q5_1(&w)),
         (TensorType::Q6_K, encode::q6_k(&w6)),
+        (TensorType::Q5_K, encode::q5_k(&w6)),
     ] {
         let (cols, acts) = match ty {
-            TensorType::Q6_K => (256, &acts6),
+            TensorType::Q6_K | TensorType::Q5_K => (256, &acts6),
             _ => (cols, &acts),
         };
         let m = QMatrix::from_gguf(ty, &bytes, rows, cols).expect("matrix");

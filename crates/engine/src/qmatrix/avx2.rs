@@ -18,10 +18,8 @@ pub fn available() -> bool {
 /// This family's kernel for each format. Every entry is safe to call only where AVX2 and FMA
 /// run, which [`super::Kernels::table`] checks before handing the table out.
 pub(super) const TABLE: KernelTable = KernelTable {
-    q4_1: FormatKernels {
-        dot: row_dot,
-        rows: Some(rows_q4_1),
-    },
+    q4_1: WITH_MIN,
+    q5_1: WITH_MIN,
     q4_0: FormatKernels {
         dot: row_dot,
         rows: None,
@@ -35,6 +33,13 @@ pub(super) const TABLE: KernelTable = KernelTable {
     f32: PORTABLE_FORMAT,
 };
 
+/// The formats read as 32 unsigned values, a scale and a minimum a block (Q4_1's nibbles,
+/// the widened Q5_1's bytes).
+const WITH_MIN: FormatKernels = FormatKernels {
+    dot: row_dot,
+    rows: Some(rows_with_min),
+};
+
 /// The formats read as 32 signed bytes a block (Q8_0, and Q5_0 widened to them).
 const SIGNED: FormatKernels = FormatKernels {
     dot: row_dot,
@@ -46,7 +51,8 @@ fn row_dot(w: &QMatrix, r: usize, x: &QActs) -> f32 {
     // SAFETY (each call): AVX2 and FMA run here (see `TABLE`); the slices hold the row's
     // blocks, and `x` as many.
     match w.row_blocks(r) {
-        RowBlocks::Q4_1 { d, m, qs } => unsafe { dot_q4_1(d, m, qs, x) },
+        RowBlocks::Q4_1 { d, m, qs } => unsafe { dot_with_min(Q4Row { d, m, qs }, x) },
+        RowBlocks::Q5_1 { d, m, qs } => unsafe { dot_with_min(Q5MinRow { d, m, qs }, x) },
         RowBlocks::Q4_0 { d, qs } => unsafe { dot_q4_0(d, qs, x) },
         RowBlocks::Q8_0 { d, qs } => unsafe { dot_signed(Q8Row { d, qs }, x) },
         RowBlocks::Q5_0 { d, qh, qs } => unsafe { dot_signed(Q5Row { d, qh, qs }, x) },
@@ -55,19 +61,18 @@ fn row_dot(w: &QMatrix, r: usize, x: &QActs) -> f32 {
     }
 }
 
-/// Q4_1 rows: a decoded token's chunk in one call, a prompt's tokens four at a time.
-fn rows_q4_1(w: &QMatrix, first: usize, count: usize, xs: &[QActs], out: &mut [f32]) {
-    if let ([x], QMatrix::Q4_1 { cols, d, m, qs, .. }) = (xs, w) {
-        let nb = cols / BLOCK;
-        let blocks = first * nb..(first + count) * nb;
-        let qs = &qs[blocks.start * 16..blocks.end * 16];
-        // SAFETY: AVX2 and FMA run here; the slices hold `count` rows of `nb` blocks, and `x`
-        // holds `nb` blocks.
-        return unsafe { dot_rows_q4_1(nb, &d[blocks.clone()], &m[blocks], qs, x, out) };
+/// Rows with a minimum: a decoded token's chunk in one call, a prompt's tokens four at a time.
+fn rows_with_min(w: &QMatrix, first: usize, _count: usize, xs: &[QActs], out: &mut [f32]) {
+    if let [x] = xs {
+        // SAFETY: AVX2 and FMA run here (see `TABLE`).
+        return unsafe { dot_rows_with_min(w, first, x, out) };
     }
     by_fours(w, first, xs, out, |blocks, four| match blocks {
-        // SAFETY: as in `row_dot`.
-        RowBlocks::Q4_1 { d, m, qs } => Some(unsafe { dot_q4_1_x4(d, m, qs, four) }),
+        // SAFETY (each call): as in `row_dot`.
+        RowBlocks::Q4_1 { d, m, qs } => Some(unsafe { dot_with_min_x4(Q4Row { d, m, qs }, four) }),
+        RowBlocks::Q5_1 { d, m, qs } => {
+            Some(unsafe { dot_with_min_x4(Q5MinRow { d, m, qs }, four) })
+        }
         _ => None,
     });
 }
@@ -141,53 +146,108 @@ fn prefetch_ahead<T>(bytes: &[T], at: usize) {
     }
 }
 
-/// Σ over blocks of d·dx·Σ(q·qx) + m·sum_x, for one Q4_1 row.
+/// A row whose blocks the kernels with a minimum read as 32 unsigned values below 128, an
+/// f32 scale and an f32 minimum.
+trait MinBlocks<'a>: Copy {
+    /// The row's scales, one a block.
+    fn scales(self) -> &'a [f32];
+    /// The row's minimums, one a block.
+    fn mins(self) -> &'a [f32];
+    /// Block `b`'s values.
+    ///
+    /// # Safety
+    /// AVX2 runs here, and `b` is below the number of scales.
+    unsafe fn values(self, b: usize) -> __m256i;
+}
+
+/// A Q4_1 row: 16 bytes of nibbles a block, low nibbles elements 0..16.
+#[derive(Clone, Copy)]
+struct Q4Row<'a> {
+    d: &'a [f32],
+    m: &'a [f32],
+    qs: &'a [u8],
+}
+
+/// A widened Q5_1 row: a byte a value.
+#[derive(Clone, Copy)]
+struct Q5MinRow<'a> {
+    d: &'a [f32],
+    m: &'a [f32],
+    qs: &'a [u8],
+}
+
+impl<'a> MinBlocks<'a> for Q4Row<'a> {
+    fn scales(self) -> &'a [f32] {
+        self.d
+    }
+
+    fn mins(self) -> &'a [f32] {
+        self.m
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn values(self, b: usize) -> __m256i {
+        debug_assert!((b + 1) * 16 <= self.qs.len(), "block inside the row");
+        prefetch_ahead(self.qs, b * 16);
+        // SAFETY: the caller's guarantee; a row's nibbles are 16 bytes per scale.
+        let raw = unsafe { _mm_loadu_si128(self.qs.as_ptr().add(b * 16) as *const __m128i) };
+        _mm256_and_si256(
+            _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw),
+            _mm256_set1_epi8(0x0F),
+        )
+    }
+}
+
+impl<'a> MinBlocks<'a> for Q5MinRow<'a> {
+    fn scales(self) -> &'a [f32] {
+        self.d
+    }
+
+    fn mins(self) -> &'a [f32] {
+        self.m
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn values(self, b: usize) -> __m256i {
+        debug_assert!((b + 1) * BLOCK <= self.qs.len(), "block inside the row");
+        prefetch_ahead(self.qs, b * BLOCK);
+        // SAFETY: the caller's guarantee; a row's bytes are 32 per scale.
+        unsafe { _mm256_loadu_si256(self.qs.as_ptr().add(b * BLOCK) as *const __m256i) }
+    }
+}
+
+/// Σ over blocks of d·dx·Σ(q·qx) + m·sum_x, for one row with minimums.
+///
+/// # Safety
+/// AVX2 and FMA run here, and `x` holds the row's blocks.
 #[target_feature(enable = "avx2,fma")]
-pub unsafe fn dot_q4_1(d: &[f32], m: &[f32], qs: &[u8], x: &QActs) -> f32 {
-    let mask = _mm256_set1_epi8(0x0F);
+unsafe fn dot_with_min<'a, R: MinBlocks<'a>>(row: R, x: &QActs) -> f32 {
     let ones = _mm256_set1_epi16(1);
     let mut acc = _mm256_setzero_ps();
     let mut mins = 0f32;
-    for b in 0..d.len() {
-        prefetch_ahead(qs, b * 16);
-        // SAFETY: block b lies inside `qs` (16 bytes a block) and `x.qs` (32 a block).
-        let (raw, xv) = unsafe {
-            (
-                _mm_loadu_si128(qs.as_ptr().add(b * 16) as *const __m128i),
-                _mm256_loadu_si256(x.qs.as_ptr().add(b * BLOCK) as *const __m256i),
-            )
-        };
-        // Low nibbles are elements 0..16, high nibbles 16..32.
-        let w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), mask);
-        let sum16 = _mm256_maddubs_epi16(w, xv);
-        let sum32 = _mm256_madd_epi16(sum16, ones);
-        let scale = _mm256_set1_ps(d[b] * x.d[b]);
+    for (b, (&d, &m)) in row.scales().iter().zip(row.mins()).enumerate() {
+        // SAFETY: block b lies inside the row and `x` (the caller's guarantee).
+        let (w, xv) = unsafe { (row.values(b), activation_block(x, b)) };
+        let sum32 = _mm256_madd_epi16(_mm256_maddubs_epi16(w, xv), ones);
+        let scale = _mm256_set1_ps(d * x.d[b]);
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum32), scale, acc);
-        mins += m[b] * x.sum[b];
+        mins += m * x.sum[b];
     }
     hsum(acc) + mins
 }
 
-/// [`dot_q4_1`] for consecutive rows of `nb` blocks each, one result per row of `out`.
+/// [`dot_with_min`] for the rows from `first`, one result per row of `out`, in one call so
+/// the loop runs with the kernel's features.
 #[target_feature(enable = "avx2,fma")]
-pub unsafe fn dot_rows_q4_1(
-    nb: usize,
-    d: &[f32],
-    m: &[f32],
-    qs: &[u8],
-    x: &QActs,
-    out: &mut [f32],
-) {
-    for (r, o) in out.iter_mut().enumerate() {
-        let blocks = r * nb..(r + 1) * nb;
-        // SAFETY: the caller's guarantees for `dot_q4_1`, row by row.
-        *o = unsafe {
-            dot_q4_1(
-                &d[blocks.clone()],
-                &m[blocks.clone()],
-                &qs[blocks.start * 16..blocks.end * 16],
-                x,
-            )
+unsafe fn dot_rows_with_min(w: &QMatrix, first: usize, x: &QActs, out: &mut [f32]) {
+    for (k, o) in out.iter_mut().enumerate() {
+        // SAFETY (each call): the row's slices hold its blocks, and `x` as many.
+        *o = match w.row_blocks(first + k) {
+            RowBlocks::Q4_1 { d, m, qs } => unsafe { dot_with_min(Q4Row { d, m, qs }, x) },
+            RowBlocks::Q5_1 { d, m, qs } => unsafe { dot_with_min(Q5MinRow { d, m, qs }, x) },
+            _ => row_dot(w, first + k, x),
         };
     }
 }
@@ -206,27 +266,26 @@ unsafe fn dot_rows_signed(w: &QMatrix, first: usize, x: &QActs, out: &mut [f32])
     }
 }
 
-/// [`dot_q4_1`] for four activation vectors: the same operations in the same order for
-/// each, with the row's nibbles unpacked once.
+/// [`dot_with_min`] for four activation vectors: the same operations in the same order for
+/// each, with the row's values unpacked once.
+///
+/// # Safety
+/// As for [`dot_with_min`], for every token.
 #[target_feature(enable = "avx2,fma")]
-pub unsafe fn dot_q4_1_x4(d: &[f32], m: &[f32], qs: &[u8], x: [&QActs; 4]) -> [f32; 4] {
-    let mask = _mm256_set1_epi8(0x0F);
+unsafe fn dot_with_min_x4<'a, R: MinBlocks<'a>>(row: R, x: [&QActs; 4]) -> [f32; 4] {
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); 4];
     let mut mins = [0f32; 4];
-    for b in 0..d.len() {
-        prefetch_ahead(qs, b * 16);
-        // SAFETY: block b lies inside `qs` (16 bytes a block).
-        let raw = unsafe { _mm_loadu_si128(qs.as_ptr().add(b * 16) as *const __m128i) };
-        let w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), mask);
+    for (b, (&d, &m)) in row.scales().iter().zip(row.mins()).enumerate() {
+        // SAFETY: block b lies inside the row (the caller's guarantee).
+        let w = unsafe { row.values(b) };
         for j in 0..4 {
             // SAFETY: block b lies inside every `x[j].qs` (32 bytes a block).
-            let xv =
-                unsafe { _mm256_loadu_si256(x[j].qs.as_ptr().add(b * BLOCK) as *const __m256i) };
+            let xv = unsafe { activation_block(x[j], b) };
             let sum32 = _mm256_madd_epi16(_mm256_maddubs_epi16(w, xv), ones);
-            let scale = _mm256_set1_ps(d[b] * x[j].d[b]);
+            let scale = _mm256_set1_ps(d * x[j].d[b]);
             acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum32), scale, acc[j]);
-            mins[j] += m[b] * x[j].sum[b];
+            mins[j] += m * x[j].sum[b];
         }
     }
     [

@@ -12,13 +12,14 @@ use std::sync::OnceLock;
 
 use super::{BLOCK, FormatKernels, KernelTable, PORTABLE_FORMAT, QActs, QMatrix, avx2};
 
-/// This family's kernel for each format (AVX2's for Q4_0). Every entry is safe to call only
+/// This family's kernel for each format (AVX2's for Q4_0 and Q5_1). Every entry is safe to call only
 /// where AVX-512 F, BW and VNNI and AVX2 run, which [`super::Kernels::table`] checks.
 pub(super) const TABLE: KernelTable = KernelTable {
     q4_1: TILED,
     q4_0: avx2::TABLE.q4_0,
     q8_0: TILED,
     q5_0: TILED,
+    q5_1: avx2::TABLE.q5_1,
     q6k: TILED,
     f32: PORTABLE_FORMAT,
 };
@@ -39,7 +40,9 @@ fn row_dot(w: &QMatrix, r: usize, x: &QActs) -> f32 {
         QMatrix::Q8_0 { d, qs, .. } => unsafe { Q8_0 { nb, d, qs }.tile(r, [x]) },
         QMatrix::Q5_0 { d, qh, qs, .. } => unsafe { Q5_0 { nb, d, qh, qs }.tile(r, [x]) },
         QMatrix::Q6K { d, qs, .. } => unsafe { Q6K { nb, d, qs }.tile(r, [x]) },
-        QMatrix::Q4_0 { .. } | QMatrix::F32 { .. } => return w.dot_row_portable(r, x),
+        QMatrix::Q4_0 { .. } | QMatrix::Q5_1 { .. } | QMatrix::F32 { .. } => {
+            return w.dot_row_portable(r, x);
+        }
     };
     value
 }
@@ -57,7 +60,7 @@ fn task_rows(w: &QMatrix, first: usize, count: usize, xs: &[QActs], out: &mut [f
             fill(&Q5_0 { nb, d, qh, qs }, first, count, xs, out)
         },
         QMatrix::Q6K { d, qs, .. } => unsafe { fill(&Q6K { nb, d, qs }, first, count, xs, out) },
-        QMatrix::Q4_0 { .. } | QMatrix::F32 { .. } => {
+        QMatrix::Q4_0 { .. } | QMatrix::Q5_1 { .. } | QMatrix::F32 { .. } => {
             super::each_row_and_token(QMatrix::dot_row_portable, w, first, xs, out)
         }
     }

@@ -14,6 +14,7 @@ pub(super) const TABLE: KernelTable = KernelTable {
     q4_0: PORTABLE_FORMAT,
     q8_0: SIMD,
     q5_0: SIMD,
+    q5_1: SIMD,
     q6k: SIMD,
     f32: PORTABLE_FORMAT,
 };
@@ -31,6 +32,7 @@ fn row_dot(w: &QMatrix, r: usize, x: &QActs) -> f32 {
         RowBlocks::Q8_0 { d, qs } => dot_q8_0(d, qs, x),
         RowBlocks::Q5_0 { d, qh, qs } => dot_q5_0(d, qh, qs, x),
         RowBlocks::Q6K { d, qs } => dot_q6_k(d, qs, x),
+        RowBlocks::Q5_1 { d, m, qs } => dot_q5_1(d, m, qs, x),
         RowBlocks::Q4_0 { .. } | RowBlocks::Other => w.dot_row_portable(r, x),
     }
 }
@@ -53,23 +55,49 @@ fn dot16(a: v128, b: v128) -> v128 {
 
 /// Σ over blocks of d·dx·Σ(q·qx) + m·sum_x, for one Q4_1 row.
 pub fn dot_q4_1(d: &[f32], m: &[f32], qs: &[u8], x: &QActs) -> f32 {
-    let nb = d.len();
-    assert!(m.len() == nb && qs.len() == nb * 16 && x.qs.len() >= nb * BLOCK);
+    assert!(qs.len() == d.len() * 16);
     let mask = u8x16_splat(0x0F);
+    dot_with_min(d, m, x, |b| {
+        // SAFETY: the assert above puts block b inside `qs` (16 bytes a block); v128_load
+        // has no alignment requirement.
+        let raw = unsafe { v128_load(qs.as_ptr().add(b * 16) as *const v128) };
+        // Low nibbles are elements 0..16, high nibbles 16..32; both fit in i8.
+        (v128_and(raw, mask), u8x16_shr(raw, 4))
+    })
+}
+
+/// Σ over blocks of d·dx·Σ(q·qx) + m·sum_x, for one widened Q5_1 row (a byte a value).
+pub fn dot_q5_1(d: &[f32], m: &[f32], qs: &[u8], x: &QActs) -> f32 {
+    assert!(qs.len() == d.len() * BLOCK);
+    dot_with_min(d, m, x, |b| {
+        // SAFETY: the assert above puts block b inside `qs` (32 bytes a block).
+        unsafe {
+            (
+                v128_load(qs.as_ptr().add(b * BLOCK) as *const v128),
+                v128_load(qs.as_ptr().add(b * BLOCK + 16) as *const v128),
+            )
+        }
+    })
+}
+
+/// Σ over blocks of d·dx·Σ(q·qx) + m·sum_x, with `values(b)` block `b`'s 32 values (below
+/// 128) as two halves.
+#[inline(always)]
+fn dot_with_min(d: &[f32], m: &[f32], x: &QActs, values: impl Fn(usize) -> (v128, v128)) -> f32 {
+    let nb = d.len();
+    assert!(m.len() == nb && x.qs.len() >= nb * BLOCK);
     let mut acc = f32x4_splat(0.0);
     let mut mins = 0f32;
     for b in 0..nb {
-        // SAFETY: the assert above puts block b inside `qs` (16 bytes a block) and
-        // `x.qs` (32 a block); v128_load has no alignment requirement.
-        let (raw, x0, x1) = unsafe {
+        let (w0, w1) = values(b);
+        // SAFETY: the assert above puts block b inside `x.qs` (32 bytes a block).
+        let (x0, x1) = unsafe {
             (
-                v128_load(qs.as_ptr().add(b * 16) as *const v128),
                 v128_load(x.qs.as_ptr().add(b * BLOCK) as *const v128),
                 v128_load(x.qs.as_ptr().add(b * BLOCK + 16) as *const v128),
             )
         };
-        // Low nibbles are elements 0..16, high nibbles 16..32; both fit in i8.
-        let s = i32x4_add(dot16(v128_and(raw, mask), x0), dot16(u8x16_shr(raw, 4), x1));
+        let s = i32x4_add(dot16(w0, x0), dot16(w1, x1));
         acc = f32x4_add(
             acc,
             f32x4_mul(f32x4_convert_i32x4(s), f32x4_splat(d[b] * x.d[b])),
