@@ -272,7 +272,7 @@ impl Pass {
 /// One sequence's per-layer keys and values, moved out of its cache for a pass.
 type TakenLayers = (std::vec::IntoIter<Tensor<3>>, std::vec::IntoIter<Tensor<3>>);
 
-/// A Llama-family model whose weights live, quantized, on a burn device.
+/// A model of any [`crate::Arch`] whose weights live, quantized, on a burn device.
 pub struct DeviceModel {
     pub config: Config,
     device: Device,

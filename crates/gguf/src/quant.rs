@@ -506,23 +506,33 @@ pub mod encode {
         out
     }
 
+    /// A block's f16 step `d` and minimum `m` for `levels` steps from its minimum to its
+    /// maximum, and each value's step.
+    fn steps_from_min(block: &[f32], levels: f32) -> (f16, f16, Vec<u8>) {
+        let min = block.iter().copied().fold(f32::INFINITY, f32::min);
+        let max = block.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let d = f16::from_f32((max - min) / levels);
+        let m = f16::from_f32(min);
+        let inv = if d.to_f32() == 0.0 {
+            0.0
+        } else {
+            1.0 / d.to_f32()
+        };
+        let q = block
+            .iter()
+            .map(|&v| ((v - m.to_f32()) * inv).round().clamp(0.0, levels) as u8)
+            .collect();
+        (d, m, q)
+    }
+
     /// f32 → Q4_1 blocks.
     pub fn q4_1(values: &[f32]) -> Vec<u8> {
         let mut out = Vec::new();
         for block in values.chunks_exact(32) {
-            let min = block.iter().copied().fold(f32::INFINITY, f32::min);
-            let max = block.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let d = f16::from_f32((max - min) / 15.0);
-            let m = f16::from_f32(min);
-            let inv = if d.to_f32() == 0.0 {
-                0.0
-            } else {
-                1.0 / d.to_f32()
-            };
+            let (d, m, q) = steps_from_min(block, 15.0);
             out.extend_from_slice(&d.to_le_bytes());
             out.extend_from_slice(&m.to_le_bytes());
-            let q = |v: f32| (((v - m.to_f32()) * inv).round() as i32).clamp(0, 15) as u8;
-            out.extend((0..16).map(|j| q(block[j]) | (q(block[j + 16]) << 4)));
+            out.extend((0..16).map(|j| q[j] | (q[j + 16] << 4)));
         }
         out
     }
@@ -531,27 +541,15 @@ pub mod encode {
     pub fn q5_1(values: &[f32]) -> Vec<u8> {
         let mut out = Vec::new();
         for block in values.chunks_exact(32) {
-            let min = block.iter().copied().fold(f32::INFINITY, f32::min);
-            let max = block.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let d = f16::from_f32((max - min) / 31.0);
-            let m = f16::from_f32(min);
-            let inv = if d.to_f32() == 0.0 {
-                0.0
-            } else {
-                1.0 / d.to_f32()
-            };
-            let q: Vec<u32> = block
-                .iter()
-                .map(|&v| (((v - m.to_f32()) * inv).round() as i32).clamp(0, 31) as u32)
-                .collect();
+            let (d, m, q) = steps_from_min(block, 31.0);
             let qh = q
                 .iter()
                 .enumerate()
-                .fold(0u32, |h, (j, &v)| h | ((v >> 4) << j));
+                .fold(0u32, |h, (j, &v)| h | (u32::from(v >> 4) << j));
             out.extend_from_slice(&d.to_le_bytes());
             out.extend_from_slice(&m.to_le_bytes());
             out.extend_from_slice(&qh.to_le_bytes());
-            out.extend((0..16).map(|j| (q[j] & 15) as u8 | (((q[j + 16] & 15) as u8) << 4)));
+            out.extend((0..16).map(|j| (q[j] & 15) | ((q[j + 16] & 15) << 4)));
         }
         out
     }

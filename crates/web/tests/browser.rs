@@ -44,6 +44,16 @@ struct Reference {
     cases: Vec<Case>,
 }
 
+impl Reference {
+    /// The case named `name`.
+    fn case(&self, name: &str) -> &Case {
+        self.cases
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("the reference has no case {name}"))
+    }
+}
+
 #[derive(serde::Deserialize)]
 struct Case {
     name: String,
@@ -51,6 +61,46 @@ struct Case {
     prompt_tokens: Vec<u32>,
     greedy: Vec<u32>,
     top5: Vec<Vec<(u32, f64)>>,
+}
+
+/// Feeds `model` `prompt`, then llama.cpp's greedy continuation of `case` (teacher forcing,
+/// so one near-tie does not end the comparison) for `steps` steps: every step's top-5 logits
+/// within `tol` of llama.cpp's, and the same token wherever llama.cpp's top-1 leads its top-2
+/// by 1.6. Returns how many steps had such a clear margin.
+async fn teacher_forced<M: straddle_engine::CausalLm>(
+    model: &M,
+    prompt: &[u32],
+    case: &Case,
+    steps: usize,
+    tol: f64,
+) -> usize {
+    const TIE_MARGIN: f64 = 1.6;
+    let mut cache = model.new_cache(prompt.len() + steps);
+    let mut logits = model
+        .forward_last(prompt, &mut cache)
+        .await
+        .expect("prefill");
+    let mut clear_steps = 0;
+    for (step, (&want, top)) in case.greedy.iter().zip(&case.top5).enumerate().take(steps) {
+        for &(tok, want_logit) in top {
+            let got = f64::from(logits[tok as usize]);
+            assert!(
+                (got - want_logit).abs() <= tol,
+                "{} step {step}: logit of {tok} is {got}, llama.cpp {want_logit}",
+                case.name
+            );
+        }
+        if top[0].1 - top[1].1 >= TIE_MARGIN {
+            clear_steps += 1;
+            let got = straddle_engine::sample::argmax(&logits);
+            assert_eq!(got, want, "{} step {step}: a clear-margin step", case.name);
+        }
+        logits = model
+            .forward_last(&[want], &mut cache)
+            .await
+            .expect("decode");
+    }
+    clear_steps
 }
 
 thread_local! {
@@ -101,16 +151,11 @@ async fn fetch_bytes(url: &str) -> Vec<u8> {
 /// The real model, fetched over HTTP and run through burn on WebGPU (SwiftShader here),
 /// agrees with llama.cpp exactly as the native backends must in
 /// `crates/engine/tests/device_model.rs`: fed llama.cpp's greedy continuation, it picks the
-/// same token at every step where llama.cpp's top-1 leads by `TIE_MARGIN`, with top-5 logits
-/// within `LOGIT_TOL`.
+/// same token at every step where llama.cpp's top-1 leads clearly, with top-5 logits within
+/// 1.5 ([`teacher_forced`]).
 #[wasm_bindgen_test]
 async fn real_model_on_webgpu_agrees_with_llama_cpp() {
     straddle_web::run_constructors_once();
-    const STEPS: usize = 8;
-    const TIE_MARGIN: f64 = 1.6;
-    const LOGIT_TOL: f64 = 1.5;
-    // One short prompt (8 tokens, 5 decisive steps): SwiftShader runs ≈ 0.3 tokens/s.
-    const CASES: [&str; 1] = ["code-python"];
     let Some(url) = option_env!("STRADDLE_TEST_MODEL_URL") else {
         console_log!("skipping: STRADDLE_TEST_MODEL_URL unset (cargo xtask test sets it)");
         return;
@@ -122,47 +167,12 @@ async fn real_model_on_webgpu_agrees_with_llama_cpp() {
     let bytes = fetch_bytes(url).await;
     let device = webgpu_device().await;
     let engine = straddle_engine::Engine::load_on(bytes, 256, &device).expect("load on WebGPU");
-    let mut clear_steps = 0;
-    for case in reference
-        .cases
-        .iter()
-        .filter(|c| CASES.contains(&c.name.as_str()))
-    {
-        let ids = engine
-            .prompt_tokens(straddle_engine::Prompt::Text(&case.prompt))
-            .expect("tokenize");
-        let mut cache = engine.model.new_cache(256);
-        let mut logits = engine
-            .model
-            .forward_read(&ids, &mut cache, false)
-            .await
-            .expect("prefill")
-            .pop()
-            .expect("logits");
-        for (step, (&want, top)) in case.greedy.iter().zip(&case.top5).enumerate().take(STEPS) {
-            for &(tok, want_logit) in top {
-                let err = (f64::from(logits[tok as usize]) - want_logit).abs();
-                assert!(
-                    err <= LOGIT_TOL,
-                    "{} step {step}: logit of {tok} is {}, llama.cpp {want_logit}",
-                    case.name,
-                    logits[tok as usize]
-                );
-            }
-            if top[0].1 - top[1].1 >= TIE_MARGIN {
-                clear_steps += 1;
-                let got = straddle_engine::sample::argmax(&logits);
-                assert_eq!(got, want, "{} step {step}: a clear-margin step", case.name);
-            }
-            logits = engine
-                .model
-                .forward_read(&[want], &mut cache, false)
-                .await
-                .expect("decode")
-                .pop()
-                .expect("logits");
-        }
-    }
+    // One short prompt (8 tokens, 5 decisive steps): SwiftShader runs ≈ 0.3 tokens/s.
+    let case = reference.case("code-python");
+    let ids = engine
+        .prompt_tokens(straddle_engine::Prompt::Text(&case.prompt))
+        .expect("tokenize");
+    let clear_steps = teacher_forced(&engine.model, &ids, case, 8, 1.5).await;
     console_log!("webgpu: {clear_steps} clear-margin steps agree with llama.cpp");
     assert_eq!(clear_steps, 5);
 }
@@ -170,13 +180,10 @@ async fn real_model_on_webgpu_agrees_with_llama_cpp() {
 /// Gemma 3 on the wasm CPU kernels (what the page runs on a software adapter or without
 /// WebGPU): its SentencePiece tokenizer gives llama.cpp's ids for every reference prompt, and
 /// fed llama.cpp's greedy continuation of a short one (8 tokens, 5 clear-margin steps of 8),
-/// it picks the same token at every clear-margin step with top-5 logits within `LOGIT_TOL`.
+/// it picks the same token at every clear-margin step with top-5 logits within 2.5.
 #[wasm_bindgen_test]
 async fn gemma3_on_the_wasm_cpu_kernels_agrees_with_llama_cpp() {
     straddle_web::run_constructors_once();
-    const STEPS: usize = 8;
-    const TIE_MARGIN: f64 = 1.6;
-    const LOGIT_TOL: f64 = 2.5;
     let Some(url) = option_env!("STRADDLE_TEST_GEMMA_URL") else {
         console_log!("skipping: STRADDLE_TEST_GEMMA_URL unset (cargo xtask test sets it)");
         return;
@@ -192,36 +199,8 @@ async fn gemma3_on_the_wasm_cpu_kernels_agrees_with_llama_cpp() {
             .expect("tokenize");
         assert_eq!(ids, case.prompt_tokens, "{}: token ids", case.name);
     }
-    let case = reference
-        .cases
-        .iter()
-        .find(|c| c.name == "list")
-        .expect("the list case");
-    let mut cache = engine.model.new_cache(256);
-    let mut logits = engine
-        .model
-        .forward(&case.prompt_tokens, &mut cache, false)
-        .expect("prefill")
-        .pop()
-        .expect("logits");
-    let mut clear_steps = 0;
-    for (step, (&want, top)) in case.greedy.iter().zip(&case.top5).enumerate().take(STEPS) {
-        for &(tok, want_logit) in top {
-            let err = (f64::from(logits[tok as usize]) - want_logit).abs();
-            assert!(err <= LOGIT_TOL, "step {step}: token {tok} off by {err}");
-        }
-        if top[0].1 - top[1].1 >= TIE_MARGIN {
-            clear_steps += 1;
-            let got = straddle_engine::sample::argmax(&logits);
-            assert_eq!(got, want, "step {step}: a clear-margin step");
-        }
-        logits = engine
-            .model
-            .forward(&[want], &mut cache, false)
-            .expect("decode")
-            .pop()
-            .expect("logits");
-    }
+    let case = reference.case("list");
+    let clear_steps = teacher_forced(&engine.model, &case.prompt_tokens, case, 8, 2.5).await;
     console_log!("gemma3 (wasm cpu): {clear_steps} clear-margin steps agree with llama.cpp");
     assert_eq!(clear_steps, 5);
 }
@@ -229,14 +208,10 @@ async fn gemma3_on_the_wasm_cpu_kernels_agrees_with_llama_cpp() {
 /// Gemma 3 through burn on WebGPU (SwiftShader here): its sliding-window and global layers,
 /// head norms, GELU and an output head of 262,144 rows uploaded in parts, fed llama.cpp's
 /// greedy continuation of a short prompt for 6 steps (3 with a clear margin): the same token
-/// at every clear-margin step, top-5 logits within `LOGIT_TOL`.
+/// at every clear-margin step, top-5 logits within 2.5.
 #[wasm_bindgen_test]
 async fn gemma3_on_webgpu_agrees_with_llama_cpp() {
     straddle_web::run_constructors_once();
-    // SwiftShader runs a 270M model at a fraction of a token a second.
-    const STEPS: usize = 6;
-    const TIE_MARGIN: f64 = 1.6;
-    const LOGIT_TOL: f64 = 2.5;
     let Some(url) = option_env!("STRADDLE_TEST_GEMMA_URL") else {
         console_log!("skipping: STRADDLE_TEST_GEMMA_URL unset (cargo xtask test sets it)");
         return;
@@ -248,38 +223,9 @@ async fn gemma3_on_webgpu_agrees_with_llama_cpp() {
     let device = webgpu_device().await;
     let engine = straddle_engine::Engine::load_on(fetch_bytes(url).await, 64, &device)
         .expect("load on WebGPU");
-    let case = reference
-        .cases
-        .iter()
-        .find(|c| c.name == "list")
-        .expect("the list case");
-    let mut cache = engine.model.new_cache(64);
-    let mut logits = engine
-        .model
-        .forward_read(&case.prompt_tokens, &mut cache, false)
-        .await
-        .expect("prefill")
-        .pop()
-        .expect("logits");
-    let mut clear_steps = 0;
-    for (step, (&want, top)) in case.greedy.iter().zip(&case.top5).enumerate().take(STEPS) {
-        for &(tok, want_logit) in top {
-            let err = (f64::from(logits[tok as usize]) - want_logit).abs();
-            assert!(err <= LOGIT_TOL, "step {step}: token {tok} off by {err}");
-        }
-        if top[0].1 - top[1].1 >= TIE_MARGIN {
-            clear_steps += 1;
-            let got = straddle_engine::sample::argmax(&logits);
-            assert_eq!(got, want, "step {step}: a clear-margin step");
-        }
-        logits = engine
-            .model
-            .forward_read(&[want], &mut cache, false)
-            .await
-            .expect("decode")
-            .pop()
-            .expect("logits");
-    }
+    let case = reference.case("list");
+    // SwiftShader runs a 270M model at a fraction of a token a second.
+    let clear_steps = teacher_forced(&engine.model, &case.prompt_tokens, case, 6, 2.5).await;
     console_log!("gemma3 (webgpu): {clear_steps} clear-margin steps agree with llama.cpp");
     assert_eq!(clear_steps, 3);
 }

@@ -147,74 +147,44 @@ fn prefetch_ahead<T>(bytes: &[T], at: usize) {
 }
 
 /// A row whose blocks the kernels with a minimum read as 32 unsigned values below 128, an
-/// f32 scale and an f32 minimum.
-trait MinBlocks<'a>: Copy {
-    /// The row's scales, one a block.
-    fn scales(self) -> &'a [f32];
-    /// The row's minimums, one a block.
-    fn mins(self) -> &'a [f32];
+/// f32 scale and an f32 minimum: `BLOCK_BYTES` bytes a block, 16 of nibbles (Q4_1, low
+/// nibbles elements 0..16) or 32 of bytes (the widened Q5_1).
+#[derive(Clone, Copy)]
+struct MinRow<'a, const BLOCK_BYTES: usize> {
+    d: &'a [f32],
+    m: &'a [f32],
+    qs: &'a [u8],
+}
+
+/// A Q4_1 row.
+type Q4Row<'a> = MinRow<'a, 16>;
+/// A widened Q5_1 row.
+type Q5MinRow<'a> = MinRow<'a, BLOCK>;
+
+impl<const BLOCK_BYTES: usize> MinRow<'_, BLOCK_BYTES> {
     /// Block `b`'s values.
     ///
     /// # Safety
     /// AVX2 runs here, and `b` is below the number of scales.
-    unsafe fn values(self, b: usize) -> __m256i;
-}
-
-/// A Q4_1 row: 16 bytes of nibbles a block, low nibbles elements 0..16.
-#[derive(Clone, Copy)]
-struct Q4Row<'a> {
-    d: &'a [f32],
-    m: &'a [f32],
-    qs: &'a [u8],
-}
-
-/// A widened Q5_1 row: a byte a value.
-#[derive(Clone, Copy)]
-struct Q5MinRow<'a> {
-    d: &'a [f32],
-    m: &'a [f32],
-    qs: &'a [u8],
-}
-
-impl<'a> MinBlocks<'a> for Q4Row<'a> {
-    fn scales(self) -> &'a [f32] {
-        self.d
-    }
-
-    fn mins(self) -> &'a [f32] {
-        self.m
-    }
-
     #[target_feature(enable = "avx2,fma")]
     #[inline]
     unsafe fn values(self, b: usize) -> __m256i {
-        debug_assert!((b + 1) * 16 <= self.qs.len(), "block inside the row");
-        prefetch_ahead(self.qs, b * 16);
+        debug_assert!(
+            (b + 1) * BLOCK_BYTES <= self.qs.len(),
+            "block inside the row"
+        );
+        prefetch_ahead(self.qs, b * BLOCK_BYTES);
+        let at = self.qs.as_ptr().wrapping_add(b * BLOCK_BYTES);
+        if BLOCK_BYTES == BLOCK {
+            // SAFETY: the caller's guarantee; a row's bytes are 32 per scale.
+            return unsafe { _mm256_loadu_si256(at as *const __m256i) };
+        }
         // SAFETY: the caller's guarantee; a row's nibbles are 16 bytes per scale.
-        let raw = unsafe { _mm_loadu_si128(self.qs.as_ptr().add(b * 16) as *const __m128i) };
+        let raw = unsafe { _mm_loadu_si128(at as *const __m128i) };
         _mm256_and_si256(
             _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw),
             _mm256_set1_epi8(0x0F),
         )
-    }
-}
-
-impl<'a> MinBlocks<'a> for Q5MinRow<'a> {
-    fn scales(self) -> &'a [f32] {
-        self.d
-    }
-
-    fn mins(self) -> &'a [f32] {
-        self.m
-    }
-
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    unsafe fn values(self, b: usize) -> __m256i {
-        debug_assert!((b + 1) * BLOCK <= self.qs.len(), "block inside the row");
-        prefetch_ahead(self.qs, b * BLOCK);
-        // SAFETY: the caller's guarantee; a row's bytes are 32 per scale.
-        unsafe { _mm256_loadu_si256(self.qs.as_ptr().add(b * BLOCK) as *const __m256i) }
     }
 }
 
@@ -223,11 +193,11 @@ impl<'a> MinBlocks<'a> for Q5MinRow<'a> {
 /// # Safety
 /// AVX2 and FMA run here, and `x` holds the row's blocks.
 #[target_feature(enable = "avx2,fma")]
-unsafe fn dot_with_min<'a, R: MinBlocks<'a>>(row: R, x: &QActs) -> f32 {
+unsafe fn dot_with_min<const N: usize>(row: MinRow<'_, N>, x: &QActs) -> f32 {
     let ones = _mm256_set1_epi16(1);
     let mut acc = _mm256_setzero_ps();
     let mut mins = 0f32;
-    for (b, (&d, &m)) in row.scales().iter().zip(row.mins()).enumerate() {
+    for (b, (&d, &m)) in row.d.iter().zip(row.m).enumerate() {
         // SAFETY: block b lies inside the row and `x` (the caller's guarantee).
         let (w, xv) = unsafe { (row.values(b), activation_block(x, b)) };
         let sum32 = _mm256_madd_epi16(_mm256_maddubs_epi16(w, xv), ones);
@@ -272,11 +242,11 @@ unsafe fn dot_rows_signed(w: &QMatrix, first: usize, x: &QActs, out: &mut [f32])
 /// # Safety
 /// As for [`dot_with_min`], for every token.
 #[target_feature(enable = "avx2,fma")]
-unsafe fn dot_with_min_x4<'a, R: MinBlocks<'a>>(row: R, x: [&QActs; 4]) -> [f32; 4] {
+unsafe fn dot_with_min_x4<const N: usize>(row: MinRow<'_, N>, x: [&QActs; 4]) -> [f32; 4] {
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); 4];
     let mut mins = [0f32; 4];
-    for (b, (&d, &m)) in row.scales().iter().zip(row.mins()).enumerate() {
+    for (b, (&d, &m)) in row.d.iter().zip(row.m).enumerate() {
         // SAFETY: block b lies inside the row (the caller's guarantee).
         let w = unsafe { row.values(b) };
         for j in 0..4 {
