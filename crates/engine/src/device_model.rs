@@ -230,17 +230,15 @@ struct Span {
 }
 
 /// What the layers of one kind (global, or sliding-window) share in a pass: the RoPE angles
-/// of their base for every row (`[rows, hd/2]`), and each chunk's mask for burn's attention
-/// (none where its rows see every cached position).
+/// of their base for every row (`[rows, hd/2]`), and their window.
 struct LayerKind {
     cos: Tensor<2>,
     sin: Tensor<2>,
-    masks: Vec<Option<Tensor<2>>>,
     window: Option<usize>,
 }
 
 /// What every layer of one pass shares: where each chunk's rows sit, and each kind of layer's
-/// angles and masks.
+/// angles and window.
 struct Pass {
     spans: Vec<Span>,
     rows: usize,
@@ -828,8 +826,7 @@ impl DeviceModel {
         })
     }
 
-    /// The angles of RoPE base `theta` for every row of `spans`, and each span's mask under
-    /// `window`.
+    /// The angles of RoPE base `theta` for every row of `spans`, under `window`.
     fn layer_kind(&self, spans: &[Span], theta: f32, window: Option<usize>) -> LayerKind {
         let freqs = rope_frequencies(theta, self.config.head_dim);
         let rows: usize = spans.iter().map(|s| s.n).sum();
@@ -846,7 +843,6 @@ impl DeviceModel {
         LayerKind {
             cos: t(cos),
             sin: t(sin),
-            masks: spans.iter().map(|s| self.mask(*s, window)).collect(),
             window,
         }
     }
@@ -970,7 +966,7 @@ impl DeviceModel {
         for (i, &span) in pass.spans.iter().enumerate() {
             let (keys, values) = self.append(pass, span, (&k, &v), &mut taken[i], caches[i])?;
             let q = pass.rows_of(&q, span);
-            attn.push(self.span_attention(q, keys, values, kind, i, span));
+            attn.push(self.span_attention(q, keys, values, kind, span));
         }
         let attn = if attn.len() == 1 {
             attn.swap_remove(0)
@@ -1007,15 +1003,14 @@ impl DeviceModel {
         Ok((keys, values))
     }
 
-    /// One chunk's attention `[n, heads·hd]` (chunk `i` of the pass): the fused kernel where
-    /// it runs, burn's operations otherwise.
+    /// One chunk's attention `[n, heads·hd]`: the fused kernel where it runs, burn's
+    /// operations otherwise.
     fn span_attention(
         &self,
         q: Tensor<3>,
         keys: Tensor<3>,
         values: Tensor<3>,
         kind: &LayerKind,
-        i: usize,
         span: Span,
     ) -> Tensor<2> {
         let scale = 1.0 / (self.config.head_dim as f32).sqrt();
@@ -1034,7 +1029,7 @@ impl DeviceModel {
             .flatten();
         match fused {
             Some(a) => a,
-            None => self.attention_burn(q, keys, values, kind.masks[i].as_ref(), span),
+            None => self.attention_burn(q, keys, values, kind.window, span),
         }
     }
 
@@ -1059,13 +1054,14 @@ impl DeviceModel {
     }
 
     /// Attention composed from burn's operations (the `flex` backend, contexts longer than the
-    /// fused kernel holds): `[n, heads·hd]` for queries `q [n, heads, hd]` of `span`.
+    /// fused kernel holds): `[n, heads·hd]` for queries `q [n, heads, hd]` of `span`, under
+    /// `window`. The mask is built here, so a pass our kernel serves uploads none.
     fn attention_burn(
         &self,
         q: Tensor<3>,
         keys: Tensor<3>,
         values: Tensor<3>,
-        mask: Option<&Tensor<2>>,
+        window: Option<usize>,
         span: Span,
     ) -> Tensor<2> {
         let c = &self.config;
@@ -1079,7 +1075,7 @@ impl DeviceModel {
         // Query heads h = kv·group + g share key/value head kv: fold the group into rows.
         let q = q.swap_dims(0, 1).reshape([c.n_kv_heads, group * n, hd]);
         let mut scores = q.matmul(keys.swap_dims(1, 2)).mul_scalar(scale);
-        if let Some(mask) = mask {
+        if let Some(mask) = self.mask(span, window) {
             scores = (scores.reshape([c.n_kv_heads, group, n, total])
                 + mask.clone().reshape([1, 1, n, total]))
             .reshape([c.n_kv_heads, group * n, total]);

@@ -110,6 +110,25 @@ pub fn gemma3(ty: TensorType, layers: usize, window: u32) -> Vec<u8> {
     w.to_bytes()
 }
 
+/// [`gemma3`]'s bytes with a header that claims heads of 64: its Q/K norms (32 values) and
+/// projections no longer agree with it (a lying file).
+pub fn gemma3_with_lying_heads() -> Vec<u8> {
+    let mut bytes = gemma3(TensorType::Q8_0, 2, 3);
+    for key in [
+        &b"gemma3.attention.key_length"[..],
+        b"gemma3.attention.value_length",
+    ] {
+        let at = bytes
+            .windows(key.len())
+            .position(|w| w == key)
+            .expect("key")
+            + key.len()
+            + 4;
+        bytes[at..at + 4].copy_from_slice(&64u32.to_le_bytes());
+    }
+    bytes
+}
+
 /// An RMSNorm weight of `n` values near 1.
 fn norm(n: usize) -> Vec<u8> {
     (0..n)
