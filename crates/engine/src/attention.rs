@@ -2,13 +2,19 @@
 //! the softmax and sums the values, on the pool. The keys are stored dimension by dimension
 //! (`kv.rs`), so the scores run vector-wide over positions and stay bit-identical to one
 //! position at a time.
+//!
+//! Queries, keys, values and the softmax's weights are held at f16 precision (in f32
+//! storage), as llama.cpp's default f16 cache and its f16 products hold them: agreeing with
+//! it to the bit in these roundings is what keeps greedy choices at near-ties the same.
 
 use std::cell::RefCell;
 
 use crate::kv::KvCache;
 use crate::model::Config;
+use crate::qmatrix::round_to_f16;
 
-/// Attention of layer `li` for every row's query heads in `q` (`[n, q_dim]`), against the
+/// Attention of layer `li` for every row's query heads in `q` (`[n, q_dim]`, rounded to f16
+/// by the caller), against the
 /// cache of its sequence: `rows[t]` is row `t`'s (sequence, position). A sliding-window layer
 /// sees only the last `window` positions. Writes `out` (`[n, q_dim]`).
 pub(crate) fn attend_rows(
@@ -52,6 +58,7 @@ pub(crate) fn attend_rows(
                 attention_scores(qh, keys(far.clone()), scale, far_scores);
             }
             softmax(sc);
+            sc.iter_mut().for_each(|p| *p = round_to_f16(*p));
             let value = |p| &cache.value_slot(li, slot(p))[kvh * hd..(kvh + 1) * hd];
             weighted_values(sc, value, out);
         });
@@ -178,16 +185,18 @@ fn values<'a>(weights: &[f32], value: impl Fn(usize) -> &'a [f32], out: &mut [f3
     }
 }
 
-/// In-place softmax.
+/// In-place softmax, normalized as ggml normalizes it (an f64 sum, then one multiply by its
+/// reciprocal).
 pub fn softmax(x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0.0;
+    let mut sum = 0f64;
     for v in x.iter_mut() {
         *v = (*v - max).exp();
-        sum += *v;
+        sum += f64::from(*v);
     }
+    let inverse = (1.0 / sum) as f32;
     for v in x.iter_mut() {
-        *v /= sum;
+        *v *= inverse;
     }
 }
 

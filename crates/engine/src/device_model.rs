@@ -34,7 +34,7 @@ use crate::causal_lm::ready;
 use crate::gguf::{ByteSource, Gguf};
 use crate::kernels;
 use crate::kernels::matvec::MatvecKernel;
-use crate::model::{Config, GELU_CUBIC, GELU_SQRT_2_OVER_PI, Host, ModelError, rope_frequencies};
+use crate::model::{Config, GELU_CUBIC, GELU_SQRT_2_OVER_PI, Host, ModelError, rope_angles};
 use crate::qmatrix::QMatrix;
 use crate::quant::{self, Nibbles, TensorType};
 use crate::weights::{self, LayerWeights, WeightStore};
@@ -828,17 +828,15 @@ impl DeviceModel {
 
     /// The angles of RoPE base `theta` for every row of `spans`, under `window`.
     fn layer_kind(&self, spans: &[Span], theta: f32, window: Option<usize>) -> LayerKind {
-        let freqs = rope_frequencies(theta, self.config.head_dim);
+        let half = self.config.head_dim / 2;
         let rows: usize = spans.iter().map(|s| s.n).sum();
-        let (mut cos, mut sin) = (Vec::with_capacity(rows * freqs.len()), Vec::new());
+        let (mut cos, mut sin) = (Vec::with_capacity(rows * half), Vec::new());
         for pos in spans.iter().flat_map(|s| s.start..s.start + s.n) {
-            for &freq in &freqs {
-                let angle = pos as f32 * freq;
+            for angle in rope_angles(theta, self.config.head_dim, pos) {
                 cos.push(angle.cos());
                 sin.push(angle.sin());
             }
         }
-        let half = freqs.len();
         let t = |v| Tensor::<2>::from_data(TensorData::new(v, [rows, half]), &self.device);
         LayerKind {
             cos: t(cos),

@@ -1,4 +1,6 @@
-//! The key/value cache: one f32 slab per layer, sized once from the caller's context limit.
+//! The key/value cache: one f32 slab per layer, sized once from the caller's context limit,
+//! holding each key and value rounded to f16 (llama.cpp's default cache type, whose
+//! rounding the attention matches; see `attention.rs`).
 //!
 //! Values are stored position by position; keys dimension by dimension (`[kv_dim][slots]`),
 //! so a query's scores against every position are `kv_dim` passes over contiguous rows,
@@ -9,6 +11,8 @@
 //! `p % slots`. The extra rows let a pass write all its keys before any of its rows attends,
 //! and let a rejected draft be rewound, without overwriting a position still in a window.
 //! Until a sequence outgrows its ring the layout is the plain one.
+
+use crate::qmatrix::round_to_f16;
 
 /// The most rows of one sequence a forward pass may add when the model has sliding-window
 /// layers (longer passes are split): the slack of their rings beyond the window.
@@ -143,9 +147,12 @@ impl KvCache {
         let slot = pos % slots;
         let keys = &mut self.keys[layer];
         for (c, &kc) in k.iter().enumerate() {
-            keys[c * slots + slot] = kc;
+            keys[c * slots + slot] = round_to_f16(kc);
         }
-        self.values[layer][slot * self.kv_dim..(slot + 1) * self.kv_dim].copy_from_slice(v);
+        let values = &mut self.values[layer][slot * self.kv_dim..(slot + 1) * self.kv_dim];
+        for (o, &x) in values.iter_mut().zip(v) {
+            *o = round_to_f16(x);
+        }
     }
 
     /// The slots that hold `positions`, in order: one range, or two where the positions

@@ -6,7 +6,7 @@
 
 use crate::gguf::{ByteSource, Gguf, GgufError};
 use crate::kv::{KvCache, PASS_ROWS};
-use crate::qmatrix::{QActs, QMatrix, matmul_many};
+use crate::qmatrix::{ActFormat, QActs, QMatrix, matmul_many, round_to_f16};
 use crate::quant::{QuantError, TensorType};
 use crate::weights::{self, LayerWeights, WeightStore};
 
@@ -267,17 +267,15 @@ struct RopeTable {
 }
 
 impl RopeTable {
-    /// angle(pos, i) = pos · θ^(−2i/head_dim) for `positions` positions.
+    /// The angles of [`rope_angles`] for `positions` positions.
     fn new(theta: f32, head_dim: usize, positions: usize) -> Self {
         let half = head_dim / 2;
-        let freqs = rope_frequencies(theta, head_dim);
         let (mut cos, mut sin) = (
             Vec::with_capacity(positions * half),
             Vec::with_capacity(positions * half),
         );
         for pos in 0..positions {
-            for &freq in &freqs {
-                let a = pos as f32 * freq;
+            for a in rope_angles(theta, head_dim, pos) {
                 cos.push(a.cos());
                 sin.push(a.sin());
             }
@@ -286,11 +284,12 @@ impl RopeTable {
     }
 }
 
-/// RoPE's angle per position for each pair `i` of a head: θ^(−2i/head_dim).
-pub(crate) fn rope_frequencies(theta: f32, head_dim: usize) -> Vec<f32> {
-    (0..head_dim / 2)
-        .map(|i| theta.powf(-2.0 * i as f32 / head_dim as f32))
-        .collect()
+/// RoPE's angle at `pos` for each pair `i` of a head, pos · θ^(−2i/head_dim), computed as
+/// ggml does: the position multiplied by θ^(−2/head_dim) once per pair, so the angles (and
+/// the keys rounded to f16 after them) agree with llama.cpp's to the bit.
+pub(crate) fn rope_angles(theta: f32, head_dim: usize, pos: usize) -> impl Iterator<Item = f32> {
+    let step = theta.powf(-2.0 / head_dim as f32);
+    std::iter::successors(Some(pos as f32), move |a| Some(a * step)).take(head_dim / 2)
 }
 
 /// The loaded model: weights stay in their quantized block format.
@@ -575,7 +574,8 @@ impl Model {
     ) {
         let c = &self.config;
         let (qd, kv_dim, hd) = (c.q_dim(), c.kv_dim(), c.head_dim);
-        norm_rows(&s.x, &layer.attn_norm, c, &mut s.xn, &mut s.acts);
+        let format = layer.wq.act_format();
+        norm_rows(&s.x, &layer.attn_norm, c, &mut s.xn, (&mut s.acts, format));
         matmul_many(
             &mut [
                 (&layer.wq, &mut s.q[..]),
@@ -601,6 +601,7 @@ impl Model {
             for head in q.chunks_mut(hd).chain(k.chunks_mut(hd)) {
                 self.rope(li, head, pos);
             }
+            q.iter_mut().for_each(|v| *v = round_to_f16(*v));
         });
         for (t, &(ci, pos)) in rows.iter().enumerate() {
             let span = t * kv_dim..(t + 1) * kv_dim;
@@ -608,8 +609,9 @@ impl Model {
         }
         let readonly: Vec<&KvCache> = caches.iter().map(|c| &**c).collect();
         crate::attention::attend_rows(c, li, &s.q, rows, &readonly, &mut s.attn);
+        let format = layer.wo.act_format();
         per_token(s.acts.iter_mut().zip(s.attn.chunks(qd)), |(act, row)| {
-            act.fill(row);
+            act.fill(row, format);
         });
         layer.wo.matmul(&s.acts, &mut s.proj);
         let post = layer
@@ -623,7 +625,8 @@ impl Model {
     /// norm), residual.
     fn mlp(&self, layer: &Layer, s: &mut RunState) {
         let c = &self.config;
-        norm_rows(&s.x, &layer.ffn_norm, c, &mut s.xn, &mut s.acts);
+        let format = layer.w_gate.act_format();
+        norm_rows(&s.x, &layer.ffn_norm, c, &mut s.xn, (&mut s.acts, format));
         matmul_many(
             &mut [
                 (&layer.w_gate, &mut s.gate[..]),
@@ -638,11 +641,12 @@ impl Model {
             .zip(s.up.chunks(f))
             .zip(s.ffn_acts.iter_mut());
         let activation = if c.arch.gelu_gate() { gelu } else { silu };
+        let format = layer.w_down.act_format();
         per_token(gated, |((gate, up), act)| {
             gate.iter_mut()
                 .zip(up)
                 .for_each(|(g, &u)| *g = activation(*g) * u);
-            act.fill(gate);
+            act.fill(gate, format);
         });
         layer.w_down.matmul(&s.ffn_acts, &mut s.proj);
         let post = layer.post_norms.as_ref().map(|[_, mlp]| &mlp[..]);
@@ -662,7 +666,7 @@ impl Model {
                 c.rms_eps,
                 &mut s.xn[..d],
             );
-            head_acts.push(QActs::quantize(&s.xn[..d]));
+            head_acts.push(QActs::quantize_as(&s.xn[..d], head.act_format()));
         }
         let mut logits = vec![0f32; wanted.len() * c.vocab];
         head.matmul(&head_acts, &mut logits);
@@ -729,15 +733,22 @@ impl RunState {
     }
 }
 
-/// RMSNorm of every row of `x` by `weight` into `xn`, and its 8-bit rounding into `acts`.
-fn norm_rows(x: &[f32], weight: &[f32], c: &Config, xn: &mut [f32], acts: &mut [QActs]) {
+/// RMSNorm of every row of `x` by `weight` into `xn`, and its 8-bit rounding into `acts`
+/// in the given format.
+fn norm_rows(
+    x: &[f32],
+    weight: &[f32],
+    c: &Config,
+    xn: &mut [f32],
+    (acts, format): (&mut [QActs], ActFormat),
+) {
     let normed = x
         .chunks(c.dim)
         .zip(xn.chunks_mut(c.dim))
         .zip(acts.iter_mut());
     per_token(normed, |((x, xn), act)| {
         rms_norm(x, weight, c.rms_eps, xn);
-        act.fill(xn);
+        act.fill(xn, format);
     });
 }
 
@@ -755,9 +766,13 @@ fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
     }
 }
 
+/// 1/√(mean(x²) + ε), summed in f64 as ggml sums it: a last-bit difference here moves a
+/// value that sits on a rounding tie of the 8-bit activations (common in the first layer,
+/// whose inputs are quantized embeddings) to the other side.
 fn inverse_rms(x: &[f32], eps: f32) -> f32 {
-    let ms = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
-    1.0 / (ms + eps).sqrt()
+    let sum: f64 = x.iter().map(|&v| f64::from(v * v)).sum();
+    let mean = (sum / x.len() as f64) as f32;
+    1.0 / (mean + eps).sqrt()
 }
 
 /// Tokens from which a prompt's per-token work (norms, rotations, quantizing activations,
@@ -798,10 +813,30 @@ pub(crate) const GELU_SQRT_2_OVER_PI: f32 = 0.797_884_6;
 /// The cubic term's weight in GELU's tanh approximation.
 pub(crate) const GELU_CUBIC: f32 = 0.044_715;
 
-/// GELU's tanh approximation, as ggml and Gemma use it: ½x(1 + tanh u) written as
-/// x / (1 + e^(−2u)), the same function at SiLU's cost (`tanh` is a slower libm call, and
-/// this runs for every FFN value of every token).
+/// GELU's tanh approximation as ggml computes it on the CPU: read from a table of every f16
+/// input (so the input and the result are rounded to f16), exact beyond ±10. The rounding is
+/// kept so that greedy choices agree with llama.cpp's at near-ties; the lookup is also
+/// cheaper than the `tanh` it replaces.
 fn gelu(x: f32) -> f32 {
-    let u = GELU_SQRT_2_OVER_PI * x * (1.0 + GELU_CUBIC * x * x);
-    x / (1.0 + (-2.0 * u).exp())
+    if x <= -10.0 {
+        0.0
+    } else if x >= 10.0 {
+        x
+    } else {
+        gelu_table()[usize::from(half::f16::from_f32(x).to_bits())]
+    }
+}
+
+/// ½x(1 + tanh(√(2/π)·x·(1 + 0.044715x²))) rounded to f16, for every f16 `x` (by its bits).
+fn gelu_table() -> &'static [f32] {
+    static TABLE: std::sync::OnceLock<Vec<f32>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        (0..=u16::MAX)
+            .map(|bits| {
+                let x = half::f16::from_bits(bits).to_f32();
+                let u = GELU_SQRT_2_OVER_PI * x * (1.0 + GELU_CUBIC * x * x);
+                round_to_f16(0.5 * x * (1.0 + u.tanh()))
+            })
+            .collect()
+    })
 }

@@ -1,6 +1,7 @@
 //! Weight matrices that stay quantized in memory, and the matrix × vector products over
-//! them. Activations are quantized to 8 bits per block of 32 (as llama.cpp does), so the
-//! inner loop is an integer dot product that the compiler vectorizes.
+//! them. Activations are quantized to 8 bits the way llama.cpp rounds them for each weight
+//! format ([`ActFormat`]), so the inner loop is an integer dot product that the compiler
+//! vectorizes and the products agree with llama.cpp's to the order of the sums.
 
 use std::sync::OnceLock;
 
@@ -11,13 +12,15 @@ const BLOCK: usize = 32;
 /// A row-major weight matrix `[rows, cols]`; each row is one output.
 #[derive(Debug, Clone)]
 pub enum QMatrix {
-    /// Q4_1 repacked: per-block f32 scale and minimum, then 16 bytes of nibbles per block.
+    /// Q4_1 (and Q4_K's sub-blocks) repacked: per-block f32 scale and minimum, then 16
+    /// bytes of nibbles per block.
     Q4_1 {
         rows: usize,
         cols: usize,
         d: Vec<f32>,
         m: Vec<f32>,
         qs: Vec<u8>,
+        acts: ActFormat,
     },
     /// Q4_0 repacked: per-block f32 scale, 16 bytes of nibbles per block (value − 8).
     Q4_0 {
@@ -50,6 +53,7 @@ pub enum QMatrix {
         d: Vec<f32>,
         m: Vec<f32>,
         qs: Vec<u8>,
+        acts: ActFormat,
     },
     /// Q6_K repacked: an f32 scale per 16 values, one signed byte per value (−32..32).
     Q6K {
@@ -100,6 +104,21 @@ enum RowBlocks<'a> {
     Other,
 }
 
+/// How llama.cpp rounds the activations that meet a weight format (its `vec_dot_type`).
+/// Every format is held as blocks of 32 (a scale, the block's sum, 32 values), so each
+/// kernel reads all three; they differ in where the scale comes from and how it is rounded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ActFormat {
+    /// Q8_0, for Q4_0, Q5_0 and Q8_0 weights: a scale per 32 values rounded to f16.
+    #[default]
+    Q8_0,
+    /// Q8_1, for Q4_1 and Q5_1 weights: Q8_0 with the block's sum, also rounded to f16.
+    Q8_1,
+    /// Q8_K, for the K-quants: one f32 scale per 256 values, set by the value of largest
+    /// magnitude (which becomes −127).
+    Q8K,
+}
+
 /// Activations quantized to 8 bits per block of 32: scale, block sum (for Q4_1's minimum), values.
 #[derive(Debug, Clone, Default)]
 pub struct QActs {
@@ -107,39 +126,83 @@ pub struct QActs {
     pub sum: Vec<f32>,
     pub qs: Vec<i8>,
     pub f: Vec<f32>,
+    /// The rounding these values were made with.
+    pub format: ActFormat,
 }
 
 impl QActs {
-    /// Quantizes `x` (length a multiple of 32); keeps the f32 copy for f32 weights.
+    /// Quantizes `x` (length a multiple of 32) as Q8_0; keeps the f32 copy for f32 weights.
     pub fn quantize(x: &[f32]) -> Self {
+        Self::quantize_as(x, ActFormat::Q8_0)
+    }
+
+    /// Quantizes `x` in `format`.
+    pub fn quantize_as(x: &[f32], format: ActFormat) -> Self {
         let mut a = QActs::default();
-        a.fill(x);
+        a.fill(x, format);
         a
     }
 
     /// Re-quantizes into the existing buffers.
-    pub fn fill(&mut self, x: &[f32]) {
-        let nb = x.len() / BLOCK;
+    pub fn fill(&mut self, x: &[f32], format: ActFormat) {
         self.d.clear();
         self.sum.clear();
         self.qs.clear();
         self.qs.reserve(x.len());
         self.f.clear();
         self.f.extend_from_slice(x);
-        for block in x.chunks_exact(BLOCK).take(nb) {
-            let amax = block.iter().fold(0f32, |a, v| a.max(v.abs()));
-            let d = amax / 127.0;
-            let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
-            let mut s = 0i32;
-            for &v in block {
-                let q = (v * inv).round() as i8;
-                s += i32::from(q);
-                self.qs.push(q);
+        self.format = format;
+        let group = if format == ActFormat::Q8K && x.len().is_multiple_of(256) {
+            256
+        } else {
+            BLOCK
+        };
+        for values in x.chunks_exact(group) {
+            let (scale, inverse) = act_scale(values, format);
+            for block in values.chunks_exact(BLOCK) {
+                let mut s = 0i32;
+                for &v in block {
+                    // `MIN(127, …)` as Q8_K has it: −127/max can round a value to 128.
+                    let q = (v * inverse).round_ties_even().min(127.0) as i8;
+                    s += i32::from(q);
+                    self.qs.push(q);
+                }
+                self.d.push(scale);
+                let sum = scale * s as f32;
+                self.sum.push(match format {
+                    ActFormat::Q8_1 => round_to_f16(sum),
+                    ActFormat::Q8_0 | ActFormat::Q8K => sum,
+                });
             }
-            self.d.push(d);
-            self.sum.push(d * s as f32);
         }
     }
+}
+
+/// A group's scale as stored and the factor its values are multiplied by before rounding,
+/// each computed as llama.cpp's quantizer computes it.
+fn act_scale(values: &[f32], format: ActFormat) -> (f32, f32) {
+    match format {
+        ActFormat::Q8_0 | ActFormat::Q8_1 => {
+            let amax = values.iter().fold(0f32, |a, v| a.max(v.abs()));
+            let inverse = if amax > 0.0 { 127.0 / amax } else { 0.0 };
+            (round_to_f16(amax / 127.0), inverse)
+        }
+        ActFormat::Q8K => {
+            let max = values
+                .iter()
+                .fold(0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+            if max == 0.0 {
+                return (0.0, 0.0);
+            }
+            let inverse = -127.0 / max;
+            (1.0 / inverse, inverse)
+        }
+    }
+}
+
+/// `x` rounded to the nearest f16, back as f32.
+pub(crate) fn round_to_f16(x: f32) -> f32 {
+    half::f16::from_f32(x).to_f32()
 }
 
 /// A family of product kernels. Each family gives the same bits for a row and token however
@@ -318,11 +381,12 @@ impl QMatrix {
         let whole = |block: usize| cols.is_multiple_of(block);
         Ok(match ty {
             TensorType::Q4_1 if whole(BLOCK) => {
-                Self::q4_1(rows, cols, blocks.map(quant::unpack_q4_1))
+                Self::q4_1(rows, cols, ActFormat::Q8_1, blocks.map(quant::unpack_q4_1))
             }
             TensorType::Q4_K if whole(256) => Self::q4_1(
                 rows,
                 cols,
+                ActFormat::Q8K,
                 blocks.flat_map(|b| quant::unpack_q4_k(b).as_q4_1()),
             ),
             TensorType::Q4_0 if whole(BLOCK) => {
@@ -335,11 +399,14 @@ impl QMatrix {
                 Self::q8_0(rows, cols, blocks.map(quant::split_q8_0))
             }
             TensorType::Q5_1 if whole(BLOCK) => {
-                Self::q5_1(rows, cols, blocks.map(quant::unpack_q5_1))
+                Self::q5_1(rows, cols, ActFormat::Q8_1, blocks.map(quant::unpack_q5_1))
             }
-            TensorType::Q5_K if whole(256) => {
-                Self::q5_1(rows, cols, blocks.flat_map(quant::unpack_q5_k))
-            }
+            TensorType::Q5_K if whole(256) => Self::q5_1(
+                rows,
+                cols,
+                ActFormat::Q8K,
+                blocks.flat_map(quant::unpack_q5_k),
+            ),
             TensorType::Q6_K if whole(256) => Self::q6_k(rows, cols, blocks),
             other => QMatrix::F32 {
                 rows,
@@ -350,7 +417,12 @@ impl QMatrix {
     }
 
     /// Q4_1's layout from blocks of `(d, m, nibbles)`.
-    fn q4_1(rows: usize, cols: usize, blocks: impl Iterator<Item = (f32, f32, Nibbles)>) -> Self {
+    fn q4_1(
+        rows: usize,
+        cols: usize,
+        acts: ActFormat,
+        blocks: impl Iterator<Item = (f32, f32, Nibbles)>,
+    ) -> Self {
         let nb = rows * cols / BLOCK;
         let (mut d, mut m, mut qs) = (
             Vec::with_capacity(nb),
@@ -368,6 +440,7 @@ impl QMatrix {
             d,
             m,
             qs,
+            acts,
         }
     }
 
@@ -405,7 +478,12 @@ impl QMatrix {
     }
 
     /// The widened Q5_1 layout from blocks of `(d, m, values)`.
-    fn q5_1(rows: usize, cols: usize, blocks: impl Iterator<Item = (f32, f32, [u8; 32])>) -> Self {
+    fn q5_1(
+        rows: usize,
+        cols: usize,
+        acts: ActFormat,
+        blocks: impl Iterator<Item = (f32, f32, [u8; 32])>,
+    ) -> Self {
         let nb = rows * cols / BLOCK;
         let (mut d, mut m, mut qs) = (
             Vec::with_capacity(nb),
@@ -423,6 +501,7 @@ impl QMatrix {
             d,
             m,
             qs,
+            acts,
         }
     }
 
@@ -447,6 +526,16 @@ impl QMatrix {
             qs.extend_from_slice(&block.q);
         }
         QMatrix::Q6K { rows, cols, d, qs }
+    }
+
+    /// The activation rounding llama.cpp pairs with this matrix's format in the file.
+    pub fn act_format(&self) -> ActFormat {
+        match self {
+            QMatrix::Q4_1 { acts, .. } | QMatrix::Q5_1 { acts, .. } => *acts,
+            QMatrix::Q6K { .. } => ActFormat::Q8K,
+            QMatrix::Q4_0 { .. } | QMatrix::Q8_0 { .. } | QMatrix::Q5_0 { .. } => ActFormat::Q8_0,
+            QMatrix::F32 { .. } => ActFormat::Q8_0,
+        }
     }
 
     /// `(rows, cols)`.
@@ -752,13 +841,15 @@ pub fn matmul_many_with(kernels: Kernels, parts: &mut [(&QMatrix, &mut [f32])], 
     // places in the token-major output from a block of the chunk's size; a whole row-major
     // scratch copy transposed afterwards cost a visible share of a long prefill.
     const CHUNK: usize = 64;
-    let mut tasks: Vec<(&QMatrix, usize, Dest<'_>)> = Vec::new();
-    for (m, out) in parts.iter_mut() {
+    let requantized = requantized(parts, xs);
+    let mut tasks: Vec<(&QMatrix, &[QActs], usize, Dest<'_>)> = Vec::new();
+    for ((m, out), own) in parts.iter_mut().zip(&requantized) {
+        let xs = own.as_deref().unwrap_or(xs);
         let rows = m.shape().0;
         assert_eq!(out.len(), rows * n, "output of {rows} rows × {n} tokens");
         if n == 1 {
             for (ci, chunk) in out.chunks_mut(CHUNK).enumerate() {
-                tasks.push((*m, ci * CHUNK, Dest::Run(chunk)));
+                tasks.push((*m, xs, ci * CHUNK, Dest::Run(chunk)));
             }
         } else {
             let shared = SharedRows {
@@ -767,11 +858,11 @@ pub fn matmul_many_with(kernels: Kernels, parts: &mut [(&QMatrix, &mut [f32])], 
                 rows,
             };
             for first in (0..rows).step_by(CHUNK) {
-                tasks.push((*m, first, Dest::Rows(shared, CHUNK.min(rows - first))));
+                tasks.push((*m, xs, first, Dest::Rows(shared, CHUNK.min(rows - first))));
             }
         }
     }
-    let work = |(m, first, dest): (&QMatrix, usize, Dest<'_>)| match dest {
+    let work = |(m, xs, first, dest): (&QMatrix, &[QActs], usize, Dest<'_>)| match dest {
         Dest::Run(chunk) => m.rows_with(kernels, first, chunk.len(), xs, chunk),
         Dest::Rows(out, count) => {
             // Row-major here, then each token's run of these rows written in one piece: the
@@ -791,6 +882,23 @@ pub fn matmul_many_with(kernels: Kernels, parts: &mut [(&QMatrix, &mut [f32])], 
         }
     };
     crate::parallel::for_each(tasks, work);
+}
+
+/// For each matrix whose format pairs with another activation rounding than `xs` has, `xs`
+/// rounded its way (a group whose matrices came from different block types in the file).
+fn requantized(parts: &[(&QMatrix, &mut [f32])], xs: &[QActs]) -> Vec<Option<Vec<QActs>>> {
+    parts
+        .iter()
+        .map(|(m, _)| {
+            let format = m.act_format();
+            let reads_quantized = !matches!(m, QMatrix::F32 { .. });
+            (reads_quantized && xs.iter().any(|x| x.format != format)).then(|| {
+                xs.iter()
+                    .map(|x| QActs::quantize_as(&x.f, format))
+                    .collect()
+            })
+        })
+        .collect()
 }
 
 #[cfg(target_arch = "x86_64")]
