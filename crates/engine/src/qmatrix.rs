@@ -663,7 +663,9 @@ impl QMatrix {
         }
     }
 
-    /// Dot product of row `r` with the quantized activations `x`.
+    /// Dot product of row `r` with the quantized activations `x` (rounded in
+    /// [`Self::act_format`] for the products to agree with llama.cpp's; the batched products
+    /// round them so themselves).
     #[inline]
     pub fn dot_row(&self, r: usize, x: &QActs) -> f32 {
         self.dot_row_with(Kernels::detected(), r, x)
@@ -1054,6 +1056,11 @@ mod tests {
                     (TensorType::Q5_1, encode::q5_1(&w)),
                 ] {
                     let m = QMatrix::from_gguf(ty, &bytes, rows, cols).expect("build");
+                    // In the matrix's own format, which the batched product rounds to.
+                    let acts: Vec<QActs> = acts
+                        .iter()
+                        .map(|a| QActs::quantize_as(&a.f, m.act_format()))
+                        .collect();
                     for kernels in Kernels::available() {
                         let case = format!("{ty:?} {kernels:?} {rows}×{cols}");
                         // Several tokens over several chunks of rows: every value in its

@@ -19,6 +19,10 @@ use straddle_engine::quant::TensorType;
 use straddle_engine::{Engine, Prompt};
 use straddle_engine::{Model, ModelError};
 
+/// Relative tolerance between the device model (f32 attention) and the CPU model on the same
+/// f32 weights (attention at f16 precision, as llama.cpp's cache holds it).
+const ATTENTION_TOL: f32 = 1e-2;
+
 /// The wgpu device, initialised once per test process (burn refuses a second init).
 /// `None` when no Vulkan adapter exists; `cargo xtask test` sets `STRADDLE_REQUIRE_WGPU` so a
 /// missing lavapipe fails there instead of skipping.
@@ -112,8 +116,11 @@ fn tiny_models_match_the_cpu_model_on_every_backend() {
                 assert_eq!(got.len(), want.len(), "{what}");
                 assert_eq!(dev_cache.len(), 6);
                 for (step, (g, w)) in got.iter().zip(&want).enumerate() {
-                    // f32 against f32: summation order only.
-                    let tol = 1e-4 * max_abs(w) + 1e-4;
+                    // f32 weights on both sides; the CPU model holds attention at f16
+                    // precision (llama.cpp's cache type, `attention.rs`), the device model
+                    // at f32, which moves a logit of these random-weight models by up to 10⁻² of the
+                    // largest (an architecture mistake moves it by the order of the logits).
+                    let tol = ATTENTION_TOL * max_abs(w) + ATTENTION_TOL;
                     let diff = max_diff(g, w);
                     assert!(
                         diff <= tol,
@@ -413,7 +420,7 @@ fn every_architecture_matches_the_cpu_model_on_every_backend() {
                 );
             }
             for (step, (g, w)) in got.iter().zip(&want).enumerate() {
-                let tol = 1e-4 * max_abs(w) + 1e-4;
+                let tol = ATTENTION_TOL * max_abs(w) + ATTENTION_TOL;
                 let diff = max_diff(g, w);
                 assert!(
                     diff <= tol,
