@@ -6,7 +6,7 @@
 
 use crate::gguf::{ByteSource, Gguf, GgufError};
 use crate::kv::{KvCache, PASS_ROWS};
-use crate::qmatrix::{ActFormat, QActs, QMatrix, matmul_many, round_to_f16};
+use crate::qmatrix::{ActFormat, QActs, QMatrix, f16_bits, matmul_many, round_to_f16};
 use crate::quant::{QuantError, TensorType};
 use crate::weights::{self, LayerWeights, WeightStore};
 
@@ -823,7 +823,7 @@ fn gelu(x: f32) -> f32 {
     } else if x >= 10.0 {
         x
     } else {
-        gelu_table()[usize::from(half::f16::from_f32(x).to_bits())]
+        gelu_table()[usize::from(f16_bits(x))]
     }
 }
 

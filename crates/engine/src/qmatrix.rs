@@ -163,7 +163,7 @@ impl QActs {
                 let mut s = 0i32;
                 for &v in block {
                     // `MIN(127, …)` as Q8_K has it: −127/max can round a value to 128.
-                    let q = (v * inverse).round_ties_even().min(127.0) as i8;
+                    let q = nearest_even(v * inverse).min(127.0) as i8;
                     s += i32::from(q);
                     self.qs.push(q);
                 }
@@ -176,6 +176,15 @@ impl QActs {
             }
         }
     }
+}
+
+/// `x` (|x| ≤ 2²²) rounded to the nearest integer, ties to even, as ggml's `nearest_int` does
+/// it: adding 1.5·2²³ leaves no fraction bits. `round_ties_even` is a library call on the
+/// baseline x86-64 target, and this runs for every activation of every product.
+#[inline]
+fn nearest_even(x: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0;
+    (x + MAGIC) - MAGIC
 }
 
 /// A group's scale as stored and the factor its values are multiplied by before rounding,
@@ -200,10 +209,38 @@ fn act_scale(values: &[f32], format: ActFormat) -> (f32, f32) {
     }
 }
 
-/// `x` rounded to the nearest f16, back as f32.
+/// `x` rounded to the nearest f16 (ties to even), back as f32. This runs for every cached key
+/// and value, every query and every attention weight, so f16's normal range is rounded here
+/// by dropping mantissa bits, inline and vector-wide; `half`'s conversion (a call that checks
+/// for F16C each time) takes the rest: subnormals, overflow, NaN.
+#[inline]
 pub(crate) fn round_to_f16(x: f32) -> f32 {
-    half::f16::from_f32(x).to_f32()
+    let bits = x.to_bits();
+    if (F16_MIN_NORMAL_BITS..F16_OVERFLOW_BITS).contains(&(bits & 0x7FFF_FFFF)) {
+        let lsb = (bits >> 13) & 1;
+        f32::from_bits((bits + 0x0FFF + lsb) & !0x1FFF)
+    } else {
+        half::f16::from_f32(x).to_f32()
+    }
 }
+
+/// The bits of `x` rounded to the nearest f16, as [`round_to_f16`] rounds it.
+#[inline]
+pub(crate) fn f16_bits(x: f32) -> u16 {
+    let bits = x.to_bits();
+    if (F16_MIN_NORMAL_BITS..F16_OVERFLOW_BITS).contains(&(bits & 0x7FFF_FFFF)) {
+        let r = round_to_f16(x).to_bits();
+        let exponent = ((r >> 23) & 0xFF) - 112;
+        (((r >> 16) & 0x8000) | (exponent << 10) | ((r >> 13) & 0x3FF)) as u16
+    } else {
+        half::f16::from_f32(x).to_bits()
+    }
+}
+
+/// 2⁻¹⁴ as f32 bits: f16's least normal magnitude.
+const F16_MIN_NORMAL_BITS: u32 = 0x3880_0000;
+/// 65520 as f32 bits: the least magnitude that rounds to f16's infinity.
+const F16_OVERFLOW_BITS: u32 = 0x477F_F000;
 
 /// A family of product kernels. Each family gives the same bits for a row and token however
 /// the product is batched; families differ from one another in the last bits.
@@ -941,6 +978,36 @@ fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn f16_rounding_matches_half_on_every_kind_of_value() {
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        let edges = [
+            0.0f32,
+            -0.0,
+            6.1035156e-5,
+            6.1e-5,
+            65504.0,
+            65519.0,
+            65520.0,
+            1e9,
+            0.5,
+            1.0005,
+            f32::INFINITY,
+            f32::MIN_POSITIVE,
+        ];
+        let random = (0..200_000).map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            f32::from_bits(seed as u32)
+        });
+        for x in edges.into_iter().chain(random).filter(|x| !x.is_nan()) {
+            let want = half::f16::from_f32(x);
+            assert_eq!(round_to_f16(x).to_bits(), want.to_f32().to_bits(), "{x:e}");
+            assert_eq!(f16_bits(x), want.to_bits(), "{x:e}");
+        }
+    }
     use crate::quant::encode;
 
     fn reference(w: &[f32], x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
