@@ -216,7 +216,7 @@ fn act_scale(values: &[f32], format: ActFormat) -> (f32, f32) {
 #[inline]
 pub(crate) fn round_to_f16(x: f32) -> f32 {
     let bits = x.to_bits();
-    if (F16_MIN_NORMAL_BITS..F16_OVERFLOW_BITS).contains(&(bits & 0x7FFF_FFFF)) {
+    if rounds_to_f16_normal(bits) {
         let lsb = (bits >> 13) & 1;
         f32::from_bits((bits + 0x0FFF + lsb) & !0x1FFF)
     } else {
@@ -227,14 +227,20 @@ pub(crate) fn round_to_f16(x: f32) -> f32 {
 /// The bits of `x` rounded to the nearest f16, as [`round_to_f16`] rounds it.
 #[inline]
 pub(crate) fn f16_bits(x: f32) -> u16 {
-    let bits = x.to_bits();
-    if (F16_MIN_NORMAL_BITS..F16_OVERFLOW_BITS).contains(&(bits & 0x7FFF_FFFF)) {
+    if rounds_to_f16_normal(x.to_bits()) {
         let r = round_to_f16(x).to_bits();
         let exponent = ((r >> 23) & 0xFF) - 112;
         (((r >> 16) & 0x8000) | (exponent << 10) | ((r >> 13) & 0x3FF)) as u16
     } else {
         half::f16::from_f32(x).to_bits()
     }
+}
+
+/// Whether the f32 with these bits lies in f16's normal range (from 2⁻¹⁴ to below 65520),
+/// where rounding is dropping mantissa bits.
+#[inline]
+fn rounds_to_f16_normal(bits: u32) -> bool {
+    (F16_MIN_NORMAL_BITS..F16_OVERFLOW_BITS).contains(&(bits & 0x7FFF_FFFF))
 }
 
 /// 2⁻¹⁴ as f32 bits: f16's least normal magnitude.
