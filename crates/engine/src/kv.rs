@@ -172,7 +172,8 @@ impl KvCache {
     }
 
     /// Key dimension `c` (of `kv_dim`) in every slot.
-    pub(crate) fn key_row(&self, layer: usize, c: usize) -> &[f32] {
+    #[cfg(test)]
+    fn key_row(&self, layer: usize, c: usize) -> &[f32] {
         let slots = self.slots(layer);
         &self.keys[layer][c * slots..(c + 1) * slots]
     }
@@ -180,6 +181,29 @@ impl KvCache {
     /// The values in slot `slot`.
     pub(crate) fn value_slot(&self, layer: usize, slot: usize) -> &[f32] {
         &self.values[layer][slot * self.kv_dim..(slot + 1) * self.kv_dim]
+    }
+
+    /// Key dimensions `channels`, each a row of every slot: the rows and their length.
+    pub(crate) fn key_rows(
+        &self,
+        layer: usize,
+        channels: std::ops::Range<usize>,
+    ) -> (&[f32], usize) {
+        let slots = self.slots(layer);
+        (
+            &self.keys[layer][channels.start * slots..channels.end * slots],
+            slots,
+        )
+    }
+
+    /// The values in slots `slots`, a row of `kv_dim` each.
+    pub(crate) fn value_rows(&self, layer: usize, slots: std::ops::Range<usize>) -> &[f32] {
+        &self.values[layer][slots.start * self.kv_dim..slots.end * self.kv_dim]
+    }
+
+    /// Floats in one position's key or value.
+    pub(crate) fn kv_dim(&self) -> usize {
+        self.kv_dim
     }
 
     /// The values of position `pos`.

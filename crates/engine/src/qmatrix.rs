@@ -145,64 +145,98 @@ impl QActs {
 
     /// Re-quantizes into the existing buffers.
     pub fn fill(&mut self, x: &[f32], format: ActFormat) {
-        self.d.clear();
-        self.sum.clear();
-        self.qs.clear();
-        self.qs.reserve(x.len());
+        let blocks = x.len() / BLOCK;
+        self.d.resize(blocks, 0.0);
+        self.sum.resize(blocks, 0.0);
+        self.qs.resize(blocks * BLOCK, 0);
         self.f.clear();
         self.f.extend_from_slice(x);
         self.format = format;
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the feature was detected just now.
+            return unsafe { self.quantize_avx2(x) };
+        }
+        self.quantize_blocks(x);
+    }
+
+    /// [`Self::quantize_blocks`] compiled for AVX2: it runs on every activation of every
+    /// product, and the baseline target's four lanes leave it a tenth of a prompt's time.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn quantize_avx2(&mut self, x: &[f32]) {
+        self.quantize_blocks(x);
+    }
+
+    /// Fills the sized buffers from `x` in `self.format`, a group (one scale) at a time.
+    #[inline(always)]
+    fn quantize_blocks(&mut self, x: &[f32]) {
+        let format = self.format;
         let group = if format == ActFormat::Q8K && x.len().is_multiple_of(256) {
             256
         } else {
             BLOCK
         };
-        for values in x.chunks_exact(group) {
+        let blocks_per_group = group / BLOCK;
+        let groups = x
+            .chunks_exact(group)
+            .zip(self.qs.chunks_exact_mut(group))
+            .zip(self.d.chunks_exact_mut(blocks_per_group))
+            .zip(self.sum.chunks_exact_mut(blocks_per_group));
+        for (((values, qs), d), sums) in groups {
             let (scale, inverse) = act_scale(values, format);
-            for block in values.chunks_exact(BLOCK) {
-                let mut s = 0i32;
-                for &v in block {
-                    // `MIN(127, …)` as Q8_K has it: −127/max can round a value to 128.
-                    let q = nearest_even(v * inverse).min(127.0) as i8;
-                    s += i32::from(q);
-                    self.qs.push(q);
-                }
-                self.d.push(scale);
-                let sum = scale * s as f32;
-                self.sum.push(match format {
-                    ActFormat::Q8_1 => round_to_f16(sum),
-                    ActFormat::Q8_0 | ActFormat::Q8K => sum,
-                });
+            let blocks = values.chunks_exact(BLOCK).zip(qs.chunks_exact_mut(BLOCK));
+            for (((block, q), d), sum) in blocks.zip(d).zip(sums.iter_mut()) {
+                let s = quantize_block(block, inverse, q);
+                *d = scale;
+                let total = scale * s as f32;
+                *sum = match format {
+                    ActFormat::Q8_1 => round_to_f16(total),
+                    ActFormat::Q8_0 | ActFormat::Q8K => total,
+                };
             }
         }
     }
 }
 
+/// Rounds one block's `values × inverse` to integers into `out` (at most 127, as Q8_K's
+/// `MIN(127, …)` has it: −127/max can round a value to 128) and returns their sum. Integer
+/// steps throughout, so the loops run vector-wide.
+#[inline(always)]
+fn quantize_block(values: &[f32], inverse: f32, out: &mut [i8]) -> i32 {
+    let mut q = [0i32; BLOCK];
+    for (q, &v) in q.iter_mut().zip(values) {
+        *q = nearest_int(v * inverse).min(127);
+    }
+    for (o, &q) in out.iter_mut().zip(&q) {
+        *o = q as i8;
+    }
+    q.iter().sum()
+}
+
 /// `x` (|x| ≤ 2²²) rounded to the nearest integer, ties to even, as ggml's `nearest_int` does
-/// it: adding 1.5·2²³ leaves no fraction bits. `round_ties_even` is a library call on the
-/// baseline x86-64 target, and this runs for every activation of every product.
-#[inline]
-fn nearest_even(x: f32) -> f32 {
+/// it: adding 1.5·2²³ leaves no fraction bits, and the integer is read from the mantissa.
+#[inline(always)]
+fn nearest_int(x: f32) -> i32 {
     const MAGIC: f32 = 12_582_912.0;
-    (x + MAGIC) - MAGIC
+    ((x + MAGIC).to_bits() & 0x007F_FFFF) as i32 - 0x0040_0000
 }
 
 /// A group's scale as stored and the factor its values are multiplied by before rounding,
 /// each computed as llama.cpp's quantizer computes it.
 fn act_scale(values: &[f32], format: ActFormat) -> (f32, f32) {
+    let amax = values.iter().fold(0f32, |a, v| a.max(v.abs()));
     match format {
         ActFormat::Q8_0 | ActFormat::Q8_1 => {
-            let amax = values.iter().fold(0f32, |a, v| a.max(v.abs()));
             let inverse = if amax > 0.0 { 127.0 / amax } else { 0.0 };
             (round_to_f16(amax / 127.0), inverse)
         }
         ActFormat::Q8K => {
-            let max = values
-                .iter()
-                .fold(0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
-            if max == 0.0 {
+            // The first value of largest magnitude, with its sign, as Q8_K's scan keeps it.
+            let max = values.iter().copied().find(|v| v.abs() == amax);
+            let Some(max) = max.filter(|&m| m != 0.0) else {
                 return (0.0, 0.0);
-            }
+            };
             let inverse = -127.0 / max;
             (1.0 / inverse, inverse)
         }
