@@ -13,7 +13,7 @@ use std::ops::Range;
 
 use crate::kv::KvCache;
 use crate::model::Config;
-use crate::qmatrix::round_to_f16;
+use crate::qmatrix::round_slice_to_f16;
 
 /// Attention of layer `li` for every row's query heads in `q` (`[n, q_dim]`, rounded to f16
 /// by the caller), against the
@@ -147,7 +147,7 @@ fn attend_heads<const G: usize, const B: usize>(q: &[f32], span: &Span<'_>, out:
         }
         for head in sc.chunks_mut(n) {
             softmax(head);
-            head.iter_mut().for_each(|p| *p = round_to_f16(*p));
+            round_slice_to_f16(head);
         }
         weighted_values::<G, B>(sc, &span.values(), out);
     });

@@ -6,7 +6,9 @@
 
 use crate::gguf::{ByteSource, Gguf, GgufError};
 use crate::kv::{KvCache, PASS_ROWS};
-use crate::qmatrix::{ActFormat, QActs, QMatrix, f16_bits, matmul_many, round_to_f16};
+use crate::qmatrix::{
+    ActFormat, QActs, QMatrix, f16_bits, matmul_many, round_slice_to_f16, round_to_f16,
+};
 use crate::quant::{QuantError, TensorType};
 use crate::weights::{self, LayerWeights, WeightStore};
 
@@ -601,7 +603,7 @@ impl Model {
             for head in q.chunks_mut(hd).chain(k.chunks_mut(hd)) {
                 self.rope(li, head, pos);
             }
-            q.iter_mut().for_each(|v| *v = round_to_f16(*v));
+            round_slice_to_f16(q);
         });
         for (t, &(ci, pos)) in rows.iter().enumerate() {
             let span = t * kv_dim..(t + 1) * kv_dim;
