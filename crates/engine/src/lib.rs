@@ -23,6 +23,7 @@ mod grammar;
 #[cfg(feature = "device")]
 mod kernels;
 mod kv;
+mod lanes;
 mod model;
 pub mod parallel;
 mod qmatrix;

@@ -642,12 +642,15 @@ impl Model {
             .chunks_mut(f)
             .zip(s.up.chunks(f))
             .zip(s.ffn_acts.iter_mut());
-        let activation = if c.arch.gelu_gate() { gelu } else { silu };
+        let activation = if c.arch.gelu_gate() {
+            gelu_in_place
+        } else {
+            silu_in_place
+        };
         let format = layer.w_down.act_format();
         per_token(gated, |((gate, up), act)| {
-            gate.iter_mut()
-                .zip(up)
-                .for_each(|(g, &u)| *g = activation(*g) * u);
+            activation(gate);
+            gate.iter_mut().zip(up).for_each(|(g, &u)| *g *= u);
             act.fill(gate, format);
         });
         layer.w_down.matmul(&s.ffn_acts, &mut s.proj);
@@ -806,8 +809,9 @@ fn add_residual(x: &mut [f32], proj: &mut [f32], post_norm: Option<&[f32]>, c: &
     x.iter_mut().zip(&*proj).for_each(|(a, b)| *a += b);
 }
 
-fn silu(x: f32) -> f32 {
-    x / (1.0 + (-x).exp())
+/// SiLU, x·σ(x), of every value in place.
+fn silu_in_place(x: &mut [f32]) {
+    x.iter_mut().for_each(|v| *v /= 1.0 + (-*v).exp());
 }
 
 /// √(2/π), GELU's tanh approximation's scale.
@@ -819,13 +823,16 @@ pub(crate) const GELU_CUBIC: f32 = 0.044_715;
 /// input (so the input and the result are rounded to f16), exact beyond ±10. The rounding is
 /// kept so that greedy choices agree with llama.cpp's at near-ties; the lookup is also
 /// cheaper than the `tanh` it replaces.
-fn gelu(x: f32) -> f32 {
-    if x <= -10.0 {
-        0.0
-    } else if x >= 10.0 {
-        x
-    } else {
-        gelu_table()[usize::from(f16_bits(x))]
+fn gelu_in_place(x: &mut [f32]) {
+    let table = gelu_table();
+    for v in x {
+        *v = if *v <= -10.0 {
+            0.0
+        } else if *v >= 10.0 {
+            *v
+        } else {
+            table[usize::from(f16_bits(*v))]
+        };
     }
 }
 
