@@ -36,10 +36,10 @@ fn row_dot(w: &QMatrix, r: usize, x: &QActs) -> f32 {
     // SAFETY (each call): the features run here (see `TABLE`); the tile checks its rows and
     // tokens.
     let [[value]] = match w {
-        QMatrix::Q4_1 { d, m, qs, .. } => unsafe { Q4_1 { nb, d, m, qs }.tile(r, [x]) },
-        QMatrix::Q8_0 { d, qs, .. } => unsafe { Q8_0 { nb, d, qs }.tile(r, [x]) },
-        QMatrix::Q5_0 { d, qh, qs, .. } => unsafe { Q5_0 { nb, d, qh, qs }.tile(r, [x]) },
-        QMatrix::Q6K { d, qs, .. } => unsafe { Q6K { nb, d, qs }.tile(r, [x]) },
+        QMatrix::Q4_1 { d, m, qs, .. } => unsafe { Q4_1 { nb, d, m, qs }.one(r, x) },
+        QMatrix::Q8_0 { d, qs, .. } => unsafe { Q8_0 { nb, d, qs }.one(r, x) },
+        QMatrix::Q5_0 { d, qh, qs, .. } => unsafe { Q5_0 { nb, d, qh, qs }.one(r, x) },
+        QMatrix::Q6K { d, qs, .. } => unsafe { Q6K { nb, d, qs }.one(r, x) },
         QMatrix::Q4_0 { .. } | QMatrix::Q5_1 { .. } | QMatrix::F32 { .. } => {
             return w.dot_row_portable(r, x);
         }
@@ -91,18 +91,41 @@ const TOKEN_BLOCK: usize = 64;
 /// a decoded token reads every weight once, and waits on memory without the hint).
 const PREFETCH_BYTES: usize = 1024;
 
-/// A weight format the tiles read: rows of `nb` blocks.
+/// A weight format the tiles read: rows of `nb` blocks, readied once for all the tokens a
+/// task reads them with.
 pub trait Tiles {
-    /// `out[i][j]` = row `first + i` · token `x[j]`.
+    /// `R` rows as the tiles read them.
+    type Rows: Default;
+
+    /// Readies rows `first..first + R` into `rows`.
     ///
     /// # Safety
     /// The machine has AVX-512 F, BW and VNNI and F16C ([`available`]). (Rows past the
-    /// matrix, or tokens with fewer blocks than a row, panic.)
+    /// matrix panic.)
+    unsafe fn prepare<const R: usize>(&self, first: usize, rows: &mut Self::Rows);
+
+    /// `out[i][j]` = row `i` of `rows` (readied for `R`) · token `x[j]`.
+    ///
+    /// # Safety
+    /// As [`Tiles::prepare`]. (Tokens with fewer blocks than a row panic.)
     unsafe fn tile<const R: usize, const T: usize>(
         &self,
-        first: usize,
+        rows: &Self::Rows,
         x: [&QActs; T],
     ) -> [[f32; T]; R];
+
+    /// Row `r` · token `x`: a tile of one.
+    ///
+    /// # Safety
+    /// As [`Tiles::tile`].
+    unsafe fn one(&self, r: usize, x: &QActs) -> [[f32; 1]; 1] {
+        let mut rows = Self::Rows::default();
+        // SAFETY: the caller's guarantees.
+        unsafe {
+            self.prepare::<1>(r, &mut rows);
+            self.tile::<1, 1>(&rows, [x])
+        }
+    }
 }
 
 /// Q4_1 rows: per block a scale, a minimum and 16 bytes of nibbles.
@@ -384,10 +407,17 @@ fn reduce(acc: __m512) -> f32 {
 }
 
 impl Tiles for Q4_1<'_> {
+    /// The first row: Q4_1's nibbles are read in place.
+    type Rows = usize;
+
+    unsafe fn prepare<const R: usize>(&self, first: usize, rows: &mut usize) {
+        *rows = first;
+    }
+
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
     unsafe fn tile<const R: usize, const T: usize>(
         &self,
-        first: usize,
+        &first: &usize,
         x: [&QActs; T],
     ) -> [[f32; T]; R] {
         let nb = self.nb;
@@ -454,14 +484,43 @@ impl Tiles for Q4_1<'_> {
 macro_rules! signed_tiles {
     ($($format:ident),*) => {$(
         impl Tiles for $format<'_> {
+            type Rows = SignedRows;
+
+            #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
+            unsafe fn prepare<const R: usize>(&self, first: usize, rows: &mut SignedRows) {
+                // SAFETY: the caller's guarantees.
+                unsafe { rows.unpack::<R>(self, first) }
+            }
+
             #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
             unsafe fn tile<const R: usize, const T: usize>(
                 &self,
-                first: usize,
+                rows: &SignedRows,
                 x: [&QActs; T],
             ) -> [[f32; T]; R] {
+                let nb = self.nb;
+                assert_eq!(rows.weights.len(), nb.div_ceil(2) * R, "rows readied for R");
+                let weights = |pair: usize, i: usize| {
+                    (rows.weights[pair * R + i], rows.scales[pair * R + i])
+                };
                 // SAFETY: the caller's guarantees.
-                unsafe { signed_tile::<R, T>(self, first, x) }
+                unsafe { signed_tile::<R, T>(weights, nb, x) }
+            }
+
+            /// One row read in place: a decoded token reads each row once, so unpacking it
+            /// to memory first would only add a store and a load.
+            #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
+            unsafe fn one(&self, r: usize, x: &QActs) -> [[f32; 1]; 1] {
+                let nb = self.nb;
+                assert!(r < self.rows(), "rows past the matrix");
+                let weights = |pair: usize, _| {
+                    let b = 2 * pair;
+                    // SAFETY: block `b` (and the next where there is one) lies inside row
+                    // `r`, as do its scales.
+                    unsafe { unsigned_pair(self, r * nb + b, b + 1 < nb, 1) }
+                };
+                // SAFETY: the caller's guarantees.
+                unsafe { signed_tile::<1, 1>(weights, nb, [x]) }
             }
         }
     )*};
@@ -469,46 +528,90 @@ macro_rules! signed_tiles {
 
 signed_tiles!(Q8_0, Q5_0, Q6K);
 
-/// The tile of rows read as signed bytes (Q8_0's, Q5_0's widened, Q6_K's with a scale per 16).
+/// Rows of a signed format unpacked once for every token a task reads them with (Q5_0's
+/// unpacking alone cost as much as its products): per pair of blocks and row, as
+/// [`unsigned_pair`] gives them.
+#[derive(Default)]
+pub struct SignedRows {
+    weights: Vec<__m512i>,
+    scales: Vec<__m512>,
+}
+
+impl SignedRows {
+    /// Unpacks rows `first..first + R` of `m`.
+    ///
+    /// # Safety
+    /// As for [`Tiles::prepare`].
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
+    unsafe fn unpack<const R: usize>(&mut self, m: &impl SignedPairs, first: usize) {
+        let nb = m.nb();
+        assert!(first + R <= m.rows(), "rows past the matrix");
+        self.weights.clear();
+        self.scales.clear();
+        for b in (0..nb).step_by(2) {
+            for i in 0..R {
+                // SAFETY: block `b` (and the next when there is one) of the row lies inside
+                // it, as do its scales.
+                let (w, d) = unsafe { unsigned_pair(m, (first + i) * nb + b, b + 1 < nb, R) };
+                self.weights.push(w);
+                self.scales.push(d);
+            }
+        }
+    }
+}
+
+/// [`SignedPairs::pair`] with the weights as unsigned bytes w + 128: vpdpbusd multiplies
+/// unsigned by signed bytes, and [`signed_tile`] takes 128 · Σx back off.
+///
+/// # Safety
+/// As for [`SignedPairs::pair`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
+#[inline]
+unsafe fn unsigned_pair(
+    m: &impl SignedPairs,
+    block: usize,
+    two: bool,
+    rows_ahead: usize,
+) -> (__m512i, __m512) {
+    // SAFETY: the caller's guarantees.
+    let (w, d) = unsafe { m.pair(block, two, rows_ahead) };
+    (_mm512_xor_si512(w, _mm512_set1_epi8(i8::MIN)), d)
+}
+
+/// The tile of rows read as signed bytes (Q8_0's, Q5_0's widened, Q6_K's with a scale per
+/// 16) of `nb` blocks: `weights(pair, i)` is row `i`'s pair of blocks as [`unsigned_pair`]
+/// gives it, unpacked beforehand or in place.
 ///
 /// # Safety
 /// As for [`Tiles::tile`].
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
+#[inline]
 unsafe fn signed_tile<const R: usize, const T: usize>(
-    m: &impl SignedPairs,
-    first: usize,
+    weights: impl Fn(usize, usize) -> (__m512i, __m512),
+    nb: usize,
     x: [&QActs; T],
 ) -> [[f32; T]; R] {
-    let nb = m.nb();
     let zero = _mm512_setzero_si512();
-    assert!(first + R <= m.rows(), "rows past the matrix");
     assert!(
         x.iter()
             .all(|xj| xj.qs.len() >= nb * BLOCK && xj.d.len() >= nb)
     );
+    let offset = _mm512_set1_epi8(i8::MIN);
     let mut acc = [[_mm512_setzero_ps(); T]; R];
-    for b in (0..nb).step_by(2) {
-        let two = b + 1 < nb;
-        let mut magnitude = [zero; R];
-        let mut negative = [0 as __mmask64; R];
+    for (pair, b) in (0..nb).step_by(2).enumerate() {
+        let mut w = [zero; R];
         let mut dw = [_mm512_setzero_ps(); R];
         for i in 0..R {
-            let block = (first + i) * nb + b;
-            // SAFETY: block `block` (and the next when `two`) lies inside the row, as do
-            // its scales.
-            let (wv, d) = unsafe { m.pair(block, two, R) };
-            // vpdpbusd multiplies unsigned by signed bytes: |w| times x with w's sign
-            // moved onto x.
-            magnitude[i] = _mm512_abs_epi8(wv);
-            negative[i] = _mm512_movepi8_mask(wv);
-            dw[i] = d;
+            (w[i], dw[i]) = weights(pair, i);
         }
         for (j, xj) in x.iter().enumerate() {
             // SAFETY: every token holds `nb` blocks (checked on entry).
-            let (xv, dx) = unsafe { activation_pair(xj, b, two) };
+            let (xv, dx) = unsafe { activation_pair(xj, b, b + 1 < nb) };
+            // Each sum starts from −128 · Σx over its four bytes: with the weights read as
+            // w + 128, the integer sums are w · x exactly.
+            let start = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, offset, xv));
             for i in 0..R {
-                let signed = _mm512_mask_sub_epi8(xv, negative[i], zero, xv);
-                let dot = _mm512_dpbusd_epi32(zero, magnitude[i], signed);
+                let dot = _mm512_dpbusd_epi32(start, w[i], xv);
                 acc[i][j] = add_scaled(acc[i][j], dot, dw[i], dx);
             }
         }
@@ -540,6 +643,7 @@ pub unsafe fn fill<K: Tiles>(
         "a value for every row and token"
     );
     let n = xs.len();
+    let mut rows_buf = K::Rows::default();
     // A block of tokens at a time against the task's rows: a long prompt's activations
     // (1.9 KB a token for a 1,536-wide input) would not stay in L2 for every group of rows.
     for t0 in (0..n).step_by(TOKEN_BLOCK) {
@@ -550,26 +654,36 @@ pub unsafe fn fill<K: Tiles>(
         if n > 1 {
             while k + TILE_ROWS <= count {
                 // SAFETY: the caller's guarantees, for these rows.
-                unsafe { rows::<K, TILE_ROWS>(kernel, first, k, xs, tokens.clone(), out) };
+                unsafe {
+                    rows::<K, TILE_ROWS>(kernel, (first, k), xs, tokens.clone(), out, &mut rows_buf)
+                };
                 k += TILE_ROWS;
             }
         }
+        if n == 1 {
+            for (k, o) in out.iter_mut().enumerate() {
+                // SAFETY: as above.
+                *o = unsafe { kernel.one(first + k, &xs[0]) }[0][0];
+            }
+            return;
+        }
         while k < count {
             // SAFETY: as above.
-            unsafe { rows::<K, 1>(kernel, first, k, xs, tokens.clone(), out) };
+            unsafe { rows::<K, 1>(kernel, (first, k), xs, tokens.clone(), out, &mut rows_buf) };
             k += 1;
         }
     }
 }
 
-/// `R` rows from `first + k` against `tokens`, by tiles of [`TILE_TOKENS`] and then one.
+/// `R` rows from `first + k` against `tokens`, by tiles of [`TILE_TOKENS`] and then one,
+/// readied once in `ready` for all of them.
 unsafe fn rows<K: Tiles, const R: usize>(
     kernel: &K,
-    first: usize,
-    k: usize,
+    (first, k): (usize, usize),
     xs: &[QActs],
     tokens: std::ops::Range<usize>,
     out: &mut [f32],
+    ready: &mut K::Rows,
 ) {
     let n = xs.len();
     let mut store = |t: usize, values: &[f32], i: usize| {
@@ -577,12 +691,13 @@ unsafe fn rows<K: Tiles, const R: usize>(
             out[(k + i) * n + t + j] = v;
         }
     };
+    // SAFETY: the caller's guarantees.
+    unsafe { kernel.prepare::<R>(first + k, ready) };
     let mut t = tokens.start;
     while t + TILE_TOKENS <= tokens.end {
         // SAFETY: the caller's guarantees.
-        let tile = unsafe {
-            kernel.tile::<R, TILE_TOKENS>(first + k, std::array::from_fn(|j| &xs[t + j]))
-        };
+        let tile =
+            unsafe { kernel.tile::<R, TILE_TOKENS>(ready, std::array::from_fn(|j| &xs[t + j])) };
         for (i, values) in tile.iter().enumerate() {
             store(t, values, i);
         }
@@ -590,7 +705,7 @@ unsafe fn rows<K: Tiles, const R: usize>(
     }
     while t < tokens.end {
         // SAFETY: the caller's guarantees.
-        let tile = unsafe { kernel.tile::<R, 1>(first + k, [&xs[t]]) };
+        let tile = unsafe { kernel.tile::<R, 1>(ready, [&xs[t]]) };
         for (i, values) in tile.iter().enumerate() {
             store(t, values, i);
         }
