@@ -19,14 +19,17 @@
 //!
 //! Other tensor types are dequantized to f32 once at load (stated in [`DeviceModel::weight_bytes`]).
 //!
-//! Sliding-window layers (Gemma 3) keep every position in their cache and see only the last
-//! `window` of them; the CPU model's ring (`kv.rs`) is not used here.
+//! A sliding-window layer (Gemma 3's local layers) sees only its last `window` positions, and
+//! its cache holds only those plus one pass's rows, as the CPU model's ring does (`kv.rs`):
+//! position `p` lives in slot `p % slots`, and a longer pass goes in parts.
 //! The embedding table stays on the host: a prompt needs a handful of rows, not a 49k-row
 //! gather on the device.
 //!
 //! Readback is asynchronous (`into_data_async`) because a browser cannot block on the GPU.
 
 use burn::tensor::quantization::{QuantScheme, QuantStore, QuantValue};
+use std::ops::Range;
+
 use burn::tensor::{DType, Device, Tensor, TensorData, activation};
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -34,6 +37,7 @@ use crate::causal_lm::ready;
 use crate::gguf::{ByteSource, Gguf};
 use crate::kernels;
 use crate::kernels::matvec::MatvecKernel;
+use crate::kv::PASS_ROWS;
 use crate::model::{Config, GELU_CUBIC, GELU_SQRT_2_OVER_PI, Host, ModelError, rope_angles};
 use crate::qmatrix::QMatrix;
 use crate::quant::{self, Nibbles, TensorType};
@@ -188,7 +192,8 @@ impl WeightStore for OnDevice<'_> {
     }
 }
 
-/// Keys and values of every layer for one sequence, preallocated for `capacity` positions.
+/// Keys and values of every layer for one sequence, preallocated for `capacity` positions
+/// (`[kv_heads, slots, head_dim]` a layer: every position, or a sliding-window layer's ring).
 pub struct DeviceCache {
     keys: Vec<Tensor<3>>,
     values: Vec<Tensor<3>>,
@@ -571,7 +576,19 @@ impl DeviceModel {
 
     /// Bytes an f32 KV cache of `capacity` positions takes on the device.
     pub fn cache_bytes(&self, capacity: usize) -> usize {
-        2 * self.config.n_layers * capacity * self.config.kv_dim() * 4
+        let slots: usize = (0..self.config.n_layers)
+            .map(|li| self.slots(li, capacity))
+            .sum();
+        2 * slots * self.config.kv_dim() * 4
+    }
+
+    /// Slots layer `li` of a cache for `capacity` positions holds: a sliding-window layer's
+    /// ring of its window plus one pass's rows, every position on a global layer.
+    fn slots(&self, li: usize, capacity: usize) -> usize {
+        match self.config.window(li) {
+            Some(w) => capacity.min(w.saturating_add(PASS_ROWS)),
+            None => capacity,
+        }
     }
 
     /// Whether cubecl devices run our own kernels (see `kernels`: products of up to 16 rows,
@@ -605,10 +622,12 @@ impl DeviceModel {
     pub fn new_cache(&self, capacity: usize) -> DeviceCache {
         let capacity = capacity.min(self.max_context).max(1);
         let c = &self.config;
-        let shape = [c.n_kv_heads, capacity, c.head_dim];
         let zeros = || -> Vec<Tensor<3>> {
             (0..c.n_layers)
-                .map(|_| Tensor::<3>::zeros(shape, &self.device))
+                .map(|li| {
+                    let shape = [c.n_kv_heads, self.slots(li, capacity), c.head_dim];
+                    Tensor::<3>::zeros(shape, &self.device)
+                })
                 .collect()
         };
         DeviceCache {
@@ -628,22 +647,28 @@ impl DeviceModel {
         }
         let c = &self.config;
         let (kv, hd, len) = (c.n_kv_heads, c.head_dim, cache.len);
-        let grow = |old: Tensor<3>| {
-            let fresh = Tensor::<3>::zeros([kv, capacity, hd], &self.device);
+        // A layer that can still grow has not wrapped: position p is in slot p.
+        let grow = |li: usize, old: Tensor<3>| {
+            let slots = self.slots(li, capacity);
+            if old.dims()[1] == slots {
+                return old;
+            }
+            let fresh = Tensor::<3>::zeros([kv, slots, hd], &self.device);
             if len == 0 {
                 fresh
             } else {
                 fresh.slice_assign([0..kv, 0..len, 0..hd], old.slice([0..kv, 0..len, 0..hd]))
             }
         };
-        cache.keys = std::mem::take(&mut cache.keys)
-            .into_iter()
-            .map(grow)
-            .collect();
-        cache.values = std::mem::take(&mut cache.values)
-            .into_iter()
-            .map(grow)
-            .collect();
+        let grown = |layers: Vec<Tensor<3>>| {
+            layers
+                .into_iter()
+                .enumerate()
+                .map(|(li, t)| grow(li, t))
+                .collect()
+        };
+        cache.keys = grown(std::mem::take(&mut cache.keys));
+        cache.values = grown(std::mem::take(&mut cache.values));
         cache.capacity = capacity;
     }
 
@@ -757,6 +782,50 @@ impl DeviceModel {
         chunks: &[&[u32]],
         caches: &mut [&mut DeviceCache],
     ) -> Result<Tensor<2>, ModelError> {
+        let part = match self.config.sliding_window {
+            Some(_) => PASS_ROWS,
+            None => usize::MAX,
+        };
+        if chunks.iter().all(|chunk| chunk.len() <= part) {
+            return self.forward_pass(chunks, caches);
+        }
+        // A sliding-window layer's ring holds one pass's rows beyond its window, so a longer
+        // chunk goes in parts of `PASS_ROWS`, every chunk's next part in one pass; each row's
+        // values are the same either way. Every chunk is checked before the first part.
+        self.spans(chunks, caches)?;
+        let mut parts: Vec<Vec<Tensor<2>>> = vec![Vec::new(); chunks.len()];
+        let longest = chunks.iter().map(|chunk| chunk.len()).max().unwrap_or(0);
+        for from in (0..longest).step_by(part) {
+            let live: Vec<usize> = (0..chunks.len())
+                .filter(|&i| from < chunks[i].len())
+                .collect();
+            let pieces: Vec<&[u32]> = live
+                .iter()
+                .map(|&i| &chunks[i][from..(from + part).min(chunks[i].len())])
+                .collect();
+            let mut taken: Vec<&mut DeviceCache> = caches
+                .iter_mut()
+                .enumerate()
+                .filter(|(i, _)| live.contains(i))
+                .map(|(_, cache)| &mut **cache)
+                .collect();
+            let x = self.forward_pass(&pieces, &mut taken)?;
+            let d = self.config.dim;
+            let mut row = 0;
+            for (&i, piece) in live.iter().zip(&pieces) {
+                parts[i].push(x.clone().slice([row..row + piece.len(), 0..d]));
+                row += piece.len();
+            }
+        }
+        Ok(Tensor::cat(parts.into_iter().flatten().collect(), 0))
+    }
+
+    /// [`Self::forward_hidden`] in one pass.
+    fn forward_pass(
+        &self,
+        chunks: &[&[u32]],
+        caches: &mut [&mut DeviceCache],
+    ) -> Result<Tensor<2>, ModelError> {
         let pass = self.pass(chunks, caches)?;
         let mut x = self.embed_rows(chunks, pass.rows)?;
         // Each layer's cache tensors are moved out and back so that burn holds the only handle
@@ -784,6 +853,27 @@ impl DeviceModel {
 
     /// Checks each chunk against its cache, and lays the chunks' rows end to end.
     fn pass(&self, chunks: &[&[u32]], caches: &[&mut DeviceCache]) -> Result<Pass, ModelError> {
+        let c = &self.config;
+        let spans = self.spans(chunks, caches)?;
+        let rows = spans.iter().map(|s| s.n).sum();
+        let global = self.layer_kind(&spans, c.rope_theta, None);
+        let local = c
+            .sliding_window
+            .map(|w| self.layer_kind(&spans, c.rope_theta_local, Some(w)));
+        Ok(Pass {
+            spans,
+            rows,
+            global,
+            local,
+        })
+    }
+
+    /// Where each chunk's rows go, once each is checked against its cache.
+    fn spans(
+        &self,
+        chunks: &[&[u32]],
+        caches: &[&mut DeviceCache],
+    ) -> Result<Vec<Span>, ModelError> {
         let c = &self.config;
         if chunks.is_empty() || chunks.len() != caches.len() {
             return Err(ModelError::Config(format!(
@@ -814,16 +904,7 @@ impl DeviceModel {
             });
             rows += n;
         }
-        let global = self.layer_kind(&spans, c.rope_theta, None);
-        let local = c
-            .sliding_window
-            .map(|w| self.layer_kind(&spans, c.rope_theta_local, Some(w)));
-        Ok(Pass {
-            spans,
-            rows,
-            global,
-            local,
-        })
+        Ok(spans)
     }
 
     /// The angles of RoPE base `theta` for every row of `spans`, under `window`.
@@ -845,25 +926,24 @@ impl DeviceModel {
         }
     }
 
-    /// `[n, start+n]` for `span`: 0 where query `i` (at `start+i`) may see key `j`, −∞ after
-    /// it or, under a window, before its last `window` positions. `None` when every query sees
-    /// every key.
-    fn mask(&self, span: Span, window: Option<usize>) -> Option<Tensor<2>> {
-        let (start, n) = (span.start, span.n);
-        let total = start + n;
-        let window = window.unwrap_or(total);
-        if n == 1 && total <= window {
+    /// `[n, keys.len()]` for `span` against the key positions `keys`: 0 where query `i` (at
+    /// `start+i`) may see a key, −∞ after it or, under a window, before its last `window`
+    /// positions. `None` when every query sees every key.
+    fn mask(&self, span: Span, window: Option<usize>, keys: Range<usize>) -> Option<Tensor<2>> {
+        let (start, n, len) = (span.start, span.n, keys.len());
+        let window = window.unwrap_or(start + n);
+        if n == 1 && len <= window {
             return None;
         }
-        let mut mask = vec![0f32; n * total];
-        for (i, row) in mask.chunks_mut(total).enumerate() {
+        let mut mask = vec![0f32; n * len];
+        for (i, row) in mask.chunks_mut(len).enumerate() {
             let pos = start + i;
-            let first = (pos + 1).saturating_sub(window);
+            let first = (pos + 1).saturating_sub(window).saturating_sub(keys.start);
             row[..first].fill(f32::NEG_INFINITY);
-            row[pos + 1..].fill(f32::NEG_INFINITY);
+            row[pos + 1 - keys.start..].fill(f32::NEG_INFINITY);
         }
         Some(Tensor::<2>::from_data(
-            TensorData::new(mask, [n, total]),
+            TensorData::new(mask, [n, len]),
             &self.device,
         ))
     }
@@ -989,13 +1069,27 @@ impl DeviceModel {
         let (Some(old_keys), Some(old_values)) = (taken.0.next(), taken.1.next()) else {
             return Err(ModelError::Config("the cache lost a layer".into()));
         };
-        let at = [
-            0..c.n_kv_heads,
-            span.start..span.start + span.n,
-            0..c.head_dim,
-        ];
-        let keys = old_keys.slice_assign(at.clone(), pass.rows_of(k, span).swap_dims(0, 1));
-        let values = old_values.slice_assign(at, pass.rows_of(v, span).swap_dims(0, 1));
+        let (kv, hd) = (c.n_kv_heads, c.head_dim);
+        let (k, v) = (pass.rows_of(k, span), pass.rows_of(v, span));
+        // The span's slots: one run, or two where its positions wrap around a ring.
+        let slots = old_keys.dims()[1];
+        let first = span.start % slots;
+        let before_end = span.n.min(slots - first);
+        let mut runs = vec![(0..before_end, first..first + before_end)];
+        if before_end < span.n {
+            runs.push((before_end..span.n, 0..span.n - before_end));
+        }
+        let (mut keys, mut values) = (old_keys, old_values);
+        for (rows, at) in runs {
+            let at = [0..kv, at, 0..hd];
+            let of = |t: &Tensor<3>| {
+                t.clone()
+                    .slice([rows.clone(), 0..kv, 0..hd])
+                    .swap_dims(0, 1)
+            };
+            keys = keys.slice_assign(at.clone(), of(&k));
+            values = values.slice_assign(at, of(&v));
+        }
         cache.keys.push(keys.clone());
         cache.values.push(values.clone());
         Ok((keys, values))
@@ -1067,13 +1161,14 @@ impl DeviceModel {
         let total = span.start + n;
         let group = c.n_heads / c.n_kv_heads;
         let scale = 1.0 / (hd as f32).sqrt();
-        let keys = keys.slice([0..c.n_kv_heads, 0..total, 0..hd]);
-        let values = values.slice([0..c.n_kv_heads, 0..total, 0..hd]);
+        let (keys, held) = in_order(keys, total);
+        let (values, _) = in_order(values, total);
+        let total = held.len();
 
         // Query heads h = kv·group + g share key/value head kv: fold the group into rows.
         let q = q.swap_dims(0, 1).reshape([c.n_kv_heads, group * n, hd]);
         let mut scores = q.matmul(keys.swap_dims(1, 2)).mul_scalar(scale);
-        if let Some(mask) = self.mask(span, window) {
+        if let Some(mask) = self.mask(span, window, held) {
             scores = (scores.reshape([c.n_kv_heads, group, n, total])
                 + mask.clone().reshape([1, 1, n, total]))
             .reshape([c.n_kv_heads, group * n, total]);
@@ -1107,6 +1202,28 @@ impl DeviceModel {
     ) -> Result<Vec<Vec<f32>>, ModelError> {
         ready(self.forward_read(tokens, cache, all_logits))
     }
+}
+
+/// The positions up to `total` that a layer's cache `[kv_heads, slots, hd]` holds, in order
+/// of position, and which positions they are: the first `total` slots, or the whole ring
+/// turned so that its oldest position comes first.
+fn in_order(cache: Tensor<3>, total: usize) -> (Tensor<3>, Range<usize>) {
+    let [kv, slots, hd] = cache.dims();
+    if total <= slots {
+        return (cache.slice([0..kv, 0..total, 0..hd]), 0..total);
+    }
+    let oldest = total % slots;
+    let turned = match oldest {
+        0 => cache,
+        _ => Tensor::cat(
+            vec![
+                cache.clone().slice([0..kv, oldest..slots, 0..hd]),
+                cache.slice([0..kv, 0..oldest, 0..hd]),
+            ],
+            1,
+        ),
+    };
+    (turned, total - slots..total)
 }
 
 /// Rotates each head of `x [n, heads, hd]` by its row's angles in `kind`: adjacent pairs

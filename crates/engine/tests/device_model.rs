@@ -431,6 +431,52 @@ fn every_architecture_matches_the_cpu_model_on_every_backend() {
     }
 }
 
+/// Gemma 3's sliding-window layers keep a ring of their window plus one pass's rows on the
+/// device, as on the CPU: a prompt that wraps the ring twice (run in parts of a pass's rows)
+/// and decoding past it give the CPU model's logits, from a cache that holds less than every
+/// position.
+#[test]
+fn gemma3_ring_cache_on_the_device_matches_the_cpu_model() {
+    const CONTEXT: usize = 512;
+    let g = Gguf::read(tiny::gemma3_with_context(
+        TensorType::Q8_0,
+        7,
+        3,
+        CONTEXT as u32,
+    ))
+    .expect("tiny gemma3");
+    let cpu =
+        Model::load(&Gguf::read(tiny::as_f32(&g)).expect("f32 twin"), CONTEXT).expect("cpu load");
+    let every_position = 2 * cpu.config.n_layers * CONTEXT * cpu.config.kv_dim() * 4;
+    let prompt: Vec<u32> = (0..300u32).map(|i| i * 7919 % tiny::VOCAB as u32).collect();
+    for (backend, device) in devices() {
+        let dev = DeviceModel::load(&g, CONTEXT, &device).expect("device load");
+        assert!(
+            dev.cache_bytes(CONTEXT) < every_position / 2,
+            "{backend}: the window layers hold only their ring"
+        );
+        let (mut cpu_cache, mut dev_cache) = (cpu.new_cache(CONTEXT), dev.new_cache(CONTEXT));
+        let mut want = cpu.forward(&prompt, &mut cpu_cache, true).expect("cpu");
+        let mut got = dev
+            .forward_blocking(&prompt, &mut dev_cache, true)
+            .expect("device");
+        assert_eq!(dev_cache.len(), prompt.len());
+        for tok in [7u32, 2, 11] {
+            want.extend(cpu.forward(&[tok], &mut cpu_cache, false).expect("cpu"));
+            got.extend(
+                dev.forward_blocking(&[tok], &mut dev_cache, false)
+                    .expect("device"),
+            );
+        }
+        assert_eq!(got.len(), want.len());
+        for (row, (g, w)) in got.iter().zip(&want).enumerate() {
+            let tol = ATTENTION_TOL * max_abs(w) + ATTENTION_TOL;
+            let diff = max_diff(g, w);
+            assert!(diff <= tol, "{backend} row {row}: |Δlogit| {diff} > {tol}");
+        }
+    }
+}
+
 /// Runs a future to completion on this thread (the device model's readback is async).
 fn block_on<F: std::future::Future>(future: F) -> F::Output {
     struct Unpark(std::thread::Thread);

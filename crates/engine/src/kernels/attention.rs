@@ -16,7 +16,8 @@ const THREADS: u32 = 256;
 pub(crate) const MAX_POSITIONS: usize = 2048;
 
 /// `out[i, h] = softmax_j(q[i, h] · k[h / group, j] · scale) · v[h / group, j]` over the cache
-/// positions `start + i − window < j ≤ start + i`.
+/// positions `start + i − window < j ≤ start + i`, position `j` held in slot `j % capacity`
+/// (a sliding-window layer's ring; every position lies in its own slot otherwise).
 #[allow(clippy::too_many_arguments)]
 #[cube(launch)]
 fn causal_attention(
@@ -43,7 +44,7 @@ fn causal_attention(
     // Position `first + j` is the row's `j`-th visible one.
     let seen = upto - first;
     let q_at = (row * heads + head) * head_dim;
-    let kv_at = (head / group) * capacity * head_dim + first * head_dim;
+    let kv_at = (head / group) * capacity * head_dim;
 
     // Literal sizes: a `comptime!` value made mutable fails shader validation.
     let mut probs = Shared::new_slice(2048usize);
@@ -52,7 +53,7 @@ fn causal_attention(
     let mut top = f32::new(-3.0e38);
     let mut j = t;
     while j < seen {
-        let k_at = kv_at + j * head_dim;
+        let k_at = kv_at + ((first + j) % capacity) * head_dim;
         let mut dot = 0.0f32;
         let mut e = 0usize;
         while e < head_dim {
@@ -111,7 +112,7 @@ fn causal_attention(
     let mut acc = 0.0f32;
     let mut j = g;
     while j < seen {
-        acc += probs[j] * values[kv_at + j * head_dim + e];
+        acc += probs[j] * values[kv_at + ((first + j) % capacity) * head_dim + e];
         j += groups;
     }
     partial[t] = acc;
@@ -128,8 +129,8 @@ fn causal_attention(
 }
 
 /// Attention of `q [n, heads, hd]` (positions `start..start+n`) against caches
-/// `[kv_heads, capacity, hd]` whose first `start + n` positions are filled, each row seeing
-/// the last `window` of them where a window is given; `[n, heads·hd]`.
+/// `[kv_heads, capacity, hd]` that hold the positions up to `start + n` in slots `p % capacity`,
+/// each row seeing the last `window` of them where a window is given; `[n, heads·hd]`.
 pub(crate) fn causal_attention_rows(
     q: &Tensor<3>,
     keys: &Tensor<3>,
@@ -148,12 +149,13 @@ pub(crate) fn causal_attention_rows(
         || head_dim > THREADS as usize
         || !(THREADS as usize).is_multiple_of(head_dim)
         || n == 0
-        || start + n > capacity
     {
         return None;
     }
     let window = window.unwrap_or(start + n).min(start + n);
-    if window == 0 || window > MAX_POSITIONS {
+    // The rows together read from the first row's oldest visible position to the last row.
+    let read = (start + n).min(window + n - 1);
+    if window == 0 || window > MAX_POSITIONS || read > capacity {
         return None;
     }
     let q = cube_f32(q)?;

@@ -66,6 +66,11 @@ pub fn model(ty: TensorType, heads: u32, kv_heads: u32, untied: bool) -> Vec<u8>
 /// (wider together than the model's 64), its extra norms, and a sliding window of `window`
 /// on all but every sixth layer.
 pub fn gemma3(ty: TensorType, layers: usize, window: u32) -> Vec<u8> {
+    gemma3_with_context(ty, layers, window, 64)
+}
+
+/// [`gemma3`] trained (by its header) for `context` positions.
+pub fn gemma3_with_context(ty: TensorType, layers: usize, window: u32, context: u32) -> Vec<u8> {
     let (d, ffn, hd) = (64usize, 96usize, 32usize);
     let mut rng = Lcg(11);
     let mut w = GgufWriter::new()
@@ -80,7 +85,7 @@ pub fn gemma3(ty: TensorType, layers: usize, window: u32) -> Vec<u8> {
         .kv("gemma3.attention.sliding_window", Value::U32(window))
         .kv("gemma3.rope.freq_base", Value::F32(1e6))
         .kv("gemma3.attention.layer_norm_rms_epsilon", Value::F32(1e-6))
-        .kv("gemma3.context_length", Value::U32(64));
+        .kv("gemma3.context_length", Value::U32(context));
     let mut mat = |w: GgufWriter, name: &str, rows: usize, cols: usize| {
         let v = rng.vec(rows * cols);
         w.tensor(name, &[cols as u64, rows as u64], ty, encode_as(ty, &v))
