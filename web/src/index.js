@@ -912,7 +912,11 @@ export class Straddle {
   async runCloud(ctx, { reasons, midStream = false, continuing = false }) {
     const { req, decision, signal } = ctx;
     if (!this.cloudUsable()) throw new StraddleError("cloud_unavailable", this.worker ? "the cloud is switched off or the network is down" : "no worker is configured");
-    const found = [...new Set(req.messages.flatMap((m) => piiKinds(m.content)))];
+    // A continued reply's own text came from the cloud (each token verified there): it tells
+    // the cloud nothing new, and a name in it taken for personal data and redacted would
+    // change what the cloud continues. Only what the user sent is checked.
+    const sent = continuing ? req.messages.slice(0, -1) : req.messages;
+    const found = [...new Set(sent.flatMap((m) => piiKinds(m.content)))];
     const redaction = this.options.redact && found.length ? redactAll(req.messages.map((m) => m.content), []) : null;
     const parts = redaction?.parts();
     const messages = req.messages.map((m, i) => ({ ...m, content: parts ? parts[i] : m.content }));
