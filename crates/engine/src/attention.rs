@@ -17,9 +17,9 @@ use crate::model::Config;
 use crate::qmatrix::round_slice_to_f16;
 
 /// Attention of layer `li` for every row's query heads in `q` (`[n, q_dim]`, rounded to f16
-/// by the caller), against the
-/// cache of its sequence: `rows[t]` is row `t`'s (sequence, position). A sliding-window layer
-/// sees only the last `window` positions. Writes `out` (`[n, q_dim]`).
+/// by the caller), against the cache of its sequence: `rows[t]` is row `t`'s (sequence,
+/// position). A sliding-window layer sees only the last `window` positions. Writes `out`
+/// (`[n, q_dim]`).
 pub(crate) fn attend_rows(
     c: &Config,
     li: usize,
@@ -157,6 +157,8 @@ fn attend_heads<const G: usize, const L: usize>(q: &[f32], span: &Span<'_>, out:
 thread_local! {
     /// The heads' scores, kept per thread so a pass allocates none per task.
     static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// A last, short block's rows padded to a whole one, kept per thread as the scores are.
+    static PADDED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Runs `$kernel::<lanes, G, L>($args)` on the widest [`Lanes`] this machine has.
@@ -240,10 +242,16 @@ unsafe fn scores<V: Lanes, const G: usize, const L: usize>(
     }
     if whole < cols.len() {
         let first = keys.slots.start + whole;
-        let padded = padded_rows(rows.map(|row| &row[first..keys.slots.end]), block);
+        let mut padded = PADDED.take();
+        pad_rows(
+            rows.map(|row| &row[first..keys.slots.end]),
+            block,
+            &mut padded,
+        );
         let rows = padded.chunks_exact(block);
         // SAFETY: the caller's guarantee.
         write(whole, unsafe { sum_block::<V, G, L>(q, hd, rows, -0.0) });
+        PADDED.set(padded);
     }
 }
 
@@ -251,16 +259,16 @@ unsafe fn scores<V: Lanes, const G: usize, const L: usize>(
 const MAX_BLOCK: usize = 32;
 
 /// The `G` heads' sums of one block, `G` runs of `L × WIDTH` floats.
-type Sums = [f32; 4 * MAX_BLOCK];
+type Sums = [f32; HEADS * MAX_BLOCK];
 
-/// Each of `rows` (short of `block` floats) followed by zeros to `block`, one after another.
-fn padded_rows<'a>(rows: impl Iterator<Item = &'a [f32]>, block: usize) -> Vec<f32> {
-    let mut padded = Vec::new();
+/// Each of `rows` (short of `block` floats) followed by zeros to `block`, one after another,
+/// into `padded`.
+fn pad_rows<'a>(rows: impl Iterator<Item = &'a [f32]>, block: usize, padded: &mut Vec<f32>) {
+    padded.clear();
     for row in rows {
         padded.extend_from_slice(row);
         padded.resize(padded.len() + block - row.len(), 0.0);
     }
-    padded
 }
 
 /// Every head's sums over a block of `L` vectors, from `init`: `Σ_i x[g][i] · row_i` over the
@@ -288,7 +296,7 @@ unsafe fn sum_block<'a, V: Lanes, const G: usize, const L: usize>(
             }
         }
     }
-    let mut sums = [0f32; 4 * MAX_BLOCK];
+    let mut sums = [0f32; HEADS * MAX_BLOCK];
     let block = L * V::WIDTH;
     for (g, acc) in acc.iter().enumerate() {
         for (l, a) in acc.iter().enumerate() {
@@ -355,12 +363,14 @@ unsafe fn weigh_values<V: Lanes, const G: usize, const L: usize>(
         });
     }
     if whole < hd {
-        let padded = padded_rows(slots().map(|v| &v[whole..hd]), block);
+        let mut padded = PADDED.take();
+        pad_rows(slots().map(|v| &v[whole..hd]), block, &mut padded);
         let rows = padded.chunks_exact(block);
         // SAFETY: the caller's guarantee.
         write(whole, unsafe {
             sum_block::<V, G, L>(weights, n, rows, 0.0)
         });
+        PADDED.set(padded);
     }
 }
 

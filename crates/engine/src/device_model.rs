@@ -27,9 +27,9 @@
 //!
 //! Readback is asynchronous (`into_data_async`) because a browser cannot block on the GPU.
 
-use burn::tensor::quantization::{QuantScheme, QuantStore, QuantValue};
 use std::ops::Range;
 
+use burn::tensor::quantization::{QuantScheme, QuantStore, QuantValue};
 use burn::tensor::{DType, Device, Tensor, TensorData, activation};
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -37,7 +37,7 @@ use crate::causal_lm::ready;
 use crate::gguf::{ByteSource, Gguf};
 use crate::kernels;
 use crate::kernels::matvec::MatvecKernel;
-use crate::kv::PASS_ROWS;
+use crate::kv::{self, PASS_ROWS};
 use crate::model::{Config, GELU_CUBIC, GELU_SQRT_2_OVER_PI, Host, ModelError, rope_angles};
 use crate::qmatrix::QMatrix;
 use crate::quant::{self, Nibbles, TensorType};
@@ -585,10 +585,7 @@ impl DeviceModel {
     /// Slots layer `li` of a cache for `capacity` positions holds: a sliding-window layer's
     /// ring of its window plus one pass's rows, every position on a global layer.
     fn slots(&self, li: usize, capacity: usize) -> usize {
-        match self.config.window(li) {
-            Some(w) => capacity.min(w.saturating_add(PASS_ROWS)),
-            None => capacity,
-        }
+        capacity.min(kv::ring(self.config.window(li)))
     }
 
     /// Whether cubecl devices run our own kernels (see `kernels`: products of up to 16 rows,
@@ -1072,15 +1069,10 @@ impl DeviceModel {
         let (kv, hd) = (c.n_kv_heads, c.head_dim);
         let (k, v) = (pass.rows_of(k, span), pass.rows_of(v, span));
         // The span's slots: one run, or two where its positions wrap around a ring.
-        let slots = old_keys.dims()[1];
-        let first = span.start % slots;
-        let before_end = span.n.min(slots - first);
-        let mut runs = vec![(0..before_end, first..first + before_end)];
-        if before_end < span.n {
-            runs.push((before_end..span.n, 0..span.n - before_end));
-        }
+        let [near, far] = kv::slot_runs(old_keys.dims()[1], span.start..span.start + span.n);
+        let runs = [(0..near.len(), near.clone()), (near.len()..span.n, far)];
         let (mut keys, mut values) = (old_keys, old_values);
-        for (rows, at) in runs {
+        for (rows, at) in runs.into_iter().filter(|(rows, _)| !rows.is_empty()) {
             let at = [0..kv, at, 0..hd];
             let of = |t: &Tensor<3>| {
                 t.clone()
@@ -1205,25 +1197,18 @@ impl DeviceModel {
 }
 
 /// The positions up to `total` that a layer's cache `[kv_heads, slots, hd]` holds, in order
-/// of position, and which positions they are: the first `total` slots, or the whole ring
-/// turned so that its oldest position comes first.
+/// of position, and which positions they are: the first `total` slots, or the ring's one or
+/// two runs of slots, oldest first.
 fn in_order(cache: Tensor<3>, total: usize) -> (Tensor<3>, Range<usize>) {
     let [kv, slots, hd] = cache.dims();
-    if total <= slots {
-        return (cache.slice([0..kv, 0..total, 0..hd]), 0..total);
-    }
-    let oldest = total % slots;
-    let turned = match oldest {
-        0 => cache,
-        _ => Tensor::cat(
-            vec![
-                cache.clone().slice([0..kv, oldest..slots, 0..hd]),
-                cache.slice([0..kv, 0..oldest, 0..hd]),
-            ],
-            1,
-        ),
+    let held = total.saturating_sub(slots)..total;
+    let [near, far] = kv::slot_runs(slots, held.clone());
+    let run = |slots: Range<usize>| cache.clone().slice([0..kv, slots, 0..hd]);
+    let turned = match far.is_empty() {
+        true => run(near),
+        false => Tensor::cat(vec![run(near), run(far)], 1),
     };
-    (turned, total - slots..total)
+    (turned, held)
 }
 
 /// Rotates each head of `x [n, heads, hd]` by its row's angles in `kind`: adjacent pairs

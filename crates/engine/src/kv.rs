@@ -12,11 +12,32 @@
 //! and let a rejected draft be rewound, without overwriting a position still in a window.
 //! Until a sequence outgrows its ring the layout is the plain one.
 
-use crate::qmatrix::round_to_f16;
+use crate::qmatrix::{round_slice_to_f16, round_to_f16};
 
 /// The most rows of one sequence a forward pass may add when the model has sliding-window
 /// layers (longer passes are split): the slack of their rings beyond the window.
 pub(crate) const PASS_ROWS: usize = 128;
+
+/// The most slots a layer with sliding window `window` ever holds: its window plus one pass's
+/// rows, or every position (`usize::MAX`) for a global layer. The device cache sizes its
+/// rings by this too.
+pub(crate) fn ring(window: Option<usize>) -> usize {
+    window.map_or(usize::MAX, |w| w.saturating_add(PASS_ROWS))
+}
+
+/// The slots of a ring of `slots` that hold `positions` (at most `slots` of them), in order:
+/// one run, or two where they wrap around (the second then starts at slot 0).
+pub(crate) fn slot_runs(
+    slots: usize,
+    positions: std::ops::Range<usize>,
+) -> [std::ops::Range<usize>; 2] {
+    let (first, count) = (positions.start % slots.max(1), positions.len());
+    if first + count <= slots {
+        [first..first + count, 0..0]
+    } else {
+        [first..slots, 0..first + count - slots]
+    }
+}
 
 /// Keys and values of every position seen so far, per layer.
 #[derive(Debug, Clone)]
@@ -41,10 +62,7 @@ impl KvCache {
     /// A cache whose layer `l` keeps only the last `windows[l]` positions (plus a pass's rows)
     /// where that is `Some`.
     pub fn with_windows(windows: &[Option<usize>], capacity: usize, kv_dim: usize) -> Self {
-        let rings: Vec<usize> = windows
-            .iter()
-            .map(|w| w.map_or(usize::MAX, |w| w.saturating_add(PASS_ROWS)))
-            .collect();
+        let rings: Vec<usize> = windows.iter().map(|&w| ring(w)).collect();
         let slots = |ring: &usize| capacity.min(*ring) * kv_dim;
         Self {
             keys: rings.iter().map(|r| vec![0.0; slots(r)]).collect(),
@@ -142,6 +160,7 @@ impl KvCache {
         Some(copy)
     }
 
+    /// Writes position `pos`'s key and value, rounded to f16 as llama.cpp's cache holds them.
     pub(crate) fn write(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
         let slots = self.slots(layer);
         let slot = pos % slots;
@@ -150,9 +169,8 @@ impl KvCache {
             keys[c * slots + slot] = round_to_f16(kc);
         }
         let values = &mut self.values[layer][slot * self.kv_dim..(slot + 1) * self.kv_dim];
-        for (o, &x) in values.iter_mut().zip(v) {
-            *o = round_to_f16(x);
-        }
+        values.copy_from_slice(v);
+        round_slice_to_f16(values);
     }
 
     /// The slots that hold `positions`, in order: one range, or two where the positions
@@ -162,13 +180,7 @@ impl KvCache {
         layer: usize,
         positions: std::ops::Range<usize>,
     ) -> [std::ops::Range<usize>; 2] {
-        let slots = self.slots(layer);
-        let (first, count) = (positions.start % slots.max(1), positions.len());
-        if first + count <= slots {
-            [first..first + count, 0..0]
-        } else {
-            [first..slots, 0..first + count - slots]
-        }
+        slot_runs(self.slots(layer), positions)
     }
 
     /// Key dimension `c` (of `kv_dim`) in every slot.

@@ -1049,6 +1049,7 @@ fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::quant::encode;
 
     #[test]
     fn f16_rounding_matches_half_on_every_kind_of_value() {
@@ -1091,7 +1092,6 @@ mod tests {
             assert_eq!(f16_bits(x), want.to_bits(), "{x:e}");
         }
     }
-    use crate::quant::encode;
 
     fn reference(w: &[f32], x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
         (0..rows)

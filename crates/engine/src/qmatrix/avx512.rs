@@ -643,33 +643,31 @@ pub unsafe fn fill<K: Tiles>(
         "a value for every row and token"
     );
     let n = xs.len();
-    let mut rows_buf = K::Rows::default();
+    // One token (decoding) reads every weight once: row by row and in place its stream stays
+    // ahead of the prefetcher, where rows side by side, or unpacked first, decoded slower.
+    if n == 1 {
+        for (k, o) in out.iter_mut().enumerate() {
+            // SAFETY: the caller's guarantees, for this row.
+            *o = unsafe { kernel.one(first + k, &xs[0]) }[0][0];
+        }
+        return;
+    }
+    let mut ready = K::Rows::default();
     // A block of tokens at a time against the task's rows: a long prompt's activations
     // (1.9 KB a token for a 1,536-wide input) would not stay in L2 for every group of rows.
     for t0 in (0..n).step_by(TOKEN_BLOCK) {
         let tokens = t0..(t0 + TOKEN_BLOCK).min(n);
         let mut k = 0;
-        // One token (decoding) reads every weight once: row by row its stream stays ahead of
-        // the prefetcher, where rows side by side decoded slower.
-        if n > 1 {
-            while k + TILE_ROWS <= count {
-                // SAFETY: the caller's guarantees, for these rows.
-                unsafe {
-                    rows::<K, TILE_ROWS>(kernel, (first, k), xs, tokens.clone(), out, &mut rows_buf)
-                };
-                k += TILE_ROWS;
-            }
-        }
-        if n == 1 {
-            for (k, o) in out.iter_mut().enumerate() {
-                // SAFETY: as above.
-                *o = unsafe { kernel.one(first + k, &xs[0]) }[0][0];
-            }
-            return;
+        while k + TILE_ROWS <= count {
+            // SAFETY: the caller's guarantees, for these rows.
+            unsafe {
+                rows::<K, TILE_ROWS>(kernel, (first, k), xs, tokens.clone(), out, &mut ready)
+            };
+            k += TILE_ROWS;
         }
         while k < count {
             // SAFETY: as above.
-            unsafe { rows::<K, 1>(kernel, (first, k), xs, tokens.clone(), out, &mut rows_buf) };
+            unsafe { rows::<K, 1>(kernel, (first, k), xs, tokens.clone(), out, &mut ready) };
             k += 1;
         }
     }
