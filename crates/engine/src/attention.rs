@@ -14,17 +14,17 @@ use std::ops::Range;
 use crate::kv::KvCache;
 use crate::lanes::Lanes;
 use crate::model::Config;
-use crate::qmatrix::round_slice_to_f16;
+use crate::qmatrix::{Place, round_slice_to_f16};
 
 /// Attention of layer `li` for every row's query heads in `q` (`[n, q_dim]`, rounded to f16
 /// by the caller), against the cache of its sequence: `rows[t]` is row `t`'s (sequence,
-/// position). A sliding-window layer sees only the last `window` positions. Writes `out`
-/// (`[n, q_dim]`).
+/// position), and `places[t]` its place in the pass, which decides the order of its sums. A
+/// sliding-window layer sees only the last `window` positions. Writes `out` (`[n, q_dim]`).
 pub(crate) fn attend_rows(
     c: &Config,
     li: usize,
     q: &[f32],
-    rows: &[(usize, usize)],
+    (rows, places): (&[(usize, usize)], &[Place]),
     caches: &[&KvCache],
     out: &mut [f32],
 ) {
@@ -35,9 +35,11 @@ pub(crate) fn attend_rows(
     // has one row, so its heads go to the threads one by one.
     let heads_per_task = if rows.len() > 1 { group } else { 1 };
     let tasks_per_row = c.n_heads / heads_per_task;
+    let scale = c.score_scale();
     let attend = |(i, out): (usize, &mut [f32])| {
         let (t, h) = (i / tasks_per_row, i % tasks_per_row * heads_per_task);
         let (ci, pos) = rows[t];
+        let order = SumOrder::of(places[t]);
         let first = c.window(li).map_or(0, |w| (pos + 1).saturating_sub(w));
         let span = Span::new(
             caches[ci],
@@ -48,10 +50,10 @@ pub(crate) fn attend_rows(
         let q = &q[t * qd + h * hd..t * qd + (h + heads_per_task) * hd];
         for (q, out) in q.chunks(HEADS * hd).zip(out.chunks_mut(HEADS * hd)) {
             match q.len() / hd {
-                4 => attend_heads::<4, 2>(q, &span, out),
-                3 => attend_heads::<3, 2>(q, &span, out),
-                2 => attend_heads::<2, 4>(q, &span, out),
-                _ => attend_heads::<1, 4>(q, &span, out),
+                4 => attend_heads::<4, 2>(q, &span, (scale, order), out),
+                3 => attend_heads::<3, 2>(q, &span, (scale, order), out),
+                2 => attend_heads::<2, 4>(q, &span, (scale, order), out),
+                _ => attend_heads::<1, 4>(q, &span, (scale, order), out),
             }
         }
     };
@@ -62,6 +64,28 @@ pub(crate) fn attend_rows(
 /// Query heads attended together at most: each key and value is read once for all of them,
 /// and four heads' sums fill the registers.
 const HEADS: usize = 4;
+
+/// Which of llama.cpp's f16 products an attention sum follows: its CPU backend takes a
+/// product over several tokens through tinyBLAS, and one over a single token through
+/// `ggml_vec_dot_f16` (llamafile's `sgemm` declines fewer than two columns).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SumOrder {
+    /// Terms in 8 classes by index, the class sums added as AVX's `hsum` adds lanes.
+    TinyBlas,
+    /// Terms in 32 classes by index (4 vectors of 8), reduced as `GGML_F32x8_REDUCE` does.
+    VecDot,
+}
+
+impl SumOrder {
+    /// The order of a row at `place` in its pass.
+    fn of(place: Place) -> SumOrder {
+        if place.of > 1 {
+            SumOrder::TinyBlas
+        } else {
+            SumOrder::VecDot
+        }
+    }
+}
 
 /// What one task reads of a layer's cache: one key head's channels over a run of positions,
 /// which a sliding-window layer's ring may hold in two runs of slots (`near`, then `far`);
@@ -133,24 +157,29 @@ struct Values<'a> {
 }
 
 /// Attention of `G` query heads (`q`, `[G, head_dim]`) that share the key head of `span`,
-/// into `out` (`[G, head_dim]`); the kernels sum blocks of `L` vectors a head, sized so `G`
+/// their scores multiplied by `scale` and every sum in `order`, into `out` (`[G, head_dim]`); the kernels sum blocks of `L` vectors a head, sized so `G`
 /// heads' sums fit the registers.
-fn attend_heads<const G: usize, const L: usize>(q: &[f32], span: &Span<'_>, out: &mut [f32]) {
-    let hd = q.len() / G;
-    let scale = 1.0 / (hd as f32).sqrt();
+fn attend_heads<const G: usize, const L: usize>(
+    q: &[f32],
+    span: &Span<'_>,
+    (scale, order): (f32, SumOrder),
+    out: &mut [f32],
+) {
     let (n, near) = (span.len(), span.near.len());
     SCORES.with_borrow_mut(|sc| {
         sc.clear();
         sc.resize(G * n, 0.0);
-        attention_scores::<G, L>(q, &span.keys(span.near.clone()), scale, (sc, 0..near));
+        let keys = span.keys(span.near.clone());
+        attention_scores::<G, L>(q, &keys, (scale, order), (sc, 0..near));
         if !span.far.is_empty() {
-            attention_scores::<G, L>(q, &span.keys(span.far.clone()), scale, (sc, near..n));
+            let keys = span.keys(span.far.clone());
+            attention_scores::<G, L>(q, &keys, (scale, order), (sc, near..n));
         }
         for head in sc.chunks_mut(n) {
             softmax(head);
             round_slice_to_f16(head);
         }
-        weighted_values::<G, L>(sc, &span.values(), out);
+        weighted_values::<G, L>(sc, &span.values(), order, out);
     });
 }
 
@@ -165,7 +194,7 @@ thread_local! {
 macro_rules! on_widest_lanes {
     ($kernel:ident, $avx:ident, ($($arg:ident),*)) => {{
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") {
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
             // SAFETY: the feature was detected just now.
             return unsafe { $avx::<G, L>($($arg),*) };
         }
@@ -183,15 +212,13 @@ macro_rules! on_widest_lanes {
 /// each slot of `keys`), the keys held dimension by dimension.
 ///
 /// The positions are independent lanes, so the loop runs vector-wide, and a block of `L`
-/// vectors of them stays in registers for every head across all of q's dimensions (each key
-/// read once for the `G` heads), while each sum still adds its products in order from −0.0,
-/// exactly as `iter().sum()` over one position's key does — the scores are bit-identical to
-/// one position and one head at a time (the golden tests pin logits that a reordered sum
-/// would move).
+/// vectors of them stays in registers for every head (each key read once for the `G` heads),
+/// while each position's sum over q's dimensions is the one llama.cpp makes ([`sum_block`]):
+/// the golden tests pin logits that another order would move.
 fn attention_scores<const G: usize, const L: usize>(
     q: &[f32],
     keys: &Keys<'_>,
-    scale: f32,
+    scale: (f32, SumOrder),
     out: (&mut [f32], Range<usize>),
 ) {
     on_widest_lanes!(scores, scores_avx2, (q, keys, scale, out))
@@ -199,11 +226,11 @@ fn attention_scores<const G: usize, const L: usize>(
 
 /// [`scores`] on AVX's eight lanes.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,fma")]
 unsafe fn scores_avx2<const G: usize, const L: usize>(
     q: &[f32],
     keys: &Keys<'_>,
-    scale: f32,
+    scale: (f32, SumOrder),
     out: (&mut [f32], Range<usize>),
 ) {
     // SAFETY: AVX runs here.
@@ -219,11 +246,10 @@ unsafe fn scores_avx2<const G: usize, const L: usize>(
 unsafe fn scores<V: Lanes, const G: usize, const L: usize>(
     q: &[f32],
     keys: &Keys<'_>,
-    scale: f32,
+    (scale, order): (f32, SumOrder),
     (out, cols): (&mut [f32], Range<usize>),
 ) {
     let (hd, stride, block) = (q.len() / G, out.len() / G, L * V::WIDTH);
-    let rows = keys.rows.chunks_exact(keys.stride).take(hd);
     let mut write = |start: usize, sums: Sums| {
         let width = block.min(cols.len() - start);
         for (g, sums) in sums.chunks_exact(block).take(G).enumerate() {
@@ -236,21 +262,22 @@ unsafe fn scores<V: Lanes, const G: usize, const L: usize>(
     let whole = cols.len() / block * block;
     for start in (0..whole).step_by(block) {
         let first = keys.slots.start + start;
-        let rows = rows.clone().map(|row| &row[first..]);
+        let row = |i: usize| &keys.rows[i * keys.stride + first..];
         // SAFETY: the caller's guarantee.
-        write(start, unsafe { sum_block::<V, G, L>(q, hd, rows, -0.0) });
+        write(start, unsafe { sum_block::<V, G, L>(q, (hd, row), order) });
     }
     if whole < cols.len() {
         let first = keys.slots.start + whole;
         let mut padded = PADDED.take();
+        let rows = keys.rows.chunks_exact(keys.stride).take(hd);
         pad_rows(
             rows.map(|row| &row[first..keys.slots.end]),
             block,
             &mut padded,
         );
-        let rows = padded.chunks_exact(block);
+        let row = |i: usize| &padded[i * block..];
         // SAFETY: the caller's guarantee.
-        write(whole, unsafe { sum_block::<V, G, L>(q, hd, rows, -0.0) });
+        write(whole, unsafe { sum_block::<V, G, L>(q, (hd, row), order) });
         PADDED.set(padded);
     }
 }
@@ -271,64 +298,135 @@ fn pad_rows<'a>(rows: impl Iterator<Item = &'a [f32]>, block: usize, padded: &mu
     }
 }
 
-/// Every head's sums over a block of `L` vectors, from `init`: `Σ_i x[g][i] · row_i` over the
-/// rows `rows` (each starting with the block's floats, in order), `x` holding `G` rows of
-/// `stride` factors. Both kernels are this step: the scores sum over a query's dimensions,
-/// the values over the positions.
+/// Every head's sums over a block of `L` vectors: `Σ_i x[g][i] · row(i)` over the `n` rows
+/// (each starting with the block's floats), `x` holding `G` rows of `n` factors. Both kernels are this step: the scores sum over a query's dimensions, the values
+/// over the positions.
+///
+/// The sums are the ones llama.cpp's f16 products make on AVX2 ([`SumOrder`]): row `i` goes
+/// to a class by `i` mod 8 (tinyBLAS) or mod 32 (`ggml_vec_dot_f16`), each class is summed in
+/// order by fused multiply-adds from zero, and the class sums are added as the product adds
+/// its accumulators. Vector lanes here run over the block, so the order holds whatever their
+/// width. (Rows past the last are zeros to both, as llama.cpp's masked positions are; a
+/// head size that is not a multiple of 32 would leave `ggml_vec_dot_f16` a tail it sums in
+/// f64, which none of the architectures has.)
 ///
 /// # Safety
 /// The machine runs `V`'s instruction set.
 #[inline(always)]
 unsafe fn sum_block<'a, V: Lanes, const G: usize, const L: usize>(
     x: &[f32],
-    stride: usize,
-    rows: impl Iterator<Item = &'a [f32]>,
-    init: f32,
+    rows: (usize, impl Fn(usize) -> &'a [f32]),
+    order: SumOrder,
 ) -> Sums {
+    let mut sums = [0f32; HEADS * MAX_BLOCK];
+    let block = L * V::WIDTH;
     // SAFETY (each call): the caller's guarantee.
-    let mut acc = [[unsafe { V::splat(init) }; L]; G];
-    for (i, row) in rows.enumerate() {
-        let v: [V; L] = std::array::from_fn(|l| unsafe { V::load(&row[l * V::WIDTH..]) });
-        for (g, acc) in acc.iter_mut().enumerate() {
-            let f = unsafe { V::splat(x[g * stride + i]) };
-            for (a, &v) in acc.iter_mut().zip(&v) {
-                *a = unsafe { a.add_product(f, v) };
+    let mut store = |g: usize, l: usize, sum: V| unsafe {
+        sum.store(&mut sums[g * block + l * V::WIDTH..]);
+    };
+    match order {
+        SumOrder::TinyBlas => {
+            let classes = unsafe { class_sums::<V, G, L, 8>(x, &rows) };
+            for (g, l) in (0..G).flat_map(|g| (0..L).map(move |l| (g, l))) {
+                store(g, l, unsafe { hsum_classes(classes.map(|c| c[g][l])) });
+            }
+        }
+        SumOrder::VecDot => {
+            let classes = unsafe { class_sums::<V, G, L, 32>(x, &rows) };
+            for (g, l) in (0..G).flat_map(|g| (0..L).map(move |l| (g, l))) {
+                store(g, l, unsafe { reduce_vec_dot(classes.map(|c| c[g][l])) });
             }
         }
     }
-    let mut sums = [0f32; HEADS * MAX_BLOCK];
-    let block = L * V::WIDTH;
-    for (g, acc) in acc.iter().enumerate() {
-        for (l, a) in acc.iter().enumerate() {
-            unsafe { a.store(&mut sums[g * block + l * V::WIDTH..]) };
-        }
-    }
     sums
+}
+
+/// Each head's sums over the block for each of `C` classes of rows (row `i` in class
+/// `i mod C`), each class in order by fused multiply-adds from zero.
+///
+/// # Safety
+/// The machine runs `V`'s instruction set.
+#[inline(always)]
+unsafe fn class_sums<'a, V: Lanes, const G: usize, const L: usize, const C: usize>(
+    x: &[f32],
+    (n, row): &(usize, impl Fn(usize) -> &'a [f32]),
+) -> [[[V; L]; G]; C] {
+    let stride = *n;
+    // SAFETY (each call): the caller's guarantee.
+    let mut classes = [[[unsafe { V::splat(0.0) }; L]; G]; C];
+    for (class, sums) in classes.iter_mut().enumerate() {
+        let mut acc = *sums;
+        for i in (class..stride).step_by(C) {
+            let row = row(i);
+            let v: [V; L] = std::array::from_fn(|l| unsafe { V::load(&row[l * V::WIDTH..]) });
+            for (g, acc) in acc.iter_mut().enumerate() {
+                let f = unsafe { V::splat(x[g * stride + i]) };
+                for (a, &v) in acc.iter_mut().zip(&v) {
+                    *a = unsafe { a.add_product(f, v) };
+                }
+            }
+        }
+        *sums = acc;
+    }
+    classes
+}
+
+/// The eight class sums added as ggml's `hsum` adds an AVX vector's lanes: the upper four onto
+/// the lower, then lanes 2 and 3 onto 0 and 1, then lane 1 onto 0.
+///
+/// # Safety
+/// The machine runs `V`'s instruction set.
+#[inline(always)]
+unsafe fn hsum_classes<V: Lanes>(p: [V; 8]) -> V {
+    // SAFETY (each call): the caller's guarantee.
+    unsafe {
+        let even = p[4].add(p[0]).add(p[6].add(p[2]));
+        let odd = p[5].add(p[1]).add(p[7].add(p[3]));
+        even.add(odd)
+    }
+}
+
+/// The 32 class sums (four vectors of eight lanes) added as `GGML_F32x8_REDUCE` adds them:
+/// the third vector onto the first and the fourth onto the second, the second onto the
+/// first, its upper half onto its lower, then two horizontal adds.
+///
+/// # Safety
+/// The machine runs `V`'s instruction set.
+#[inline(always)]
+unsafe fn reduce_vec_dot<V: Lanes>(c: [V; 32]) -> V {
+    // SAFETY (each call): the caller's guarantee.
+    unsafe {
+        let lane = |k: usize| c[k].add(c[16 + k]).add(c[8 + k].add(c[24 + k]));
+        let half = |k: usize| lane(k).add(lane(k + 4));
+        half(0).add(half(1)).add(half(2).add(half(3)))
+    }
 }
 
 /// `out[g] = Σ_p weights[g][p] · value(p)` for each of the `G` heads (`weights` holds `G`
 /// rows, one column per position of the two runs of `values` in order; `out` is
 /// `[G, head_dim]`): a block of `L` vectors of dimensions stays in registers for every head
 /// across all positions (each value read once for the `G` heads, one store per dimension),
-/// each dimension summed over the positions in order.
+/// each dimension summed over the positions as llama.cpp sums them ([`sum_block`]).
 fn weighted_values<const G: usize, const L: usize>(
     weights: &[f32],
     values: &[Values<'_>; 2],
+    order: SumOrder,
     out: &mut [f32],
 ) {
-    on_widest_lanes!(weigh_values, values_avx2, (weights, values, out))
+    on_widest_lanes!(weigh_values, values_avx2, (weights, values, order, out))
 }
 
 /// [`weigh_values`] on AVX's eight lanes.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,fma")]
 unsafe fn values_avx2<const G: usize, const L: usize>(
     weights: &[f32],
     values: &[Values<'_>; 2],
+    order: SumOrder,
     out: &mut [f32],
 ) {
     // SAFETY: AVX runs here.
-    unsafe { weigh_values::<std::arch::x86_64::__m256, G, L>(weights, values, out) }
+    unsafe { weigh_values::<std::arch::x86_64::__m256, G, L>(weights, values, order, out) }
 }
 
 /// The body of [`weighted_values`] on lanes `V`. A head size short of a whole block leaves a
@@ -340,6 +438,7 @@ unsafe fn values_avx2<const G: usize, const L: usize>(
 unsafe fn weigh_values<V: Lanes, const G: usize, const L: usize>(
     weights: &[f32],
     values: &[Values<'_>; 2],
+    order: SumOrder,
     out: &mut [f32],
 ) {
     let (n, hd, block) = (weights.len() / G, out.len() / G, L * V::WIDTH);
@@ -347,6 +446,16 @@ unsafe fn weigh_values<V: Lanes, const G: usize, const L: usize>(
         values
             .iter()
             .flat_map(|run| run.rows.chunks_exact(run.stride).map(|s| &s[run.channel..]))
+    };
+    let near = values[0].rows.len() / values[0].stride;
+    // Position `p`'s value head from dimension `start` on.
+    let slot = |p: usize, start: usize| {
+        let (run, p) = if p < near {
+            (&values[0], p)
+        } else {
+            (&values[1], p - near)
+        };
+        &run.rows[p * run.stride + run.channel + start..]
     };
     let mut write = |start: usize, sums: Sums| {
         let width = block.min(hd - start);
@@ -356,32 +465,73 @@ unsafe fn weigh_values<V: Lanes, const G: usize, const L: usize>(
     };
     let whole = hd / block * block;
     for start in (0..whole).step_by(block) {
-        let rows = slots().map(|v| &v[start..]);
+        let row = |p: usize| slot(p, start);
         // SAFETY: the caller's guarantee.
         write(start, unsafe {
-            sum_block::<V, G, L>(weights, n, rows, 0.0)
+            sum_block::<V, G, L>(weights, (n, row), order)
         });
     }
     if whole < hd {
         let mut padded = PADDED.take();
         pad_rows(slots().map(|v| &v[whole..hd]), block, &mut padded);
-        let rows = padded.chunks_exact(block);
+        let row = |p: usize| &padded[p * block..];
         // SAFETY: the caller's guarantee.
         write(whole, unsafe {
-            sum_block::<V, G, L>(weights, n, rows, 0.0)
+            sum_block::<V, G, L>(weights, (n, row), order)
         });
         PADDED.set(padded);
     }
 }
 
-/// In-place softmax, normalized as ggml normalizes it (an f64 sum, then one multiply by its
-/// reciprocal).
+/// How many exponentials ggml's softmax sums at a time: an AVX vector.
+const SOFTMAX_BLOCK: usize = 8;
+
+/// In-place softmax as ggml's CPU backend takes it: eˣ by `ggml_v_expf`, summed eight at a
+/// time in f32 (the positions short of a last whole eight counting as masked ones, zero) and
+/// those sums in f64, then one multiply by the reciprocal.
 pub fn softmax(x: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the features were detected just now.
+        return unsafe { softmax_avx2(x) };
+    }
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    // SAFETY: the module is built with wasm SIMD, which every engine it runs on has.
+    return unsafe { softmax_on::<core::arch::wasm32::v128>(x) };
+    #[allow(unreachable_code)]
+    // SAFETY: plain floats run anywhere.
+    unsafe {
+        softmax_on::<f32>(x)
+    }
+}
+
+/// [`softmax_on`] on AVX's eight lanes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn softmax_avx2(x: &mut [f32]) {
+    // SAFETY: AVX runs here.
+    unsafe { softmax_on::<std::arch::x86_64::__m256>(x) }
+}
+
+/// The body of [`softmax`] on lanes `V`.
+///
+/// # Safety
+/// The machine runs `V`'s instruction set.
+#[inline(always)]
+unsafe fn softmax_on<V: Lanes>(x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sum = 0f64;
-    for v in x.iter_mut() {
-        *v = (*v - max).exp();
-        sum += f64::from(*v);
+    for chunk in x.chunks_mut(SOFTMAX_BLOCK) {
+        let mut block = [f32::NEG_INFINITY; SOFTMAX_BLOCK];
+        block[..chunk.len()].copy_from_slice(chunk);
+        for part in block.chunks_exact_mut(V::WIDTH) {
+            // SAFETY (each call): the caller's guarantee.
+            unsafe { V::load(part).add(V::splat(-max)).exp().store(part) };
+        }
+        // SAFETY: plain floats run anywhere.
+        let total: f32 = unsafe { hsum_classes(block) };
+        sum += f64::from(total);
+        chunk.copy_from_slice(&block[..chunk.len()]);
     }
     let inverse = (1.0 / sum) as f32;
     for v in x.iter_mut() {
@@ -401,6 +551,24 @@ mod tests {
             seed ^= seed << 5;
             (seed as f32 / u32::MAX as f32 - 0.5) * 10f32.powi((seed % 7) as i32 - 3)
         }
+    }
+
+    /// `Σ a_i·b_i` as llama.cpp's f16 products sum on AVX2, one term at a time, written from
+    /// their loops: tinyBLAS's one vector of 8 lanes with `hsum`; `ggml_vec_dot_f16`'s four
+    /// vectors, reduced vector-wise, then by halves and two horizontal adds.
+    fn llama_dot(order: SumOrder, terms: impl Iterator<Item = (f32, f32)>) -> f32 {
+        let mut acc = [0f32; 32];
+        let width = if order == SumOrder::TinyBlas { 8 } else { 32 };
+        for (i, (a, b)) in terms.enumerate() {
+            acc[i % width] = a.mul_add(b, acc[i % width]);
+        }
+        let mut v: [f32; 8] = std::array::from_fn(|k| acc[k]);
+        if order == SumOrder::VecDot {
+            v = std::array::from_fn(|k| (acc[k] + acc[16 + k]) + (acc[8 + k] + acc[24 + k]));
+            let t: [f32; 4] = std::array::from_fn(|k| v[k] + v[k + 4]);
+            return (t[0] + t[1]) + (t[2] + t[3]);
+        }
+        ((v[4] + v[0]) + (v[6] + v[2])) + ((v[5] + v[1]) + (v[7] + v[3]))
     }
 
     /// `G` heads' scores in blocks of `L` vectors, against one head and one position at a time.
@@ -426,42 +594,46 @@ mod tests {
                 .collect();
             // Two runs of columns, as a ring's two runs of slots give them.
             let cut = positions / 3;
-            let mut fast = vec![f32::NAN; G * positions];
-            let run = |slots| Keys {
-                rows: &rows,
-                stride,
-                slots,
-            };
-            attention_scores::<G, L>(&q, &run(0..cut), 0.125, (&mut fast, 0..cut));
-            let rest = cut..positions;
-            attention_scores::<G, L>(&q, &run(rest.clone()), 0.125, (&mut fast, rest.clone()));
-            // The portable lanes too, which the machine's widest ones would hide.
-            let mut plain = vec![f32::NAN; G * positions];
-            // SAFETY: plain floats run anywhere.
-            unsafe {
-                scores::<f32, G, L>(&q, &run(0..cut), 0.125, (&mut plain, 0..cut));
-                scores::<f32, G, L>(&q, &run(rest.clone()), 0.125, (&mut plain, rest));
-            }
-            for (i, (got, plain)) in fast.iter().zip(&plain).enumerate() {
-                let (g, p) = (i / positions, i % positions);
-                let qg = &q[g * hd..(g + 1) * hd];
-                let want = qg.iter().zip(key(p)).map(|(a, b)| a * b).sum::<f32>() * 0.125;
-                assert_eq!(
-                    got.to_bits(),
-                    want.to_bits(),
-                    "head {g}, position {p} of {positions}"
-                );
-                assert_eq!(
-                    plain.to_bits(),
-                    want.to_bits(),
-                    "portable, head {g}, position {p}"
-                );
+            for order in [SumOrder::TinyBlas, SumOrder::VecDot] {
+                let mut fast = vec![f32::NAN; G * positions];
+                let run = |slots| Keys {
+                    rows: &rows,
+                    stride,
+                    slots,
+                };
+                let scale = (0.125, order);
+                attention_scores::<G, L>(&q, &run(0..cut), scale, (&mut fast, 0..cut));
+                let rest = cut..positions;
+                attention_scores::<G, L>(&q, &run(rest.clone()), scale, (&mut fast, rest.clone()));
+                // The portable lanes too, which the machine's widest ones would hide.
+                let mut plain = vec![f32::NAN; G * positions];
+                // SAFETY: plain floats run anywhere.
+                unsafe {
+                    scores::<f32, G, L>(&q, &run(0..cut), scale, (&mut plain, 0..cut));
+                    scores::<f32, G, L>(&q, &run(rest.clone()), scale, (&mut plain, rest));
+                }
+                for (i, (got, plain)) in fast.iter().zip(&plain).enumerate() {
+                    let (g, p) = (i / positions, i % positions);
+                    let qg = &q[g * hd..(g + 1) * hd];
+                    let terms = qg.iter().copied().zip(key(p).iter().copied());
+                    let want = llama_dot(order, terms) * 0.125;
+                    assert_eq!(
+                        got.to_bits(),
+                        want.to_bits(),
+                        "{order:?}, head {g}, position {p} of {positions}"
+                    );
+                    assert_eq!(
+                        plain.to_bits(),
+                        want.to_bits(),
+                        "{order:?}, portable, head {g}, position {p}"
+                    );
+                }
             }
         }
     }
 
     #[test]
-    fn attention_scores_by_dimension_are_bit_identical_to_one_position_at_a_time() {
+    fn attention_scores_in_blocks_sum_as_llama_cpp_does_one_position_at_a_time() {
         scores_match_one_at_a_time::<1, 4>();
         scores_match_one_at_a_time::<2, 4>();
         scores_match_one_at_a_time::<3, 2>();
@@ -487,38 +659,71 @@ mod tests {
                 channel: 2,
             };
             let runs = [run(&slots[..cut]), run(&slots[cut..])];
-            let mut got = vec![f32::NAN; G * hd];
-            weighted_values::<G, L>(&weights, &runs, &mut got);
-            // The portable lanes too, which the machine's widest ones would hide.
-            let mut plain = vec![f32::NAN; G * hd];
-            // SAFETY: plain floats run anywhere.
-            unsafe { weigh_values::<f32, G, L>(&weights, &runs, &mut plain) };
-            let mut want = vec![0f32; G * hd];
-            for (g, want) in want.chunks_mut(hd).enumerate() {
-                for (p, &w) in weights[g * positions..(g + 1) * positions]
-                    .iter()
-                    .enumerate()
-                {
-                    for (o, &x) in want.iter_mut().zip(value(p)) {
-                        *o += w * x;
-                    }
-                }
+            for order in [SumOrder::TinyBlas, SumOrder::VecDot] {
+                let mut got = vec![f32::NAN; G * hd];
+                weighted_values::<G, L>(&weights, &runs, order, &mut got);
+                // The portable lanes too, which the machine's widest ones would hide.
+                let mut plain = vec![f32::NAN; G * hd];
+                // SAFETY: plain floats run anywhere.
+                unsafe { weigh_values::<f32, G, L>(&weights, &runs, order, &mut plain) };
+                let want: Vec<f32> = (0..G * hd)
+                    .map(|i| {
+                        let (g, c) = (i / hd, i % hd);
+                        let w = &weights[g * positions..(g + 1) * positions];
+                        llama_dot(order, w.iter().enumerate().map(|(p, &w)| (w, value(p)[c])))
+                    })
+                    .collect();
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&got),
+                    bits(&want),
+                    "{order:?}, {G} heads of {hd}, {positions} positions"
+                );
+                assert_eq!(
+                    bits(&plain),
+                    bits(&want),
+                    "{order:?}, portable, {G} heads of {hd}"
+                );
             }
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(
-                bits(&got),
-                bits(&want),
-                "{G} heads of {hd}, {positions} positions"
-            );
-            assert_eq!(bits(&plain), bits(&want), "portable, {G} heads of {hd}");
         }
     }
 
     #[test]
-    fn weighted_values_in_blocks_are_bit_identical_to_one_position_at_a_time() {
+    fn weighted_values_in_blocks_sum_as_llama_cpp_does_one_position_at_a_time() {
         values_match_one_at_a_time::<1, 4>();
         values_match_one_at_a_time::<2, 4>();
         values_match_one_at_a_time::<3, 2>();
         values_match_one_at_a_time::<4, 2>();
+    }
+
+    /// ggml's softmax one value at a time: `ggml_v_expf`, eights summed in f32 then in f64.
+    #[test]
+    fn softmax_matches_ggml_one_value_at_a_time() {
+        let mut next = spread_values(0x0BAD_F00D);
+        for n in [1, 5, 8, 13, 64, 301] {
+            let x: Vec<f32> = (0..n).map(|_| next() * 40.0).collect();
+            let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let e: Vec<f32> = x
+                .iter()
+                .map(|&v| crate::lanes::ggml_expf(v - max))
+                .collect();
+            let mut sum = 0f64;
+            for block in e.chunks(SOFTMAX_BLOCK) {
+                let mut b = [0f32; SOFTMAX_BLOCK];
+                b[..block.len()].copy_from_slice(block);
+                sum += f64::from(((b[4] + b[0]) + (b[6] + b[2])) + ((b[5] + b[1]) + (b[7] + b[3])));
+            }
+            let inverse = (1.0 / sum) as f32;
+            let want: Vec<u32> = e.iter().map(|v| (v * inverse).to_bits()).collect();
+            let mut got = x.clone();
+            softmax(&mut got);
+            let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+            assert_eq!(got, want, "{n} values");
+            // The portable lanes too, which the machine's widest ones would hide.
+            let mut plain = x.clone();
+            // SAFETY: plain floats run anywhere.
+            unsafe { softmax_on::<f32>(&mut plain) };
+            assert_eq!(plain.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want);
+        }
     }
 }

@@ -56,8 +56,8 @@ pub trait CausalLm {
         cache: &mut Self::Cache,
     ) -> Result<Vec<f32>, ModelError>;
 
-    /// Runs `tokens` after the cache's contents and returns every position's logits (what
-    /// verifying a draft needs).
+    /// Runs `tokens` after the cache's contents and returns every position's logits, each as
+    /// decoding it alone would give it (what verifying a draft needs).
     async fn forward_all(
         &self,
         tokens: &[u32],
@@ -153,7 +153,7 @@ impl CausalLm for Model {
         tokens: &[u32],
         cache: &mut KvCache,
     ) -> Result<Vec<Vec<f32>>, ModelError> {
-        self.forward(tokens, cache, true)
+        self.forward_decoded(tokens, cache)
     }
 }
 

@@ -3,8 +3,9 @@
 //! its sums in registers on each, where leaving the loops to the auto-vectorizer gave vector
 //! code or scalar code depending on what else shared its compilation unit.
 //!
-//! Every operation is IEEE single precision with a multiply and an add kept apart (never
-//! fused), so each type gives the same bits as one float at a time.
+//! The sums are the ones llama.cpp's x86 build makes (tinyBLAS's f16 products): fused
+//! multiply-adds on AVX and on plain floats, which therefore give the same bits. wasm SIMD has
+//! no fused multiply-add, so its lanes round the product and the sum apart.
 
 /// A vector of `WIDTH` f32 lanes.
 pub(crate) trait Lanes: Copy {
@@ -23,11 +24,24 @@ pub(crate) trait Lanes: Copy {
     /// As [`Lanes::splat`].
     unsafe fn load(x: &[f32]) -> Self;
 
-    /// `self + f × x`, lane by lane, rounded after the multiply and after the add.
+    /// `self + f × x`, lane by lane, rounded once (rounded twice on wasm SIMD).
     ///
     /// # Safety
     /// As [`Lanes::splat`].
     unsafe fn add_product(self, f: Self, x: Self) -> Self;
+
+    /// `self + x`, lane by lane.
+    ///
+    /// # Safety
+    /// As [`Lanes::splat`].
+    unsafe fn add(self, x: Self) -> Self;
+
+    /// eˣ of each lane as ggml's vectorized `ggml_v_expf` computes it (on wasm SIMD, the
+    /// standard library's).
+    ///
+    /// # Safety
+    /// As [`Lanes::splat`].
+    unsafe fn exp(self) -> Self;
 
     /// The lanes into the first `WIDTH` floats of `out`.
     ///
@@ -48,11 +62,105 @@ impl Lanes for f32 {
     }
 
     unsafe fn add_product(self, f: Self, x: Self) -> Self {
-        self + f * x
+        f.mul_add(x, self)
+    }
+
+    unsafe fn add(self, x: Self) -> Self {
+        self + x
+    }
+
+    unsafe fn exp(self) -> Self {
+        ggml_expf(self)
     }
 
     unsafe fn store(self, out: &mut [f32]) {
         out[0] = self;
+    }
+}
+
+/// `a·b + c` rounded once, as llama.cpp's x86 build computes the expressions its compiler
+/// fuses; in two roundings on wasm, whose fused multiply-add exists only in software, at
+/// many times the cost (its results are the browser's own, not llama.cpp's to the bit).
+#[inline(always)]
+pub(crate) fn fused(a: f32, b: f32, c: f32) -> f32 {
+    if cfg!(target_arch = "wasm32") {
+        a * b + c
+    } else {
+        a.mul_add(b, c)
+    }
+}
+
+/// `ggml_v_expf`'s constants, by their bits: x·log₂e's rounding shift (1.5·2²³), log₂e, ln 2
+/// in a high and a low part, and the polynomial's coefficients, highest power first.
+const EXP_ROUND: u32 = 0x4B40_0000;
+const EXP_LOG2E: u32 = 0x3FB8_AA3B;
+const EXP_LN2_HI: u32 = 0x3F31_7200;
+const EXP_LN2_LO: u32 = 0x35BF_BE8E;
+const EXP_POLY: [u32; 5] = [
+    0x3C07_2010,
+    0x3D2B_9F17,
+    0x3E2A_AF33,
+    0x3EFF_FEDB,
+    0x3F7F_FFF6,
+];
+
+/// `ggml_v_expf` one lane at a time: eˣ = 2ⁿ·(1 + p(b)) with n = round(x·log₂e) and
+/// b = x − n·ln 2 in two parts, the scale 2ⁿ split in two where it leaves f32's exponent range.
+pub(crate) fn ggml_expf(x: f32) -> f32 {
+    let c = f32::from_bits;
+    let round = c(EXP_ROUND);
+    let z = x.mul_add(c(EXP_LOG2E), round);
+    let n = z - round;
+    let b = (-n).mul_add(c(EXP_LN2_LO), (-n).mul_add(c(EXP_LN2_HI), x));
+    let e = z.to_bits() << 23;
+    let k = f32::from_bits(e.wrapping_add(1f32.to_bits()));
+    let u = b * b;
+    let [p0, p1, p2, p3, p4] = EXP_POLY.map(c);
+    let j = p0
+        .mul_add(b, p1)
+        .mul_add(u, p2.mul_add(b, p3))
+        .mul_add(u, p4 * b);
+    if n.abs() <= 126.0 || n.is_nan() {
+        return j.mul_add(k, k);
+    }
+    let g = if n <= 0.0 { 0x8200_0000u32 } else { 0 };
+    let s1 = f32::from_bits(g.wrapping_add(0x7F00_0000));
+    let s2 = f32::from_bits(e.wrapping_sub(g));
+    if n.abs() > 192.0 {
+        s1 * s1
+    } else {
+        s2.mul_add(j, s2) * s1
+    }
+}
+
+/// SiLU, x·σ(x) = x / (1 + e⁻ˣ), of every value in place, as ggml's `ggml_vec_swiglu_f32`
+/// takes it: eight at a time through `ggml_v_silu` where AVX2 runs, the rest (and every
+/// value elsewhere) through the C library's `expf`.
+pub(crate) fn silu_in_place(x: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the features were detected just now.
+        return unsafe { silu_avx2(x) };
+    }
+    x.iter_mut().for_each(|v| *v /= 1.0 + (-*v).exp());
+}
+
+/// [`silu_in_place`] on AVX's eight lanes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn silu_avx2(x: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let mut chunks = x.chunks_exact_mut(8);
+    for chunk in &mut chunks {
+        // SAFETY: AVX2 and FMA run here; the chunk holds eight floats.
+        unsafe {
+            let v = __m256::load(chunk);
+            let e = _mm256_sub_ps(_mm256_setzero_ps(), v).exp();
+            _mm256_div_ps(v, _mm256_add_ps(_mm256_set1_ps(1.0), e)).store(chunk);
+        }
+    }
+    for v in chunks.into_remainder() {
+        *v /= 1.0 + (-*v).exp();
     }
 }
 
@@ -77,9 +185,55 @@ mod avx {
         }
 
         #[inline]
-        #[target_feature(enable = "avx")]
+        #[target_feature(enable = "avx,fma")]
         unsafe fn add_product(self, f: Self, x: Self) -> Self {
-            _mm256_add_ps(self, _mm256_mul_ps(f, x))
+            _mm256_fmadd_ps(f, x, self)
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx")]
+        unsafe fn add(self, x: Self) -> Self {
+            _mm256_add_ps(self, x)
+        }
+
+        /// `ggml_v_expf` itself, lane for lane what [`super::ggml_expf`] gives.
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn exp(self) -> Self {
+            use super::*;
+            let c = |bits: u32| _mm256_castsi256_ps(_mm256_set1_epi32(bits as i32));
+            let round = c(EXP_ROUND);
+            let z = _mm256_fmadd_ps(self, c(EXP_LOG2E), round);
+            let n = _mm256_sub_ps(z, round);
+            let b = _mm256_fnmadd_ps(n, c(EXP_LN2_LO), _mm256_fnmadd_ps(n, c(EXP_LN2_HI), self));
+            let e = _mm256_slli_epi32::<23>(_mm256_castps_si256(z));
+            let k = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(c(0x3F80_0000))));
+            let abs_n = _mm256_andnot_ps(_mm256_set1_ps(-0.0), n);
+            let far = _mm256_cmp_ps::<_CMP_GT_OQ>(abs_n, _mm256_set1_ps(126.0));
+            let u = _mm256_mul_ps(b, b);
+            let [p0, p1, p2, p3, p4] = EXP_POLY.map(c);
+            let j = _mm256_fmadd_ps(
+                _mm256_fmadd_ps(_mm256_fmadd_ps(p0, b, p1), u, _mm256_fmadd_ps(p2, b, p3)),
+                u,
+                _mm256_mul_ps(p4, b),
+            );
+            let near = _mm256_fmadd_ps(j, k, k);
+            if _mm256_movemask_ps(far) == 0 {
+                return near;
+            }
+            let g = _mm256_and_si256(
+                _mm256_castps_si256(_mm256_cmp_ps::<_CMP_LE_OQ>(n, _mm256_setzero_ps())),
+                _mm256_set1_epi32(0x8200_0000u32 as i32),
+            );
+            let s1 = _mm256_castsi256_ps(_mm256_add_epi32(g, _mm256_set1_epi32(0x7F00_0000)));
+            let s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, g));
+            let beyond = _mm256_cmp_ps::<_CMP_GT_OQ>(abs_n, _mm256_set1_ps(192.0));
+            let scaled = _mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1);
+            let inside = _mm256_or_ps(_mm256_and_ps(far, scaled), _mm256_andnot_ps(far, near));
+            _mm256_or_ps(
+                _mm256_and_ps(beyond, _mm256_mul_ps(s1, s1)),
+                _mm256_andnot_ps(beyond, inside),
+            )
         }
 
         #[inline]
@@ -115,9 +269,78 @@ mod simd128 {
         }
 
         #[inline]
+        unsafe fn add(self, x: Self) -> Self {
+            f32x4_add(self, x)
+        }
+
+        /// Lane by lane through the standard library's `exp`: ggml's polynomial needs fused
+        /// multiply-adds, which wasm has only in software, at several times the cost.
+        #[inline]
+        unsafe fn exp(self) -> Self {
+            f32x4(
+                f32x4_extract_lane::<0>(self).exp(),
+                f32x4_extract_lane::<1>(self).exp(),
+                f32x4_extract_lane::<2>(self).exp(),
+                f32x4_extract_lane::<3>(self).exp(),
+            )
+        }
+
+        #[inline]
         unsafe fn store(self, out: &mut [f32]) {
             // SAFETY: the slice holds the four floats written.
             unsafe { v128_store(out[..4].as_mut_ptr().cast(), self) }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// AVX's `ggml_v_expf` and the one-lane port agree to the bit, on the fast path and on
+    /// both ends of the exponent range (where the scale is split, and where it underflows).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn vector_exp_equals_the_one_lane_port() {
+        if !(std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma"))
+        {
+            return;
+        }
+        let mut xs: Vec<f32> = (-2000..2000).map(|i| i as f32 * 0.0625 + 0.013).collect();
+        xs.extend([
+            0.0,
+            -0.0,
+            88.5,
+            -87.0,
+            -100.0,
+            -104.0,
+            -150.0,
+            f32::NEG_INFINITY,
+        ]);
+        for chunk in xs.chunks_exact(8) {
+            // SAFETY: the features were detected above.
+            let got = unsafe { avx_exp(chunk) };
+            for (g, &x) in got.iter().zip(chunk) {
+                assert_eq!(g.to_bits(), ggml_expf(x).to_bits(), "e^{x}");
+            }
+        }
+        let near = |x: f32| (ggml_expf(x) / x.exp() - 1.0).abs();
+        assert!(
+            xs[..4000]
+                .iter()
+                .all(|&x| near(x) < 1e-6 || x.exp() == 0.0 || x.exp().is_infinite())
+        );
+        assert_eq!(ggml_expf(f32::NEG_INFINITY), 0.0);
+    }
+
+    /// Eight lanes of `x` through AVX's `exp`.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn avx_exp(x: &[f32]) -> [f32; 8] {
+        let mut out = [0f32; 8];
+        // SAFETY: the caller's guarantee; the slices hold eight floats.
+        unsafe { std::arch::x86_64::__m256::load(x).exp().store(&mut out) };
+        out
     }
 }

@@ -6,8 +6,9 @@
 
 use crate::gguf::{ByteSource, Gguf, GgufError};
 use crate::kv::{KvCache, PASS_ROWS};
+use crate::lanes::{fused, silu_in_place};
 use crate::qmatrix::{
-    ActFormat, QActs, QMatrix, f16_bits, matmul_many, round_slice_to_f16, round_to_f16,
+    ActFormat, Place, QActs, QMatrix, f16_bits, matmul_many, round_slice_to_f16, round_to_f16,
 };
 use crate::quant::{QuantError, TensorType};
 use crate::weights::{self, LayerWeights, WeightStore};
@@ -241,6 +242,22 @@ impl Config {
         self.n_kv_heads * self.head_dim
     }
 
+    /// What the queries are multiplied by after RoPE, where the architecture scales them
+    /// rather than the scores: Gemma 3 by 1/√head_dim (its `query_pre_attn_scalar`), before
+    /// they are rounded to f16 as llama.cpp rounds them.
+    pub fn query_scale(&self) -> Option<f32> {
+        (self.arch == Arch::Gemma3).then(|| 1.0 / (self.head_dim as f32).sqrt())
+    }
+
+    /// What the attention scores are multiplied by before the softmax: 1/√head_dim, or 1
+    /// where the queries carry the scale.
+    pub fn score_scale(&self) -> f32 {
+        match self.query_scale() {
+            Some(_) => 1.0,
+            None => 1.0 / (self.head_dim as f32).sqrt(),
+        }
+    }
+
     /// What each token's embedding is multiplied by, where the architecture scales it
     /// (Gemma: √d).
     pub fn embedding_scale(&self) -> Option<f32> {
@@ -417,8 +434,29 @@ impl Model {
         } else {
             vec![n - 1]
         };
-        let logits = self.forward_rows(tokens, &rows, &mut [cache], &wanted)?;
+        let logits =
+            self.forward_rows(tokens, &rows, &mut [cache], (&wanted, Numerics::Together))?;
         Ok(logits)
+    }
+
+    /// Every position's logits for `tokens` after the cache's contents, each position
+    /// computed to the bits decoding it alone gives (in one pass): what verifying a draft
+    /// needs, so that speculation reproduces plain greedy decoding exactly.
+    pub fn forward_decoded(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+    ) -> Result<Vec<Vec<f32>>, ModelError> {
+        let (start, n) = (cache.len(), tokens.len());
+        if start + n > cache.capacity() {
+            return Err(ModelError::ContextFull {
+                needed: start + n,
+                capacity: cache.capacity(),
+            });
+        }
+        let rows: Vec<(usize, usize)> = (0..n).map(|t| (0, start + t)).collect();
+        let wanted: Vec<usize> = (0..n).collect();
+        self.forward_rows(tokens, &rows, &mut [cache], (&wanted, Numerics::Alone))
     }
 
     /// One decode step for several sequences at once: token `i` goes to `caches[i]` at its next
@@ -444,7 +482,7 @@ impl Model {
             .map(|(i, c)| (i, c.len()))
             .collect();
         let wanted: Vec<usize> = (0..tokens.len()).collect();
-        self.forward_rows(tokens, &rows, caches, &wanted)
+        self.forward_rows(tokens, &rows, caches, (&wanted, Numerics::Together))
     }
 
     /// One forward pass over a chunk of tokens for each of several sequences: `chunks[i]`
@@ -479,7 +517,7 @@ impl Model {
             return Ok(vec![None; chunks.len()]);
         }
         let mut logits = self
-            .forward_rows(&tokens, &rows, caches, &wanted)?
+            .forward_rows(&tokens, &rows, caches, (&wanted, Numerics::Together))?
             .into_iter();
         Ok(chunks
             .iter()
@@ -495,15 +533,16 @@ impl Model {
     }
 
     /// The transformer over rows of (sequence, position): row `t` is `tokens[t]` at position
-    /// `rows[t].1` of `caches[rows[t].0]`. Advances each cache by its rows; returns the
-    /// logits of the rows in `wanted`.
+    /// `rows[t].1` of `caches[rows[t].0]`, a sequence's rows consecutive. Advances each cache
+    /// by its rows; returns the logits of the rows in `wanted`, computed as `numerics` says.
     fn forward_rows(
         &self,
         tokens: &[u32],
         rows: &[(usize, usize)],
         caches: &mut [&mut KvCache],
-        wanted: &[usize],
+        (wanted, numerics): (&[usize], Numerics),
     ) -> Result<Vec<Vec<f32>>, ModelError> {
+        let places = places(rows, numerics);
         // A sliding-window layer's ring holds a pass's rows beyond its window (`kv.rs`), so a
         // longer pass goes in parts; the rows' values are the same either way.
         let part = match self.config.sliding_window {
@@ -521,7 +560,8 @@ impl Model {
                 .filter(|t| (start..end).contains(*t))
                 .map(|t| t - start)
                 .collect();
-            let pass = self.forward_pass(&tokens[start..end], &rows[start..end], caches, &want)?;
+            let part_rows = (&rows[start..end], &places[start..end]);
+            let pass = self.forward_pass(&tokens[start..end], part_rows, caches, &want)?;
             logits.extend(pass);
         }
         Ok(logits)
@@ -531,14 +571,20 @@ impl Model {
     fn forward_pass(
         &self,
         tokens: &[u32],
-        rows: &[(usize, usize)],
+        (rows, places): (&[(usize, usize)], &[Place]),
         caches: &mut [&mut KvCache],
         wanted: &[usize],
     ) -> Result<Vec<Vec<f32>>, ModelError> {
         let mut s = RunState::new(&self.config, tokens.len());
+        for (acts, &place) in s.acts.iter_mut().zip(places) {
+            acts.place = place;
+        }
+        for (acts, &place) in s.ffn_acts.iter_mut().zip(places) {
+            acts.place = place;
+        }
         self.embed_rows(tokens, &mut s.x)?;
         for (li, layer) in self.layers.iter().enumerate() {
-            self.attention(li, layer, rows, caches, &mut s);
+            self.attention(li, layer, (rows, places), caches, &mut s);
             self.mlp(layer, &mut s);
         }
         for &(ci, _) in rows {
@@ -570,7 +616,7 @@ impl Model {
         &self,
         li: usize,
         layer: &Layer,
-        rows: &[(usize, usize)],
+        (rows, places): (&[(usize, usize)], &[Place]),
         caches: &mut [&mut KvCache],
         s: &mut RunState,
     ) {
@@ -603,6 +649,9 @@ impl Model {
             for head in q.chunks_mut(hd).chain(k.chunks_mut(hd)) {
                 self.rope(li, head, pos);
             }
+            if let Some(scale) = c.query_scale() {
+                q.iter_mut().for_each(|v| *v *= scale);
+            }
             round_slice_to_f16(q);
         });
         for (t, &(ci, pos)) in rows.iter().enumerate() {
@@ -610,6 +659,7 @@ impl Model {
             caches[ci].write(li, pos, &s.k[span.clone()], &s.v[span]);
         }
         let readonly: Vec<&KvCache> = caches.iter().map(|c| &**c).collect();
+        let rows = (rows, places);
         crate::attention::attend_rows(c, li, &s.q, rows, &readonly, &mut s.attn);
         let format = layer.wo.act_format();
         per_token(s.acts.iter_mut().zip(s.attn.chunks(qd)), |(act, row)| {
@@ -691,10 +741,11 @@ impl Model {
         } else {
             (2, 1)
         };
+        // As GCC compiles ggml's `x0*cos - x1*sin` with FMA on: the first product fused.
         for i in 0..half {
             let (a, b) = (x[step * i], x[step * i + pair]);
-            x[step * i] = a * cos[i] - b * sin[i];
-            x[step * i + pair] = a * sin[i] + b * cos[i];
+            x[step * i] = fused(a, cos[i], -(b * sin[i]));
+            x[step * i + pair] = fused(a, sin[i], b * cos[i]);
         }
     }
 }
@@ -736,6 +787,38 @@ impl RunState {
             ffn_acts: vec![QActs::default(); n],
         }
     }
+}
+
+/// How a pass computes its rows: llama.cpp picks some products' kernels (and so their
+/// order of sums) by how many tokens a batch holds and where a token stands in it.
+#[derive(Clone, Copy, Debug)]
+enum Numerics {
+    /// Each sequence's consecutive rows as one of llama.cpp's batches: a prompt's.
+    Together,
+    /// Each row as decoding it alone would compute it: a draft being verified.
+    Alone,
+}
+
+/// The tokens llama.cpp computes in one batch at most (its default `n_ubatch`, the
+/// reference's).
+const UBATCH: usize = 512;
+
+/// Each row's [`Place`] in its pass, as `numerics` places it.
+fn places(rows: &[(usize, usize)], numerics: Numerics) -> Vec<Place> {
+    if let Numerics::Alone = numerics {
+        return vec![Place::ALONE; rows.len()];
+    }
+    let batches = rows
+        .chunk_by(|a, b| a.0 == b.0)
+        .flat_map(|run| run.chunks(UBATCH));
+    batches
+        .flat_map(|batch| {
+            (0..batch.len()).map(|index| Place {
+                index,
+                of: batch.len(),
+            })
+        })
+        .collect()
 }
 
 /// RMSNorm of every row of `x` by `weight` into `xn`, and its 8-bit rounding into `acts`
@@ -809,11 +892,6 @@ fn add_residual(x: &mut [f32], proj: &mut [f32], post_norm: Option<&[f32]>, c: &
     x.iter_mut().zip(&*proj).for_each(|(a, b)| *a += b);
 }
 
-/// SiLU, x·σ(x), of every value in place.
-fn silu_in_place(x: &mut [f32]) {
-    x.iter_mut().for_each(|v| *v /= 1.0 + (-*v).exp());
-}
-
 /// √(2/π), GELU's tanh approximation's scale.
 pub(crate) const GELU_SQRT_2_OVER_PI: f32 = 0.797_884_6;
 /// The cubic term's weight in GELU's tanh approximation.
@@ -843,7 +921,8 @@ fn gelu_table() -> &'static [f32] {
         (0..=u16::MAX)
             .map(|bits| {
                 let x = half::f16::from_bits(bits).to_f32();
-                let u = GELU_SQRT_2_OVER_PI * x * (1.0 + GELU_CUBIC * x * x);
+                // GCC fuses ggml's `1.0f + GELU_COEF_A*x*x` into one multiply-add.
+                let u = GELU_SQRT_2_OVER_PI * x * (GELU_CUBIC * x).mul_add(x, 1.0);
                 round_to_f16(0.5 * x * (1.0 + u.tanh()))
             })
             .collect()

@@ -5,15 +5,18 @@
 
 use std::sync::OnceLock;
 
+use crate::lanes::fused;
+
 use crate::quant::{self, Nibbles, QuantError, TensorType, f16_to_f32};
 
 const BLOCK: usize = 32;
+/// Values in a K-quant's super-block.
+const QK_K: usize = 256;
 
 /// A row-major weight matrix `[rows, cols]`; each row is one output.
 #[derive(Debug, Clone)]
 pub enum QMatrix {
-    /// Q4_1 (and Q4_K's sub-blocks) repacked: per-block f32 scale and minimum, then 16
-    /// bytes of nibbles per block.
+    /// Q4_1 repacked: per-block f32 scale and minimum, then 16 bytes of nibbles per block.
     Q4_1 {
         rows: usize,
         cols: usize,
@@ -55,12 +58,26 @@ pub enum QMatrix {
         qs: Vec<u8>,
         acts: ActFormat,
     },
-    /// Q6_K repacked: an f32 scale per 16 values, one signed byte per value (−32..32).
+    /// Q4_K with its integer scales, as llama.cpp's sums need them: per super-block of 256
+    /// its scale and minimum scale widened to f32 and the eight sub-blocks' 6-bit scales and
+    /// minimums, then Q4_1's 16 bytes of nibbles per 32 values; x = d·sc·q − dmin·m.
+    Q4K {
+        rows: usize,
+        cols: usize,
+        d: Vec<f32>,
+        dmin: Vec<f32>,
+        sc: Vec<u8>,
+        m: Vec<u8>,
+        qs: Vec<u8>,
+    },
+    /// Q6_K with its integer scales: per super-block its scale widened to f32 and sixteen
+    /// signed scales of 16 values, then one byte per value (`0..64`); x = d·sc·(q − 32).
     Q6K {
         rows: usize,
         cols: usize,
         d: Vec<f32>,
-        qs: Vec<i8>,
+        sc: Vec<i8>,
+        qs: Vec<u8>,
     },
     /// Anything else, dequantized once at load.
     F32 {
@@ -96,10 +113,19 @@ enum RowBlocks<'a> {
         m: &'a [f32],
         qs: &'a [u8],
     },
-    /// A scale per 16 values.
+    /// Per super-block of 256: scales, then 16 bytes of nibbles per 32 values.
+    Q4K {
+        d: &'a [f32],
+        dmin: &'a [f32],
+        sc: &'a [u8],
+        m: &'a [u8],
+        qs: &'a [u8],
+    },
+    /// Per super-block of 256: a scale and 16 sub-block scales, then a byte per value.
     Q6K {
         d: &'a [f32],
-        qs: &'a [i8],
+        sc: &'a [i8],
+        qs: &'a [u8],
     },
     Other,
 }
@@ -119,6 +145,28 @@ pub enum ActFormat {
     Q8K,
 }
 
+/// Where a token stands among the tokens of its sequence that a forward pass computes
+/// together: llama.cpp picks some products' kernels (and so their order of sums) by the
+/// number of tokens in its batch and a token's index in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Place {
+    /// The token's index among them.
+    pub index: usize,
+    /// How many there are.
+    pub of: usize,
+}
+
+impl Place {
+    /// A token computed alone (decoding).
+    pub const ALONE: Place = Place { index: 0, of: 1 };
+}
+
+impl Default for Place {
+    fn default() -> Self {
+        Place::ALONE
+    }
+}
+
 /// Activations quantized to 8 bits per block of 32: scale, block sum (for Q4_1's minimum), values.
 #[derive(Debug, Clone, Default)]
 pub struct QActs {
@@ -128,6 +176,11 @@ pub struct QActs {
     pub f: Vec<f32>,
     /// The rounding these values were made with.
     pub format: ActFormat,
+    /// In Q8_K, the sum of each 16 values (llama.cpp's `bsums`), which the K-quants' minimums
+    /// and offsets multiply; empty in the other formats.
+    pub bsums: Vec<i32>,
+    /// The token's place in its pass, which decides the K-quants' order of sums.
+    pub place: Place,
 }
 
 impl QActs {
@@ -152,6 +205,7 @@ impl QActs {
         self.f.clear();
         self.f.extend_from_slice(x);
         self.format = format;
+        self.bsums.clear();
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the feature was detected just now.
@@ -184,15 +238,24 @@ impl QActs {
             .zip(self.d.chunks_exact_mut(blocks_per_group))
             .zip(self.sum.chunks_exact_mut(blocks_per_group));
         for (((values, qs), d), sums) in groups {
-            let (scale, inverse) = act_scale(values, format);
+            let (unrounded, inverse) = act_scale(values, format);
+            let scale = match format {
+                ActFormat::Q8_0 | ActFormat::Q8_1 => round_to_f16(unrounded),
+                ActFormat::Q8K => unrounded,
+            };
             let blocks = values.chunks_exact(BLOCK).zip(qs.chunks_exact_mut(BLOCK));
             for (((block, q), d), sum) in blocks.zip(d).zip(sums.iter_mut()) {
                 let s = quantize_block(block, inverse, q);
+                if format == ActFormat::Q8K {
+                    let halves = q.chunks_exact(16);
+                    self.bsums
+                        .extend(halves.map(|h| h.iter().map(|&v| i32::from(v)).sum::<i32>()));
+                }
                 *d = scale;
-                let total = scale * s as f32;
+                // Q8_1's sum is the unrounded scale's, then rounded (`quantize_row_q8_1`).
                 *sum = match format {
-                    ActFormat::Q8_1 => round_to_f16(total),
-                    ActFormat::Q8_0 | ActFormat::Q8K => total,
+                    ActFormat::Q8_1 => round_to_f16(unrounded * s as f32),
+                    ActFormat::Q8_0 | ActFormat::Q8K => scale * s as f32,
                 };
             }
         }
@@ -222,14 +285,15 @@ fn nearest_int(x: f32) -> i32 {
     ((x + MAGIC).to_bits() & 0x007F_FFFF) as i32 - 0x0040_0000
 }
 
-/// A group's scale as stored and the factor its values are multiplied by before rounding,
-/// each computed as llama.cpp's quantizer computes it.
+/// A group's scale before it is stored (Q8_0 and Q8_1 store it rounded to f16) and the
+/// factor its values are multiplied by before rounding, each computed as llama.cpp's
+/// quantizer computes it.
 fn act_scale(values: &[f32], format: ActFormat) -> (f32, f32) {
     let amax = values.iter().fold(0f32, |a, v| a.max(v.abs()));
     match format {
         ActFormat::Q8_0 | ActFormat::Q8_1 => {
             let inverse = if amax > 0.0 { 127.0 / amax } else { 0.0 };
-            (round_to_f16(amax / 127.0), inverse)
+            (amax / 127.0, inverse)
         }
         ActFormat::Q8K => {
             // The first value of largest magnitude, with its sign, as Q8_K's scan keeps it.
@@ -429,6 +493,7 @@ struct KernelTable {
     q8_0: FormatKernels,
     q5_0: FormatKernels,
     q5_1: FormatKernels,
+    q4k: FormatKernels,
     q6k: FormatKernels,
     f32: FormatKernels,
 }
@@ -442,6 +507,7 @@ impl KernelTable {
             QMatrix::Q8_0 { .. } => self.q8_0,
             QMatrix::Q5_0 { .. } => self.q5_0,
             QMatrix::Q5_1 { .. } => self.q5_1,
+            QMatrix::Q4K { .. } => self.q4k,
             QMatrix::Q6K { .. } => self.q6k,
             QMatrix::F32 { .. } => self.f32,
         }
@@ -461,6 +527,7 @@ const PORTABLE: KernelTable = KernelTable {
     q8_0: PORTABLE_FORMAT,
     q5_0: PORTABLE_FORMAT,
     q5_1: PORTABLE_FORMAT,
+    q4k: PORTABLE_FORMAT,
     q6k: PORTABLE_FORMAT,
     f32: PORTABLE_FORMAT,
 };
@@ -491,12 +558,7 @@ impl QMatrix {
             TensorType::Q4_1 if whole(BLOCK) => {
                 Self::q4_1(rows, cols, ActFormat::Q8_1, blocks.map(quant::unpack_q4_1))
             }
-            TensorType::Q4_K if whole(256) => Self::q4_1(
-                rows,
-                cols,
-                ActFormat::Q8K,
-                blocks.flat_map(|b| quant::unpack_q4_k(b).as_q4_1()),
-            ),
+            TensorType::Q4_K if whole(256) => Self::q4_k(rows, cols, blocks),
             TensorType::Q4_0 if whole(BLOCK) => {
                 Self::q4_0(rows, cols, blocks.map(quant::unpack_q4_0))
             }
@@ -624,23 +686,63 @@ impl QMatrix {
         QMatrix::Q8_0 { rows, cols, d, qs }
     }
 
-    /// Q6_K's layout: a scale per 16 values, one signed byte per value.
+    /// Q4_K's layout: integer scales and nibbles.
+    fn q4_k<'a>(rows: usize, cols: usize, blocks: impl Iterator<Item = &'a [u8]>) -> Self {
+        let nb = rows * cols / QK_K;
+        let mut w = QMatrix::Q4K {
+            rows,
+            cols,
+            d: Vec::with_capacity(nb),
+            dmin: Vec::with_capacity(nb),
+            sc: Vec::with_capacity(nb * 8),
+            m: Vec::with_capacity(nb * 8),
+            qs: Vec::with_capacity(nb * QK_K / 2),
+        };
+        let QMatrix::Q4K {
+            d, dmin, sc, m, qs, ..
+        } = &mut w
+        else {
+            unreachable!("built just above")
+        };
+        for b in blocks {
+            let block = quant::unpack_q4_k(b);
+            d.push(block.d);
+            dmin.push(block.dmin);
+            sc.extend_from_slice(&block.sc);
+            m.extend_from_slice(&block.m);
+            qs.extend(block.as_q4_1().iter().flat_map(|(_, _, nibbles)| *nibbles));
+        }
+        w
+    }
+
+    /// Q6_K's layout: integer scales, one byte per value.
     fn q6_k<'a>(rows: usize, cols: usize, blocks: impl Iterator<Item = &'a [u8]>) -> Self {
-        let nb = rows * cols / BLOCK;
-        let (mut d, mut qs) = (Vec::with_capacity(nb * 2), Vec::with_capacity(nb * BLOCK));
+        let nb = rows * cols / QK_K;
+        let (mut d, mut sc, mut qs) = (
+            Vec::with_capacity(nb),
+            Vec::with_capacity(nb * 16),
+            Vec::with_capacity(nb * QK_K),
+        );
         for b in blocks {
             let block = quant::unpack_q6_k(b);
-            d.extend_from_slice(&block.scale);
-            qs.extend_from_slice(&block.q);
+            d.push(block.d);
+            sc.extend_from_slice(&block.sc);
+            qs.extend(block.q.iter().map(|&q| (q + 32) as u8));
         }
-        QMatrix::Q6K { rows, cols, d, qs }
+        QMatrix::Q6K {
+            rows,
+            cols,
+            d,
+            sc,
+            qs,
+        }
     }
 
     /// The activation rounding llama.cpp pairs with this matrix's format in the file.
     pub fn act_format(&self) -> ActFormat {
         match self {
             QMatrix::Q4_1 { acts, .. } | QMatrix::Q5_1 { acts, .. } => *acts,
-            QMatrix::Q6K { .. } => ActFormat::Q8K,
+            QMatrix::Q4K { .. } | QMatrix::Q6K { .. } => ActFormat::Q8K,
             QMatrix::Q4_0 { .. } | QMatrix::Q8_0 { .. } | QMatrix::Q5_0 { .. } => ActFormat::Q8_0,
             QMatrix::F32 { .. } => ActFormat::Q8_0,
         }
@@ -654,6 +756,7 @@ impl QMatrix {
             | QMatrix::Q8_0 { rows, cols, .. }
             | QMatrix::Q5_0 { rows, cols, .. }
             | QMatrix::Q5_1 { rows, cols, .. }
+            | QMatrix::Q4K { rows, cols, .. }
             | QMatrix::Q6K { rows, cols, .. }
             | QMatrix::F32 { rows, cols, .. } => (*rows, *cols),
         }
@@ -667,7 +770,10 @@ impl QMatrix {
             QMatrix::Q8_0 { d, qs, .. } => 2 * d.len() + qs.len(),
             QMatrix::Q5_0 { d, qh, qs, .. } => 2 * d.len() + 4 * qh.len() + qs.len(),
             QMatrix::Q5_1 { d, m, qs, .. } => 4 * (d.len() + m.len()) + qs.len(),
-            QMatrix::Q6K { d, qs, .. } => 4 * d.len() + qs.len(),
+            QMatrix::Q4K {
+                d, dmin, sc, m, qs, ..
+            } => 4 * (d.len() + dmin.len()) + sc.len() + m.len() + qs.len(),
+            QMatrix::Q6K { d, sc, qs, .. } => 4 * d.len() + sc.len() + qs.len(),
             QMatrix::F32 { w, .. } => 4 * w.len(),
         }
     }
@@ -722,10 +828,24 @@ impl QMatrix {
                     *o = d[i] * f32::from(q) + m[i];
                 }
             }
-            QMatrix::Q6K { d, qs, .. } => {
+            QMatrix::Q4K {
+                d, dmin, sc, m, qs, ..
+            } => {
+                for b in 0..nb {
+                    let (i, s) = (r * nb + b, (r * nb + b) / 8);
+                    let (scale, min) = (d[s] * f32::from(sc[i]), dmin[s] * f32::from(m[i]));
+                    let q = &qs[i * 16..i * 16 + 16];
+                    for j in 0..16 {
+                        out[b * BLOCK + j] = scale * f32::from(q[j] & 15) - min;
+                        out[b * BLOCK + j + 16] = scale * f32::from(q[j] >> 4) - min;
+                    }
+                }
+            }
+            QMatrix::Q6K { d, sc, qs, .. } => {
                 let row = r * cols..(r + 1) * cols;
                 for (j, (o, &q)) in out.iter_mut().zip(&qs[row.clone()]).enumerate() {
-                    *o = d[(row.start + j) / 16] * f32::from(q);
+                    let i = row.start + j;
+                    *o = d[i / QK_K] * f32::from(sc[i / 16]) * (f32::from(q) - 32.0);
                 }
             }
             QMatrix::F32 { w, .. } => out[..cols].copy_from_slice(&w[r * cols..(r + 1) * cols]),
@@ -763,8 +883,18 @@ impl QMatrix {
                 m: &m[blocks],
                 qs: &qs[r * nb * BLOCK..(r + 1) * nb * BLOCK],
             },
-            QMatrix::Q6K { d, qs, .. } => RowBlocks::Q6K {
-                d: &d[2 * blocks.start..2 * blocks.end],
+            QMatrix::Q4K {
+                d, dmin, sc, m, qs, ..
+            } => RowBlocks::Q4K {
+                d: &d[blocks.start / 8..blocks.end / 8],
+                dmin: &dmin[blocks.start / 8..blocks.end / 8],
+                sc: &sc[blocks.clone()],
+                m: &m[blocks],
+                qs: &qs[nibbles],
+            },
+            QMatrix::Q6K { d, sc, qs, .. } => RowBlocks::Q6K {
+                d: &d[blocks.start / 8..blocks.end / 8],
+                sc: &sc[2 * blocks.start..2 * blocks.end],
                 qs: &qs[r * nb * BLOCK..(r + 1) * nb * BLOCK],
             },
             QMatrix::F32 { .. } => RowBlocks::Other,
@@ -815,16 +945,12 @@ impl QMatrix {
         let nb = cols / BLOCK;
         match self {
             QMatrix::Q4_1 { d, m, qs, .. } => {
-                let mut acc = 0f32;
-                for b in 0..nb {
-                    let i = r * nb + b;
-                    let s = dot_nibbles(
-                        &qs[i * 16..i * 16 + 16],
-                        &x.qs[b * BLOCK..b * BLOCK + BLOCK],
-                    );
-                    acc += d[i] * x.d[b] * s as f32 + m[i] * x.sum[b];
-                }
-                acc
+                let row = r * nb..(r + 1) * nb;
+                let values = |b: usize| {
+                    let q = &qs[(r * nb + b) * 16..][..16];
+                    std::array::from_fn(|j| if j < 16 { q[j] & 15 } else { q[j - 16] >> 4 })
+                };
+                dot_with_min_in_lanes((&d[row.clone()], &m[row]), values, x)
             }
             QMatrix::Q4_0 { d, qs, .. } => {
                 let mut acc = 0f32;
@@ -844,53 +970,26 @@ impl QMatrix {
                 acc
             }
             QMatrix::Q8_0 { d, qs, .. } => {
-                let mut acc = 0f32;
-                for b in 0..nb {
-                    let i = r * nb + b;
-                    let s = dot_i8(
-                        &qs[i * BLOCK..i * BLOCK + BLOCK],
-                        &x.qs[b * BLOCK..b * BLOCK + BLOCK],
-                    );
-                    acc += f16_to_f32(d[i]) * x.d[b] * s as f32;
-                }
-                acc
+                let values = |b: usize| {
+                    let q = &qs[(r * nb + b) * BLOCK..][..BLOCK];
+                    std::array::from_fn(|j| q[j])
+                };
+                dot_signed_in_lanes(&d[r * nb..(r + 1) * nb], values, x)
             }
             QMatrix::Q5_0 { d, qh, qs, .. } => {
-                let mut acc = 0f32;
-                for b in 0..nb {
-                    let i = r * nb + b;
-                    let s = dot_i8(&q5_0_block(qh, qs, i), &x.qs[b * BLOCK..b * BLOCK + BLOCK]);
-                    acc += f16_to_f32(d[i]) * x.d[b] * s as f32;
-                }
-                acc
+                let values = |b: usize| q5_0_block(qh, qs, r * nb + b);
+                dot_signed_in_lanes(&d[r * nb..(r + 1) * nb], values, x)
             }
             QMatrix::Q5_1 { d, m, qs, .. } => {
-                let mut acc = 0f32;
-                for b in 0..nb {
-                    let i = r * nb + b;
-                    let w = &qs[i * BLOCK..i * BLOCK + BLOCK];
-                    let xq = &x.qs[b * BLOCK..b * BLOCK + BLOCK];
-                    let s: i32 = w
-                        .iter()
-                        .zip(xq)
-                        .map(|(&q, &v)| i32::from(q) * i32::from(v))
-                        .sum();
-                    acc += d[i] * x.d[b] * s as f32 + m[i] * x.sum[b];
-                }
-                acc
+                let row = r * nb..(r + 1) * nb;
+                let values = |b: usize| {
+                    let q = &qs[(r * nb + b) * BLOCK..][..BLOCK];
+                    std::array::from_fn(|j| q[j])
+                };
+                dot_with_min_in_lanes((&d[row.clone()], &m[row]), values, x)
             }
-            QMatrix::Q6K { d, qs, .. } => {
-                // Two sub-blocks of 16, each with its own scale, per block of activations.
-                let mut acc = 0f32;
-                for b in 0..nb {
-                    let i = r * nb + b;
-                    let w = &qs[i * BLOCK..i * BLOCK + BLOCK];
-                    let xq = &x.qs[b * BLOCK..b * BLOCK + BLOCK];
-                    let lo = dot_i8(&w[..16], &xq[..16]);
-                    let hi = dot_i8(&w[16..], &xq[16..]);
-                    acc += x.d[b] * (d[2 * i] * lo as f32 + d[2 * i + 1] * hi as f32);
-                }
-                acc
+            QMatrix::Q4K { .. } | QMatrix::Q6K { .. } => {
+                super_blocks::portable_sums(self.row_blocks(r), x)
             }
             QMatrix::F32 { w, .. } => w[r * cols..(r + 1) * cols]
                 .iter()
@@ -1004,7 +1103,10 @@ fn requantized(parts: &[(&QMatrix, &mut [f32])], xs: &[QActs]) -> Vec<Option<Vec
             let reads_quantized = !matches!(m, QMatrix::F32 { .. });
             (reads_quantized && xs.iter().any(|x| x.format != format)).then(|| {
                 xs.iter()
-                    .map(|x| QActs::quantize_as(&x.f, format))
+                    .map(|x| QActs {
+                        place: x.place,
+                        ..QActs::quantize_as(&x.f, format)
+                    })
                     .collect()
             })
         })
@@ -1015,6 +1117,7 @@ fn requantized(parts: &[(&QMatrix, &mut [f32])], xs: &[QActs]) -> Vec<Option<Vec
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+mod super_blocks;
 
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod simd128;
@@ -1029,6 +1132,53 @@ fn dot_nibbles(q: &[u8], x: &[i8]) -> i32 {
         hi[j] = (q[j] >> 4) as i8;
     }
     dot_i8(&lo, &x[..16]) + dot_i8(&hi, &x[16..32])
+}
+
+/// A row of a signed format (per block `b` an f16 scale `d[b]` and `values(b)`) · `x`, summed
+/// as llama.cpp's AVX2 tinyBLAS and `ggml_vec_dot_q8_0_q8_0` sum it: eight lanes of four
+/// products a block, one fused multiply-add a lane a block, then `hsum`.
+fn dot_signed_in_lanes(d: &[u16], values: impl Fn(usize) -> [i8; BLOCK], x: &QActs) -> f32 {
+    let mut lanes = [0f32; 8];
+    for (b, &d) in d.iter().enumerate() {
+        let (q, a) = (values(b), &x.qs[b * BLOCK..(b + 1) * BLOCK]);
+        let scale = f16_to_f32(d) * x.d[b];
+        for (k, lane) in lanes.iter_mut().enumerate() {
+            let four: i32 = (4 * k..4 * k + 4)
+                .map(|i| i32::from(q[i]) * i32::from(a[i]))
+                .sum();
+            *lane = fused(scale, four as f32, *lane);
+        }
+    }
+    hsum_lanes(lanes)
+}
+
+/// Eight lanes added as ggml's `hsum_float_8` adds them.
+fn hsum_lanes(l: [f32; 8]) -> f32 {
+    ((l[4] + l[0]) + (l[6] + l[2])) + ((l[5] + l[1]) + (l[7] + l[3]))
+}
+
+/// A row of a format with a minimum (per block `b` a scale `d[b]`, a minimum `m[b]` and
+/// `values(b)`) · `x`, summed as llama.cpp's AVX2 `ggml_vec_dot_q4_1_q8_1` sums it: eight
+/// lanes of four products a block, one fused multiply-add a lane a block, and the minimums
+/// times the blocks' sums in a fused chain of their own, added after the lanes' `hsum`.
+fn dot_with_min_in_lanes(
+    (d, m): (&[f32], &[f32]),
+    values: impl Fn(usize) -> [u8; BLOCK],
+    x: &QActs,
+) -> f32 {
+    let (mut lanes, mut mins) = ([0f32; 8], 0f32);
+    for (b, (&d, &m)) in d.iter().zip(m).enumerate() {
+        let (q, a) = (values(b), &x.qs[b * BLOCK..(b + 1) * BLOCK]);
+        let scale = d * x.d[b];
+        for (k, lane) in lanes.iter_mut().enumerate() {
+            let four: i32 = (4 * k..4 * k + 4)
+                .map(|i| i32::from(q[i]) * i32::from(a[i]))
+                .sum();
+            *lane = fused(four as f32, scale, *lane);
+        }
+        mins = fused(m, x.sum[b], mins);
+    }
+    hsum_lanes(lanes) + mins
 }
 
 /// Block `i`'s values `q − 16` of a Q5_0 matrix's high bits and nibbles.
@@ -1128,7 +1278,10 @@ mod tests {
                 .collect();
             let m = QMatrix::from_gguf(ty, &bytes, rows, cols).expect("build");
             let deq = quant::dequantize(ty, &bytes).expect("dequant");
-            let acts: Vec<QActs> = xs.iter().map(|x| QActs::quantize(x)).collect();
+            let acts: Vec<QActs> = xs
+                .iter()
+                .map(|x| QActs::quantize_as(x, m.act_format()))
+                .collect();
             for kernels in Kernels::available() {
                 let mut out = vec![0f32; rows * xs.len()];
                 m.matmul_with(kernels, &acts, &mut out);
@@ -1234,6 +1387,142 @@ mod tests {
                                 got.to_bits(),
                                 m.dot_row_with(kernels, r, &acts[0]).to_bits(),
                                 "{case} one token r{r}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// llama.cpp's AVX2 sums of a Q4_K row against token `t` of `n`, from the file's blocks:
+    /// `gemm` (a link per pair of sub-blocks) for the tokens it takes in fours, `gemv` (a link
+    /// per super-block) for the rest.
+    fn llama_q4_k(blocks: &[&[u8]], x: &QActs, t: usize, n: usize) -> f32 {
+        let (mut acc, mut acc_min) = (0f32, 0f32);
+        for (s, b) in blocks.iter().enumerate() {
+            let block = quant::unpack_q4_k(b);
+            let (scale, min) = (block.d * x.d[s * 8], block.dmin * x.d[s * 8]);
+            let pairs: Vec<(i32, i32)> = (0..4)
+                .map(|p| {
+                    (2 * p..2 * p + 2).fold((0, 0), |(sum, mins), j| {
+                        let q = &block.q[32 * j..32 * j + 32];
+                        let a = &x.qs[s * 256 + 32 * j..][..32];
+                        let dot: i32 = q
+                            .iter()
+                            .zip(a)
+                            .map(|(&q, &a)| i32::from(q) * i32::from(a))
+                            .sum();
+                        let bsum: i32 = a.iter().map(|&a| i32::from(a)).sum();
+                        (
+                            sum + i32::from(block.sc[j]) * dot,
+                            mins + i32::from(block.m[j]) * bsum,
+                        )
+                    })
+                })
+                .collect();
+            if t < n - n % 4 {
+                for (sum, mins) in pairs {
+                    acc = (sum as f32).mul_add(scale, acc);
+                    acc_min = (mins as f32).mul_add(min, acc_min);
+                }
+            } else {
+                let (sum, mins) = pairs.iter().fold((0, 0), |(a, b), (c, d)| (a + c, b + d));
+                acc = (sum as f32).mul_add(scale, acc);
+                acc_min = (mins as f32).mul_add(min, acc_min);
+            }
+        }
+        acc - acc_min
+    }
+
+    /// llama.cpp's AVX2 sums of a Q6_K row against a token of a product of `n`: the tiled
+    /// kernel's one integer a super-block from 8 tokens, `ggml_vec_dot_q6_K_q8_K`'s eight
+    /// lanes below.
+    fn llama_q6_k(blocks: &[&[u8]], x: &QActs, n: usize) -> f32 {
+        let mut lanes = [0f32; 8];
+        let mut tiled = 0f32;
+        for (s, b) in blocks.iter().enumerate() {
+            let block = quant::unpack_q6_k(b);
+            let a = &x.qs[s * 256..][..256];
+            let sum16 = |g: usize| {
+                a[16 * g..16 * g + 16]
+                    .iter()
+                    .map(|&v| i32::from(v))
+                    .sum::<i32>()
+            };
+            let lane = |l: usize| -> i32 {
+                let products: i32 = (0..8)
+                    .map(|c| {
+                        let four: i32 = (0..4)
+                            .map(|i| 32 * c + 4 * l + i)
+                            .map(|i| (i32::from(block.q[i]) + 32) * i32::from(a[i]))
+                            .sum();
+                        i32::from(block.sc[2 * c + l / 4]) * four
+                    })
+                    .sum();
+                let offsets = i32::from(block.sc[2 * l]) * sum16(2 * l)
+                    + i32::from(block.sc[2 * l + 1]) * sum16(2 * l + 1);
+                products - 32 * offsets
+            };
+            let total: i32 = (0..8).map(lane).sum();
+            tiled = (block.d * total as f32).mul_add(x.d[s * 8], tiled);
+            let d = x.d[s * 8] * block.d;
+            for (l, acc) in lanes.iter_mut().enumerate() {
+                *acc = d.mul_add(lane(l) as f32, *acc);
+            }
+        }
+        let a = lanes;
+        if n >= 8 {
+            tiled
+        } else {
+            ((a[4] + a[0]) + (a[6] + a[2])) + ((a[5] + a[1]) + (a[7] + a[3]))
+        }
+    }
+
+    #[test]
+    fn k_quants_sum_as_llama_cpp_s_avx2_build_does_for_every_family_and_batch() {
+        // Batch sizes either side of Q4_K's fours and Q6_K's tiled threshold of 8.
+        let (rows, cols) = (19, 768);
+        let w: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i * 4099 % 257) as f32 - 128.0) / 64.0 * (1 + i / 16 % 7) as f32)
+            .collect();
+        for (ty, bytes, size) in [
+            (TensorType::Q4_K, encode::q4_k(&w), 144),
+            (TensorType::Q6_K, encode::q6_k(&w), 210),
+        ] {
+            let m = QMatrix::from_gguf(ty, &bytes, rows, cols).expect("build");
+            let row_blocks = |r: usize| -> Vec<&[u8]> {
+                bytes
+                    .chunks_exact(size)
+                    .skip(r * cols / 256)
+                    .take(cols / 256)
+                    .collect()
+            };
+            for n in [1, 3, 4, 6, 7, 8, 9] {
+                let acts: Vec<QActs> = (0..n)
+                    .map(|t| {
+                        let x: Vec<f32> = (0..cols)
+                            .map(|i| ((i * 13 + t * 29) % 31) as f32 / 8.0 - 1.9)
+                            .collect();
+                        QActs {
+                            place: Place { index: t, of: n },
+                            ..QActs::quantize_as(&x, ActFormat::Q8K)
+                        }
+                    })
+                    .collect();
+                for kernels in Kernels::available() {
+                    let mut out = vec![0f32; rows * n];
+                    m.matmul_with(kernels, &acts, &mut out);
+                    for (t, x) in acts.iter().enumerate() {
+                        for r in 0..rows {
+                            let want = match ty {
+                                TensorType::Q4_K => llama_q4_k(&row_blocks(r), x, t, n),
+                                _ => llama_q6_k(&row_blocks(r), x, n),
+                            };
+                            assert_eq!(
+                                out[t * rows + r].to_bits(),
+                                want.to_bits(),
+                                "{ty:?} {kernels:?} token {t} of {n}, row {r}"
                             );
                         }
                     }

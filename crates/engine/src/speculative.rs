@@ -124,7 +124,7 @@ impl Model {
         let all = if draft.is_empty() {
             Vec::new()
         } else {
-            self.forward(draft, cache, true)?
+            self.forward_decoded(draft, cache)?
         };
         // Position i's prediction: the prefix's logits for draft[0], then draft[i-1]'s.
         let at = |i: usize| if i == 0 { last_logits } else { &all[i - 1] };

@@ -308,6 +308,12 @@ pub struct Q4KBlock {
     pub q: [u8; 256],
     pub scale: [f32; 8],
     pub min: [f32; 8],
+    /// The super-block's scale and minimum scale, widened from f16.
+    pub d: f32,
+    pub dmin: f32,
+    /// The sub-blocks' 6-bit scales and minimums, as integers.
+    pub sc: [u8; 8],
+    pub m: [u8; 8],
 }
 
 /// Unpacks a 144-byte Q4_K block (super-block of 256 as 8 sub-blocks of 32, each with a 6-bit
@@ -321,11 +327,16 @@ pub fn unpack_q4_k(b: &[u8]) -> Q4KBlock {
         q: [0; 256],
         scale: [0.0; 8],
         min: [0.0; 8],
+        d,
+        dmin,
+        sc: [0; 8],
+        m: [0; 8],
     };
     for j in 0..8 {
         let (sc, m) = scale_min_k4(j, scales);
         block.scale[j] = d * sc;
         block.min[j] = dmin * m;
+        (block.sc[j], block.m[j]) = (sc as u8, m as u8);
     }
     // Each 32 bytes hold two sub-blocks: the first in the low nibbles, the second in the high.
     for chunk in 0..4 {
@@ -394,6 +405,10 @@ pub fn dequant_q5_k(b: &[u8], out: &mut [f32]) {
 pub struct Q6KBlock {
     pub q: [i8; 256],
     pub scale: [f32; 16],
+    /// The super-block's scale, widened from f16.
+    pub d: f32,
+    /// The sub-blocks' signed 8-bit scales.
+    pub sc: [i8; 16],
 }
 
 /// Unpacks a 210-byte Q6_K block (256 values of 6 bits, 4 low in `ql` and 2 high in `qh`, 16
@@ -406,9 +421,12 @@ pub fn unpack_q6_k(b: &[u8]) -> Q6KBlock {
     let mut block = Q6KBlock {
         q: [0; 256],
         scale: [0.0; 16],
+        d,
+        sc: [0; 16],
     };
-    for (s, &sc) in block.scale.iter_mut().zip(sc_all) {
+    for ((s, i), &sc) in block.scale.iter_mut().zip(&mut block.sc).zip(sc_all) {
         *s = d * f32::from(sc as i8);
+        *i = sc as i8;
     }
     let six = |low: u8, high: u8| ((low | (high << 4)) as i8) - 32;
     for half in 0..2 {

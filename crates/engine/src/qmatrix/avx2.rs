@@ -5,8 +5,9 @@ use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
 use super::{
-    BLOCK, FormatKernels, KernelTable, PORTABLE_FORMAT, QActs, QMatrix, RowBlocks,
+    BLOCK, FormatKernels, KernelTable, PORTABLE_FORMAT, QActs, QK_K, QMatrix, RowBlocks,
     each_row_and_token, f16_to_f32,
+    super_blocks::{self, IntSums, Q4KRow, Q6KRow},
 };
 
 /// Whether this machine runs them (AVX2 and FMA, detected once).
@@ -20,17 +21,18 @@ pub fn available() -> bool {
 pub(super) const TABLE: KernelTable = KernelTable {
     q4_1: WITH_MIN,
     q5_1: WITH_MIN,
-    q4_0: FormatKernels {
-        dot: row_dot,
-        rows: None,
-    },
+    q4_0: ONE_AT_A_TIME,
     q8_0: SIGNED,
     q5_0: SIGNED,
-    q6k: FormatKernels {
-        dot: row_dot,
-        rows: None,
-    },
+    q4k: ONE_AT_A_TIME,
+    q6k: ONE_AT_A_TIME,
     f32: PORTABLE_FORMAT,
+};
+
+/// Each row and token alone.
+const ONE_AT_A_TIME: FormatKernels = FormatKernels {
+    dot: row_dot,
+    rows: None,
 };
 
 /// The formats read as 32 unsigned values, a scale and a minimum a block (Q4_1's nibbles,
@@ -56,7 +58,9 @@ fn row_dot(w: &QMatrix, r: usize, x: &QActs) -> f32 {
         RowBlocks::Q4_0 { d, qs } => unsafe { dot_q4_0(d, qs, x) },
         RowBlocks::Q8_0 { d, qs } => unsafe { dot_signed(Q8Row { d, qs }, x) },
         RowBlocks::Q5_0 { d, qh, qs } => unsafe { dot_signed(Q5Row { d, qh, qs }, x) },
-        RowBlocks::Q6K { d, qs } => unsafe { dot_q6_k(d, qs, x) },
+        blocks @ (RowBlocks::Q4K { .. } | RowBlocks::Q6K { .. }) => unsafe {
+            k_quant_dot(blocks, x)
+        },
         RowBlocks::Other => w.dot_row_portable(r, x),
     }
 }
@@ -116,8 +120,10 @@ fn by_fours(
     }
 }
 
+/// The sum of eight lanes as ggml's `hsum_float_8` adds them: the upper half onto the lower,
+/// lanes 2 and 3 onto 0 and 1, lane 1 onto 0.
 #[target_feature(enable = "avx2,fma")]
-fn hsum(v: __m256) -> f32 {
+pub(super) fn hsum(v: __m256) -> f32 {
     let lo = _mm256_castps256_ps128(v);
     let hi = _mm256_extractf128_ps(v, 1);
     let s = _mm_add_ps(lo, hi);
@@ -203,7 +209,7 @@ unsafe fn dot_with_min<const N: usize>(row: MinRow<'_, N>, x: &QActs) -> f32 {
         let sum32 = _mm256_madd_epi16(_mm256_maddubs_epi16(w, xv), ones);
         let scale = _mm256_set1_ps(d * x.d[b]);
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum32), scale, acc);
-        mins += m * x.sum[b];
+        mins = m.mul_add(x.sum[b], mins);
     }
     hsum(acc) + mins
 }
@@ -255,7 +261,7 @@ unsafe fn dot_with_min_x4<const N: usize>(row: MinRow<'_, N>, x: [&QActs; 4]) ->
             let sum32 = _mm256_madd_epi16(_mm256_maddubs_epi16(w, xv), ones);
             let scale = _mm256_set1_ps(d * x[j].d[b]);
             acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum32), scale, acc[j]);
-            mins[j] += m * x[j].sum[b];
+            mins[j] = m.mul_add(x[j].sum[b], mins[j]);
         }
     }
     [
@@ -449,22 +455,102 @@ fn signed_sums(w: __m256i, xv: __m256i) -> __m256i {
     _mm256_madd_epi16(sum16, _mm256_set1_epi16(1))
 }
 
-/// Σ over blocks of 32 of dx·(d₁·Σ(q·qx) + d₂·Σ(q·qx)), for one Q6_K row: a scale per 16
-/// values, so each block's two halves (the two 128-bit lanes) are scaled apart.
-#[target_feature(enable = "avx2,fma")]
-pub unsafe fn dot_q6_k(d: &[f32], qs: &[i8], x: &QActs) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    for (b, &dx) in x.d.iter().enumerate() {
-        prefetch_ahead(qs, b * BLOCK);
-        // SAFETY: block b lies inside `qs` and `x.qs` (the caller's slices).
-        let sums = unsafe {
-            signed_sums(
-                _mm256_loadu_si256(qs.as_ptr().add(b * BLOCK) as *const __m256i),
-                activation_block(x, b),
+/// The K-quants' integer sums on AVX2 (`super_blocks` takes the float steps).
+struct Avx2;
+
+impl IntSums for Avx2 {
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn q4k(row: &Q4KRow<'_>, s: usize, x: &QActs) -> ([i32; 4], [i32; 4]) {
+        let (mut scaled, mut mins) = ([0; 4], [0; 4]);
+        let mut pair = _mm256_setzero_si256();
+        for j in 0..8 {
+            let b = s * 8 + j;
+            prefetch_ahead(row.qs, b * 16);
+            // SAFETY: block b lies inside the row and `x` (the caller's guarantee).
+            let (raw, xv) = unsafe {
+                (
+                    _mm_loadu_si128(row.qs.as_ptr().add(b * 16) as *const __m128i),
+                    activation_block(x, b),
+                )
+            };
+            let q = _mm256_and_si256(
+                _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw),
+                _mm256_set1_epi8(0x0F),
+            );
+            let pairs = _mm256_maddubs_epi16(q, xv);
+            let sc = _mm256_set1_epi16(i16::from(row.sc[b]));
+            pair = _mm256_add_epi32(pair, _mm256_madd_epi16(pairs, sc));
+            mins[j / 2] += i32::from(row.m[b]) * (x.bsums[2 * b] + x.bsums[2 * b + 1]);
+            if j % 2 == 1 {
+                scaled[j / 2] = hsum_i32(pair);
+                pair = _mm256_setzero_si256();
+            }
+        }
+        (scaled, mins)
+    }
+
+    /// `ggml_vec_dot_q6_K_q8_K`'s integer steps, on values already unpacked to bytes.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn q6k(row: &Q6KRow<'_>, s: usize, x: &QActs) -> [i32; 8] {
+        // SAFETY (the loads): the super-block lies inside the row and `x`, and each holds
+        // 16 scales and 16 sums of sixteens (the caller's guarantee).
+        let (scales, sums) = unsafe {
+            (
+                _mm_loadu_si128(row.sc.as_ptr().add(s * 16) as *const __m128i),
+                [0, 8].map(|h| {
+                    _mm256_loadu_si256(x.bsums.as_ptr().add(s * 16 + h) as *const __m256i)
+                }),
             )
         };
-        let scale = _mm256_set_m128(_mm_set1_ps(d[2 * b + 1] * dx), _mm_set1_ps(d[2 * b] * dx));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), scale, acc);
+        let bsums16 =
+            _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(sums[0], sums[1]));
+        let offsets =
+            _mm256_slli_epi32::<5>(_mm256_madd_epi16(bsums16, _mm256_cvtepi8_epi16(scales)));
+        let mut lanes = _mm256_setzero_si256();
+        for c in 0..8 {
+            let at = s * QK_K + 32 * c;
+            prefetch_ahead(row.qs, at);
+            // SAFETY: as above.
+            let (q, xv) = unsafe {
+                (
+                    _mm256_loadu_si256(row.qs.as_ptr().add(at) as *const __m256i),
+                    activation_block(x, at / BLOCK),
+                )
+            };
+            let pairs = _mm256_maddubs_epi16(q, xv);
+            let sc = _mm256_set_m128i(
+                _mm_set1_epi16(i16::from(row.sc[s * 16 + 2 * c + 1])),
+                _mm_set1_epi16(i16::from(row.sc[s * 16 + 2 * c])),
+            );
+            lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(sc, pairs));
+        }
+        let mut out = [0i32; 8];
+        // SAFETY: `out` holds eight lanes.
+        unsafe {
+            _mm256_storeu_si256(
+                out.as_mut_ptr() as *mut __m256i,
+                _mm256_sub_epi32(lanes, offsets),
+            )
+        };
+        out
     }
-    hsum(acc)
+}
+
+/// The sum of eight i32 lanes (exact in any order).
+#[target_feature(enable = "avx2")]
+#[inline]
+fn hsum_i32(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+    _mm_cvtsi128_si32(s)
+}
+
+/// A K-quant row · `x`, in the order `x`'s place in its pass decides.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn k_quant_dot(row: RowBlocks<'_>, x: &QActs) -> f32 {
+    // SAFETY: AVX2 runs here (the caller's guarantee).
+    unsafe { super_blocks::dot::<Avx2>(row, x) }
 }

@@ -1,4 +1,4 @@
-//! AVX-512 VNNI kernels for Q4_1, Q8_0, Q5_0 and Q6_K: a tile of rows × tokens per call, two blocks per
+//! AVX-512 VNNI kernels for Q4_1, Q8_0 and Q5_0: a tile of rows × tokens per call, two blocks per
 //! 512-bit register, `vpdpbusd` for the byte products.
 //!
 //! A tile unpacks each weight pair once for its tokens and each activation pair once for its
@@ -12,7 +12,8 @@ use std::sync::OnceLock;
 
 use super::{BLOCK, FormatKernels, KernelTable, PORTABLE_FORMAT, QActs, QMatrix, avx2};
 
-/// This family's kernel for each format (AVX2's for Q4_0 and Q5_1). Every entry is safe to call only
+/// This family's kernel for each format (AVX2's for Q4_0, Q5_1 and the K-quants, whose sums
+/// follow llama.cpp's order, which is AVX2's). Every entry is safe to call only
 /// where AVX-512 F, BW and VNNI and AVX2 run, which [`super::Kernels::table`] checks.
 pub(super) const TABLE: KernelTable = KernelTable {
     q4_1: TILED,
@@ -20,7 +21,8 @@ pub(super) const TABLE: KernelTable = KernelTable {
     q8_0: TILED,
     q5_0: TILED,
     q5_1: avx2::TABLE.q5_1,
-    q6k: TILED,
+    q4k: avx2::TABLE.q4k,
+    q6k: avx2::TABLE.q6k,
     f32: PORTABLE_FORMAT,
 };
 
@@ -39,8 +41,11 @@ fn row_dot(w: &QMatrix, r: usize, x: &QActs) -> f32 {
         QMatrix::Q4_1 { d, m, qs, .. } => unsafe { Q4_1 { nb, d, m, qs }.one(r, x) },
         QMatrix::Q8_0 { d, qs, .. } => unsafe { Q8_0 { nb, d, qs }.one(r, x) },
         QMatrix::Q5_0 { d, qh, qs, .. } => unsafe { Q5_0 { nb, d, qh, qs }.one(r, x) },
-        QMatrix::Q6K { d, qs, .. } => unsafe { Q6K { nb, d, qs }.one(r, x) },
-        QMatrix::Q4_0 { .. } | QMatrix::Q5_1 { .. } | QMatrix::F32 { .. } => {
+        QMatrix::Q4_0 { .. }
+        | QMatrix::Q5_1 { .. }
+        | QMatrix::Q4K { .. }
+        | QMatrix::Q6K { .. }
+        | QMatrix::F32 { .. } => {
             return w.dot_row_portable(r, x);
         }
     };
@@ -59,8 +64,11 @@ fn task_rows(w: &QMatrix, first: usize, count: usize, xs: &[QActs], out: &mut [f
         QMatrix::Q5_0 { d, qh, qs, .. } => unsafe {
             fill(&Q5_0 { nb, d, qh, qs }, first, count, xs, out)
         },
-        QMatrix::Q6K { d, qs, .. } => unsafe { fill(&Q6K { nb, d, qs }, first, count, xs, out) },
-        QMatrix::Q4_0 { .. } | QMatrix::Q5_1 { .. } | QMatrix::F32 { .. } => {
+        QMatrix::Q4_0 { .. }
+        | QMatrix::Q5_1 { .. }
+        | QMatrix::Q4K { .. }
+        | QMatrix::Q6K { .. }
+        | QMatrix::F32 { .. } => {
             super::each_row_and_token(QMatrix::dot_row_portable, w, first, xs, out)
         }
     }
@@ -151,13 +159,6 @@ pub struct Q5_0<'a> {
     pub qs: &'a [u8],
 }
 
-/// Q6_K rows as the engine holds them: signed bytes with an f32 scale per 16 values.
-pub struct Q6K<'a> {
-    pub nb: usize,
-    pub d: &'a [f32],
-    pub qs: &'a [i8],
-}
-
 /// Rows the signed tile reads: two blocks at a time as 64 signed bytes, with their scales
 /// spread over the lanes of the 32-bit sums each block's values fall in.
 trait SignedPairs {
@@ -190,28 +191,6 @@ impl SignedPairs for Q8_0<'_> {
             (
                 signed_row_pair(self.qs, self.nb, block, two, rows_ahead),
                 half_pair_scales(self.d[block..].as_ptr(), two),
-            )
-        }
-    }
-}
-
-impl SignedPairs for Q6K<'_> {
-    fn nb(&self) -> usize {
-        self.nb
-    }
-
-    fn rows(&self) -> usize {
-        self.d.len() / (2 * self.nb)
-    }
-
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
-    #[inline]
-    unsafe fn pair(&self, block: usize, two: bool, rows_ahead: usize) -> (__m512i, __m512) {
-        // SAFETY: as for Q8_0, with two scales a block.
-        unsafe {
-            (
-                signed_row_pair(self.qs, self.nb, block, two, rows_ahead),
-                quad_scales(self.d[2 * block..].as_ptr(), two),
             )
         }
     }
@@ -308,22 +287,6 @@ unsafe fn pair_nibbles(p: *const u8, two: bool) -> __m512i {
     )
 }
 
-/// The four scales of two consecutive blocks of 16-value sub-blocks, each over its four
-/// lanes (zero for the second block where `two` is false).
-#[target_feature(enable = "avx512f")]
-unsafe fn quad_scales(p: *const f32, two: bool) -> __m512 {
-    // SAFETY: the caller's pointer holds four floats, or two where `two` is false.
-    let v = unsafe {
-        if two {
-            _mm_loadu_ps(p)
-        } else {
-            _mm_castpd_ps(_mm_load_sd(p.cast::<f64>()))
-        }
-    };
-    let spread = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-    _mm512_permutexvar_ps(spread, _mm512_zextps128_ps512(v))
-}
-
 /// Blocks `block` and `block + 1` (or `block` alone) of rows held as 32 signed bytes a
 /// block, `nb` blocks a row, requesting the weights `rows_ahead` rows on.
 ///
@@ -378,18 +341,6 @@ unsafe fn activation_pair(x: &QActs, b: usize, two: bool) -> (__m512i, __m512) {
     }
 }
 
-/// `acc` plus a pair's integer dot products scaled by the weights' and the activations'
-/// scales: the step every format's tile takes, in the same order.
-#[target_feature(enable = "avx512f")]
-#[inline]
-fn add_scaled(acc: __m512, dot: __m512i, weight_scales: __m512, act_scales: __m512) -> __m512 {
-    _mm512_fmadd_ps(
-        _mm512_cvtepi32_ps(dot),
-        _mm512_mul_ps(weight_scales, act_scales),
-        acc,
-    )
-}
-
 /// Requests the line `ahead` bytes past `p` when `at` starts a cache line.
 #[inline(always)]
 fn prefetch_ahead(p: *const u8, at: usize, ahead: usize) {
@@ -400,12 +351,6 @@ fn prefetch_ahead(p: *const u8, at: usize, ahead: usize) {
     }
 }
 
-/// The sum of a tile's accumulator, the same reduction for every shape.
-#[target_feature(enable = "avx512f")]
-fn reduce(acc: __m512) -> f32 {
-    _mm512_reduce_add_ps(acc)
-}
-
 impl Tiles for Q4_1<'_> {
     /// The first row: Q4_1's nibbles are read in place.
     type Rows = usize;
@@ -414,7 +359,7 @@ impl Tiles for Q4_1<'_> {
         *rows = first;
     }
 
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c,avx2,fma")]
     unsafe fn tile<const R: usize, const T: usize>(
         &self,
         &first: &usize,
@@ -428,7 +373,7 @@ impl Tiles for Q4_1<'_> {
         );
         // The rows of a tile are read side by side: look past the whole tile.
         let ahead = R * nb * 16 + PREFETCH_BYTES;
-        let mut acc = [[_mm512_setzero_ps(); T]; R];
+        let mut acc = [[_mm256_setzero_ps(); T]; R];
         for b in (0..nb).step_by(2) {
             let two = b + 1 < nb;
             let mut w = [_mm512_setzero_si512(); R];
@@ -447,33 +392,21 @@ impl Tiles for Q4_1<'_> {
                 let (xv, dx) = unsafe { activation_pair(xj, b, two) };
                 for i in 0..R {
                     let dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[i], xv);
-                    acc[i][j] = add_scaled(acc[i][j], dot, dw[i], dx);
+                    acc[i][j] = add_pair_as_tinyblas(acc[i][j], dot, dw[i], dx);
                 }
             }
         }
-        // Σ minimum · Σ x over the blocks, sixteen blocks a step, into the same lanes.
+        // Σ minimum · Σ x over the blocks in a chain of its own, added after the lanes'
+        // sum, as `ggml_vec_dot_q4_1_q8_1` adds it.
         let mut out = [[0f32; T]; R];
         for i in 0..R {
             let m = &self.m[(first + i) * nb..(first + i + 1) * nb];
             for (j, xj) in x.iter().enumerate() {
-                let mut a = acc[i][j];
-                for k in (0..nb).step_by(16) {
-                    let lanes: __mmask16 = if nb - k >= 16 {
-                        0xFFFF
-                    } else {
-                        (1 << (nb - k)) - 1
-                    };
-                    // SAFETY: the mask reads only the `nb - k` values left in `m` and
-                    // `xj.sum` (checked on entry to hold `nb`).
-                    let (mv, sv) = unsafe {
-                        (
-                            _mm512_maskz_loadu_ps(lanes, m.as_ptr().add(k)),
-                            _mm512_maskz_loadu_ps(lanes, xj.sum.as_ptr().add(k)),
-                        )
-                    };
-                    a = _mm512_fmadd_ps(mv, sv, a);
-                }
-                out[i][j] = reduce(a);
+                let mins = m
+                    .iter()
+                    .zip(&xj.sum)
+                    .fold(0f32, |a, (&m, &s)| m.mul_add(s, a));
+                out[i][j] = avx2::hsum(acc[i][j]) + mins;
             }
         }
         out
@@ -492,7 +425,7 @@ macro_rules! signed_tiles {
                 unsafe { rows.unpack::<R>(self, first) }
             }
 
-            #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
+            #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c,avx2,fma")]
             unsafe fn tile<const R: usize, const T: usize>(
                 &self,
                 rows: &SignedRows,
@@ -509,7 +442,7 @@ macro_rules! signed_tiles {
 
             /// One row read in place: a decoded token reads each row once, so unpacking it
             /// to memory first would only add a store and a load.
-            #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
+            #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c,avx2,fma")]
             unsafe fn one(&self, r: usize, x: &QActs) -> [[f32; 1]; 1] {
                 let nb = self.nb;
                 assert!(r < self.rows(), "rows past the matrix");
@@ -526,7 +459,7 @@ macro_rules! signed_tiles {
     )*};
 }
 
-signed_tiles!(Q8_0, Q5_0, Q6K);
+signed_tiles!(Q8_0, Q5_0);
 
 /// Rows of a signed format unpacked once for every token a task reads them with (Q5_0's
 /// unpacking alone cost as much as its products): per pair of blocks and row, as
@@ -584,7 +517,7 @@ unsafe fn unsigned_pair(
 ///
 /// # Safety
 /// As for [`Tiles::tile`].
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c,avx2,fma")]
 #[inline]
 unsafe fn signed_tile<const R: usize, const T: usize>(
     weights: impl Fn(usize, usize) -> (__m512i, __m512),
@@ -597,7 +530,7 @@ unsafe fn signed_tile<const R: usize, const T: usize>(
             .all(|xj| xj.qs.len() >= nb * BLOCK && xj.d.len() >= nb)
     );
     let offset = _mm512_set1_epi8(i8::MIN);
-    let mut acc = [[_mm512_setzero_ps(); T]; R];
+    let mut acc = [[_mm256_setzero_ps(); T]; R];
     for (pair, b) in (0..nb).step_by(2).enumerate() {
         let mut w = [zero; R];
         let mut dw = [_mm512_setzero_ps(); R];
@@ -612,17 +545,40 @@ unsafe fn signed_tile<const R: usize, const T: usize>(
             let start = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, offset, xv));
             for i in 0..R {
                 let dot = _mm512_dpbusd_epi32(start, w[i], xv);
-                acc[i][j] = add_scaled(acc[i][j], dot, dw[i], dx);
+                acc[i][j] = add_pair_as_tinyblas(acc[i][j], dot, dw[i], dx);
             }
         }
     }
     let mut out = [[0f32; T]; R];
     for i in 0..R {
         for j in 0..T {
-            out[i][j] = reduce(acc[i][j]);
+            out[i][j] = avx2::hsum(acc[i][j]);
         }
     }
     out
+}
+
+/// `acc` plus a pair of blocks' products as llama.cpp's tinyBLAS adds one block's on AVX2:
+/// the block's eight sums of four products, scaled by the product of its two scales, in one
+/// fused multiply-add into eight lanes; block `b`, then block `b + 1`. (Both blocks in one
+/// 16-lane step would be a different sum, and llama.cpp's greedy answers follow this one.)
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[inline]
+fn add_pair_as_tinyblas(
+    acc: __m256,
+    dot: __m512i,
+    weight_scales: __m512,
+    act_scales: __m512,
+) -> __m256 {
+    let sums = _mm512_cvtepi32_ps(dot);
+    let scales = _mm512_mul_ps(weight_scales, act_scales);
+    let high = |v: __m512| _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+    let first = _mm256_fmadd_ps(
+        _mm512_castps512_ps256(scales),
+        _mm512_castps512_ps256(sums),
+        acc,
+    );
+    _mm256_fmadd_ps(high(scales), high(sums), first)
 }
 
 /// `out[k * xs.len() + t]` = row `first + k` · `xs[t]` for `k < count`, by tiles of up to

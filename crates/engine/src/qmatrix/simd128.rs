@@ -5,7 +5,9 @@
 use core::arch::wasm32::*;
 
 use super::{
-    BLOCK, FormatKernels, KernelTable, PORTABLE_FORMAT, QActs, QMatrix, RowBlocks, f16_to_f32,
+    BLOCK, FormatKernels, KernelTable, PORTABLE_FORMAT, QActs, QK_K, QMatrix, RowBlocks,
+    f16_to_f32,
+    super_blocks::{self, IntSums, Q4KRow, Q6KRow},
 };
 
 /// This family's kernel for each format (the portable loop for Q4_0).
@@ -15,6 +17,7 @@ pub(super) const TABLE: KernelTable = KernelTable {
     q8_0: SIMD,
     q5_0: SIMD,
     q5_1: SIMD,
+    q4k: SIMD,
     q6k: SIMD,
     f32: PORTABLE_FORMAT,
 };
@@ -31,10 +34,90 @@ fn row_dot(w: &QMatrix, r: usize, x: &QActs) -> f32 {
         RowBlocks::Q4_1 { d, m, qs } => dot_q4_1(d, m, qs, x),
         RowBlocks::Q8_0 { d, qs } => dot_q8_0(d, qs, x),
         RowBlocks::Q5_0 { d, qh, qs } => dot_q5_0(d, qh, qs, x),
-        RowBlocks::Q6K { d, qs } => dot_q6_k(d, qs, x),
         RowBlocks::Q5_1 { d, m, qs } => dot_q5_1(d, m, qs, x),
+        blocks @ (RowBlocks::Q4K { .. } | RowBlocks::Q6K { .. }) => {
+            // SAFETY: wasm SIMD runs wherever this module does.
+            unsafe { super_blocks::dot::<Simd128>(blocks, x) }
+        }
         RowBlocks::Q4_0 { .. } | RowBlocks::Other => w.dot_row_portable(r, x),
     }
+}
+
+/// The K-quants' integer sums on wasm SIMD (`super_blocks` takes the float steps).
+struct Simd128;
+
+impl IntSums for Simd128 {
+    unsafe fn q4k(row: &Q4KRow<'_>, s: usize, x: &QActs) -> ([i32; 4], [i32; 4]) {
+        let (mut scaled, mut mins) = ([0; 4], [0; 4]);
+        let mask = u8x16_splat(0x0F);
+        for j in 0..8 {
+            let b = s * 8 + j;
+            assert!((b + 1) * 16 <= row.qs.len() && (b + 1) * BLOCK <= x.qs.len());
+            // SAFETY: the assert above puts block b inside both; no alignment needed.
+            let (raw, x0, x1) = unsafe {
+                (
+                    v128_load(row.qs.as_ptr().add(b * 16) as *const v128),
+                    v128_load(x.qs.as_ptr().add(b * BLOCK) as *const v128),
+                    v128_load(x.qs.as_ptr().add(b * BLOCK + 16) as *const v128),
+                )
+            };
+            // Nibbles are below 16, so they read as signed bytes too.
+            let sums = i32x4_add(dot16(v128_and(raw, mask), x0), dot16(u8x16_shr(raw, 4), x1));
+            scaled[j / 2] += i32::from(row.sc[b]) * hsum_i32(sums);
+            mins[j / 2] += i32::from(row.m[b]) * (x.bsums[2 * b] + x.bsums[2 * b + 1]);
+        }
+        (scaled, mins)
+    }
+
+    unsafe fn q6k(row: &Q6KRow<'_>, s: usize, x: &QActs) -> [i32; 8] {
+        let start = s * QK_K;
+        assert!(start + QK_K <= row.qs.len() && start + QK_K <= x.qs.len());
+        let sc = &row.sc[s * 16..s * 16 + 16];
+        // Lanes 0–3 from each run's first sixteen values, 4–7 from its second.
+        let mut lanes = [i32x4_splat(0); 2];
+        for c in 0..8 {
+            for (h, lanes) in lanes.iter_mut().enumerate() {
+                let at = start + 32 * c + 16 * h;
+                // SAFETY: the assert above puts the sixteen values inside both; values
+                // below 64 read as signed bytes too.
+                let (q, a) = unsafe {
+                    (
+                        v128_load(row.qs.as_ptr().add(at) as *const v128),
+                        v128_load(x.qs.as_ptr().add(at) as *const v128),
+                    )
+                };
+                let lo = i32x4_dot_i16x8(i16x8_extend_low_i8x16(q), i16x8_extend_low_i8x16(a));
+                let hi = i32x4_dot_i16x8(i16x8_extend_high_i8x16(q), i16x8_extend_high_i8x16(a));
+                let fours = i32x4_add(
+                    i32x4_shuffle::<0, 2, 4, 6>(lo, hi),
+                    i32x4_shuffle::<1, 3, 5, 7>(lo, hi),
+                );
+                let scale = i32x4_splat(i32::from(sc[2 * c + h]));
+                *lanes = i32x4_add(*lanes, i32x4_mul(fours, scale));
+            }
+        }
+        let bsums = &x.bsums[s * 16..s * 16 + 16];
+        std::array::from_fn(|l| {
+            let lane = match l % 4 {
+                0 => i32x4_extract_lane::<0>(lanes[l / 4]),
+                1 => i32x4_extract_lane::<1>(lanes[l / 4]),
+                2 => i32x4_extract_lane::<2>(lanes[l / 4]),
+                _ => i32x4_extract_lane::<3>(lanes[l / 4]),
+            };
+            let offsets =
+                i32::from(sc[2 * l]) * bsums[2 * l] + i32::from(sc[2 * l + 1]) * bsums[2 * l + 1];
+            lane - 32 * offsets
+        })
+    }
+}
+
+/// The sum of four i32 lanes.
+#[inline(always)]
+fn hsum_i32(v: v128) -> i32 {
+    i32x4_extract_lane::<0>(v)
+        + i32x4_extract_lane::<1>(v)
+        + i32x4_extract_lane::<2>(v)
+        + i32x4_extract_lane::<3>(v)
 }
 
 #[inline(always)]
@@ -169,31 +252,6 @@ fn dot_signed(d: &[u16], x: &QActs, bytes: impl Fn(usize) -> (v128, v128)) -> f3
             acc,
             f32x4_mul(f32x4_convert_i32x4(s), f32x4_splat(f16_to_f32(db) * x.d[b])),
         );
-    }
-    hsum(acc)
-}
-
-/// Σ over blocks of 32 of dx·(d₁·Σ(q·qx) + d₂·Σ(q·qx)), for one Q6_K row (a scale per 16).
-pub fn dot_q6_k(d: &[f32], qs: &[i8], x: &QActs) -> f32 {
-    let nb = qs.len() / BLOCK;
-    assert!(d.len() == 2 * nb && x.qs.len() >= nb * BLOCK && x.d.len() >= nb);
-    let mut acc = f32x4_splat(0.0);
-    for b in 0..nb {
-        // SAFETY: the assert above puts block b inside `qs` and `x.qs` (32 bytes a block).
-        let (w0, w1, x0, x1) = unsafe {
-            (
-                v128_load(qs.as_ptr().add(b * BLOCK) as *const v128),
-                v128_load(qs.as_ptr().add(b * BLOCK + 16) as *const v128),
-                v128_load(x.qs.as_ptr().add(b * BLOCK) as *const v128),
-                v128_load(x.qs.as_ptr().add(b * BLOCK + 16) as *const v128),
-            )
-        };
-        let low = f32x4_mul(f32x4_convert_i32x4(dot16(w0, x0)), f32x4_splat(d[2 * b]));
-        let high = f32x4_mul(
-            f32x4_convert_i32x4(dot16(w1, x1)),
-            f32x4_splat(d[2 * b + 1]),
-        );
-        acc = f32x4_add(acc, f32x4_mul(f32x4_add(low, high), f32x4_splat(x.d[b])));
     }
     hsum(acc)
 }
