@@ -1,7 +1,8 @@
 //! Weight matrices that stay quantized in memory, and the matrix × vector products over
 //! them. Activations are quantized to 8 bits the way llama.cpp rounds them for each weight
 //! format ([`ActFormat`]), so the inner loop is an integer dot product that the compiler
-//! vectorizes and the products agree with llama.cpp's to the order of the sums.
+//! vectorizes; every family sums in the order of llama.cpp's AVX2 build (`super_blocks` for the
+//! K-quants), so the products equal its bits.
 
 use std::sync::OnceLock;
 
@@ -378,7 +379,9 @@ const F16_MIN_NORMAL_BITS: u32 = 0x3880_0000;
 const F16_OVERFLOW_BITS: u32 = 0x477F_F000;
 
 /// A family of product kernels. Each family gives the same bits for a row and token however
-/// the product is batched; families differ from one another in the last bits.
+/// it batches the product (the order is set by the token's [`Place`] in its pass alone), and
+/// the x86 and portable families the same bits as one another: llama.cpp's AVX2 build's
+/// (Q4_0 aside, which llama.cpp repacks; wasm SIMD has no fused multiply-add).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kernels {
     /// The portable loops, on any machine.
@@ -1117,6 +1120,8 @@ fn requantized(parts: &[(&QMatrix, &mut [f32])], xs: &[QActs]) -> Vec<Option<Vec
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod avx512_k_quants;
 mod super_blocks;
 
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
@@ -1334,7 +1339,8 @@ mod tests {
 
     #[test]
     fn batched_products_are_exactly_one_at_a_time_for_every_kernel_family() {
-        // Batched and alone must give the same bits, or a batch could change a greedy answer.
+        // Batched and alone must give the same bits, or a batch could change a greedy answer;
+        // and every family the same bits.
         // Rows of 4, 3 (an odd last pair) and 19 blocks (past the 16 a minimum step takes).
         // 7 tokens leave three after the kernels that take four; 8 leave none.
         for (cols, tokens) in [(128, 7), (96, 7), (608, 7), (128, 8)] {
@@ -1388,6 +1394,17 @@ mod tests {
                                 m.dot_row_with(kernels, r, &acts[0]).to_bits(),
                                 "{case} one token r{r}"
                             );
+                        }
+                        // Every family sums as llama.cpp's AVX2 build does (Q4_0 aside, which
+                        // it repacks), so each gives the portable loops' bits.
+                        if ty != TensorType::Q4_0 {
+                            for r in 0..rows {
+                                assert_eq!(
+                                    m.dot_row_with(kernels, r, &acts[0]).to_bits(),
+                                    m.dot_row_with(Kernels::Portable, r, &acts[0]).to_bits(),
+                                    "{case} r{r}: the portable loops' bits"
+                                );
+                            }
                         }
                     }
                 }

@@ -1,19 +1,21 @@
-//! AVX-512 VNNI kernels for Q4_1, Q8_0 and Q5_0: a tile of rows × tokens per call, two blocks per
-//! 512-bit register, `vpdpbusd` for the byte products.
+//! AVX-512 VNNI kernels for Q4_1, Q8_0 and Q5_0: a tile of rows × tokens per call, 64 bytes
+//! a 512-bit register, `vpdpbusd` for the byte products.
 //!
-//! A tile unpacks each weight pair once for its tokens and each activation pair once for its
-//! rows, so a (row, token, pair of blocks) costs a product, a conversion, a scale and an
-//! add. Every tile shape gives each (row, token) the same operations in the same order, so
-//! a row alone, a decoded token's chunk of rows and a prompt's tiles agree to the bit (a
-//! batch must never change a greedy answer).
+//! Every kernel sums as llama.cpp's AVX2 build does (`ggml_vec_dot_q8_0_q8_0`, tinyBLAS,
+//! `ggml_vec_dot_q4_1_q8_1`): eight lanes of four products a block, one fused multiply-add a
+//! lane a block, then `hsum`. So a register holds one block of two rows for a prompt's tiles
+//! (each fused multiply-add takes both rows one block on), and two consecutive blocks of one
+//! row for a decoded token, whose rows are read in place one after another (the two blocks
+//! then take two fused multiply-adds in turn). A tile unpacks each row's blocks once for its
+//! tokens; every shape gives each (row, token) the same operations in the same order, so a
+//! row alone, a decoded token's chunk of rows and a prompt's tiles agree to the bit.
 
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
 use super::{BLOCK, FormatKernels, KernelTable, PORTABLE_FORMAT, QActs, QMatrix, avx2};
 
-/// This family's kernel for each format (AVX2's for Q4_0, Q5_1 and the K-quants, whose sums
-/// follow llama.cpp's order, which is AVX2's). Every entry is safe to call only
+/// This family's kernel for each format (AVX2's for Q4_0 and Q5_1). Every entry is safe to call only
 /// where AVX-512 F, BW and VNNI and AVX2 run, which [`super::Kernels::table`] checks.
 pub(super) const TABLE: KernelTable = KernelTable {
     q4_1: TILED,
@@ -21,9 +23,15 @@ pub(super) const TABLE: KernelTable = KernelTable {
     q8_0: TILED,
     q5_0: TILED,
     q5_1: avx2::TABLE.q5_1,
-    q4k: avx2::TABLE.q4k,
-    q6k: avx2::TABLE.q6k,
+    q4k: K_QUANT_TILES,
+    q6k: K_QUANT_TILES,
     f32: PORTABLE_FORMAT,
+};
+
+/// The K-quants: AVX2's kernel for a row, sixteen rows a register over a task's rows.
+const K_QUANT_TILES: FormatKernels = FormatKernels {
+    dot: avx2::TABLE.q4k.dot,
+    rows: Some(super::avx512_k_quants::rows),
 };
 
 /// The tiles, alone or over a task's rows.
@@ -37,7 +45,7 @@ fn row_dot(w: &QMatrix, r: usize, x: &QActs) -> f32 {
     let nb = w.shape().1 / BLOCK;
     // SAFETY (each call): the features run here (see `TABLE`); the tile checks its rows and
     // tokens.
-    let [[value]] = match w {
+    match w {
         QMatrix::Q4_1 { d, m, qs, .. } => unsafe { Q4_1 { nb, d, m, qs }.one(r, x) },
         QMatrix::Q8_0 { d, qs, .. } => unsafe { Q8_0 { nb, d, qs }.one(r, x) },
         QMatrix::Q5_0 { d, qh, qs, .. } => unsafe { Q5_0 { nb, d, qh, qs }.one(r, x) },
@@ -45,11 +53,8 @@ fn row_dot(w: &QMatrix, r: usize, x: &QActs) -> f32 {
         | QMatrix::Q5_1 { .. }
         | QMatrix::Q4K { .. }
         | QMatrix::Q6K { .. }
-        | QMatrix::F32 { .. } => {
-            return w.dot_row_portable(r, x);
-        }
-    };
-    value
+        | QMatrix::F32 { .. } => w.dot_row_portable(r, x),
+    }
 }
 
 /// A task's rows against every token, by tiles.
@@ -126,12 +131,12 @@ pub trait Tiles {
     ///
     /// # Safety
     /// As [`Tiles::tile`].
-    unsafe fn one(&self, r: usize, x: &QActs) -> [[f32; 1]; 1] {
+    unsafe fn one(&self, r: usize, x: &QActs) -> f32 {
         let mut rows = Self::Rows::default();
         // SAFETY: the caller's guarantees.
         unsafe {
             self.prepare::<1>(r, &mut rows);
-            self.tile::<1, 1>(&rows, [x])
+            self.tile::<1, 1>(&rows, [x])[0][0]
         }
     }
 }
@@ -159,19 +164,25 @@ pub struct Q5_0<'a> {
     pub qs: &'a [u8],
 }
 
-/// Rows the signed tile reads: two blocks at a time as 64 signed bytes, with their scales
-/// spread over the lanes of the 32-bit sums each block's values fall in.
+/// Rows the signed tile reads: two blocks at a time (the same block of two rows) as 64
+/// signed bytes, with their scales spread over the lanes of the 32-bit sums each block's
+/// values fall in.
 trait SignedPairs {
     /// Blocks per row.
     fn nb(&self) -> usize;
     /// Rows held.
     fn rows(&self) -> usize;
-    /// Blocks `block` and `block + 1` (or `block` alone, the rest zero), requesting the
-    /// weights `rows_ahead` rows on.
+    /// Blocks `first` and `second` (by their index in the matrix; zeros where `second` is
+    /// `None`), requesting the weights `rows_ahead` rows on.
     ///
     /// # Safety
-    /// The features run here; `block` (and `block + 1` where `two`) lie inside a row.
-    unsafe fn pair(&self, block: usize, two: bool, rows_ahead: usize) -> (__m512i, __m512);
+    /// The features run here; the blocks lie inside the matrix.
+    unsafe fn pair(
+        &self,
+        first: usize,
+        second: Option<usize>,
+        rows_ahead: usize,
+    ) -> (__m512i, __m512);
 }
 
 impl SignedPairs for Q8_0<'_> {
@@ -185,14 +196,30 @@ impl SignedPairs for Q8_0<'_> {
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
     #[inline]
-    unsafe fn pair(&self, block: usize, two: bool, rows_ahead: usize) -> (__m512i, __m512) {
-        // SAFETY: the caller's guarantee: the bytes and scales of both blocks are there.
-        unsafe {
-            (
-                signed_row_pair(self.qs, self.nb, block, two, rows_ahead),
-                half_pair_scales(self.d[block..].as_ptr(), two),
-            )
+    unsafe fn pair(
+        &self,
+        first: usize,
+        second: Option<usize>,
+        rows_ahead: usize,
+    ) -> (__m512i, __m512) {
+        let ahead = rows_ahead * self.nb * BLOCK + PREFETCH_BYTES;
+        if second == Some(first + 1) {
+            // One row's two blocks lie side by side: one load (a decoded token's path).
+            let p = self.qs[first * BLOCK..(first + 2) * BLOCK].as_ptr();
+            prefetch_ahead(p.cast(), first * BLOCK, ahead);
+            // SAFETY: the two blocks' 64 bytes (sliced just above).
+            let values = unsafe { _mm512_loadu_si512(p.cast()) };
+            return (values, half_pair_scales(self.d, first, second));
         }
+        let block = |b: usize| {
+            let p = self.qs[b * BLOCK..(b + 1) * BLOCK].as_ptr();
+            prefetch_ahead(p.cast(), b * BLOCK, ahead);
+            // SAFETY: the block's 32 bytes (sliced just above).
+            unsafe { _mm256_loadu_si256(p.cast()) }
+        };
+        let high = second.map_or(_mm256_setzero_si256(), block);
+        let values = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(block(first)), high);
+        (values, half_pair_scales(self.d, first, second))
     }
 }
 
@@ -207,24 +234,37 @@ impl SignedPairs for Q5_0<'_> {
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
     #[inline]
-    unsafe fn pair(&self, block: usize, two: bool, rows_ahead: usize) -> (__m512i, __m512) {
-        let p = self.qs[block * 16..].as_ptr();
-        prefetch_ahead(p, block * 16, rows_ahead * self.nb * 16 + PREFETCH_BYTES);
-        // SAFETY: the caller's guarantee: both blocks' nibbles and scales are there.
-        let nibbles = unsafe { pair_nibbles(p, two) };
-        let high = u64::from(self.qh[block])
-            | if two {
-                u64::from(self.qh[block + 1]) << 32
-            } else {
-                0
-            };
+    unsafe fn pair(
+        &self,
+        first: usize,
+        second: Option<usize>,
+        rows_ahead: usize,
+    ) -> (__m512i, __m512) {
+        let ahead = rows_ahead * self.nb * 16 + PREFETCH_BYTES;
+        let nibbles_of = |b: usize| {
+            let p = self.qs[b * 16..(b + 1) * 16].as_ptr();
+            prefetch_ahead(p, b * 16, ahead);
+            // SAFETY: the block's 16 bytes (sliced just above).
+            unsafe { _mm_loadu_si128(p.cast()) }
+        };
+        let raw = if second == Some(first + 1) {
+            // One row's two blocks lie side by side: one load (a decoded token's path).
+            let p = self.qs[first * 16..(first + 2) * 16].as_ptr();
+            prefetch_ahead(p, first * 16, ahead);
+            // SAFETY: the two blocks' 32 bytes (sliced just above).
+            unsafe { _mm256_loadu_si256(p.cast()) }
+        } else {
+            let second_nibbles = second.map_or(_mm_setzero_si128(), nibbles_of);
+            _mm256_set_m128i(second_nibbles, nibbles_of(first))
+        };
+        let nibbles = pair_nibbles(raw);
+        let high = u64::from(self.qh[first]) | second.map_or(0, |b| u64::from(self.qh[b]) << 32);
         // q − 16: the nibble where the high bit is set, the nibble − 16 (top bits set)
         // where not; nothing past a lone block.
         let low_only = _mm512_or_si512(nibbles, _mm512_set1_epi8(0xF0u8 as i8));
         let values = _mm512_mask_mov_epi8(low_only, high, nibbles);
-        let present: __mmask64 = if two { !0 } else { 0xFFFF_FFFF };
-        // SAFETY: as above.
-        let scales = unsafe { half_pair_scales(self.d[block..].as_ptr(), two) };
+        let present: __mmask64 = if second.is_some() { !0 } else { 0xFFFF_FFFF };
+        let scales = half_pair_scales(self.d, first, second);
         (_mm512_maskz_mov_epi8(present, values), scales)
     }
 }
@@ -244,17 +284,11 @@ unsafe fn pair_scales(p: *const f32, two: bool) -> __m512 {
     spread_pair(v)
 }
 
-/// [`pair_scales`] from f16 scales (converted exactly).
+/// Blocks `first` and `second`'s f16 scales (converted exactly) spread as [`pair_scales`]
+/// spreads two (zero for a missing second).
 #[target_feature(enable = "avx512f,f16c")]
-unsafe fn half_pair_scales(p: *const u16, two: bool) -> __m512 {
-    // SAFETY: the caller's pointer holds two f16s, or one where `two` is false.
-    let bits = unsafe {
-        if two {
-            p.cast::<u32>().read_unaligned()
-        } else {
-            u32::from(p.read())
-        }
-    };
+fn half_pair_scales(d: &[u16], first: usize, second: Option<usize>) -> __m512 {
+    let bits = u32::from(d[first]) | second.map_or(0, |b| u32::from(d[b]) << 16);
     spread_pair(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
 }
 
@@ -265,19 +299,11 @@ fn spread_pair(v: __m128) -> __m512 {
     _mm512_permutexvar_ps(spread, _mm512_zextps128_ps512(v))
 }
 
-/// Two blocks' nibbles (32 bytes, or 16 and zeros) as 64 bytes in element order: block
-/// `b`'s 32 values, then block `b + 1`'s.
+/// Two blocks' nibbles (16 bytes each, the first in the low half of `raw`) as 64 bytes in
+/// element order: the first block's 32 values, then the second's.
 #[target_feature(enable = "avx512f,avx512bw")]
 #[inline]
-unsafe fn pair_nibbles(p: *const u8, two: bool) -> __m512i {
-    // SAFETY: the caller's pointer holds 32 bytes, or 16 where `two` is false.
-    let raw = unsafe {
-        if two {
-            _mm256_loadu_si256(p.cast())
-        } else {
-            _mm256_zextsi128_si256(_mm_loadu_si128(p.cast()))
-        }
-    };
+fn pair_nibbles(raw: __m256i) -> __m512i {
     // 128-bit lanes: [b low, b+1 low, b high, b+1 high] nibbles, reordered to
     // [b low, b high, b+1 low, b+1 high]: elements 0..32 of b, then of b+1.
     let both = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(raw), _mm256_srli_epi16::<4>(raw));
@@ -285,30 +311,6 @@ unsafe fn pair_nibbles(p: *const u8, two: bool) -> __m512i {
         _mm512_shuffle_i64x2::<0b11_01_10_00>(both, both),
         _mm512_set1_epi8(0x0F),
     )
-}
-
-/// Blocks `block` and `block + 1` (or `block` alone) of rows held as 32 signed bytes a
-/// block, `nb` blocks a row, requesting the weights `rows_ahead` rows on.
-///
-/// # Safety
-/// As [`SignedPairs::pair`]: `block` (and `block + 1` where `two`) lie inside `qs`.
-#[target_feature(enable = "avx512f,avx512bw")]
-#[inline]
-unsafe fn signed_row_pair(
-    qs: &[i8],
-    nb: usize,
-    block: usize,
-    two: bool,
-    rows_ahead: usize,
-) -> __m512i {
-    let p = qs[block * BLOCK..].as_ptr();
-    prefetch_ahead(
-        p.cast(),
-        block * BLOCK,
-        rows_ahead * nb * BLOCK + PREFETCH_BYTES,
-    );
-    // SAFETY: the caller's guarantee.
-    unsafe { pair_bytes(p, two) }
 }
 
 /// Two blocks of activations (64 bytes), or one and zeros.
@@ -383,7 +385,14 @@ impl Tiles for Q4_1<'_> {
                 let p = self.qs[block * 16..].as_ptr();
                 prefetch_ahead(p, block * 16, ahead);
                 // SAFETY: block `block` (and the next when `two`) lies inside the row.
-                w[i] = unsafe { pair_nibbles(p, two) };
+                let raw = unsafe {
+                    if two {
+                        _mm256_loadu_si256(p.cast())
+                    } else {
+                        _mm256_zextsi128_si256(_mm_loadu_si128(p.cast()))
+                    }
+                };
+                w[i] = pair_nibbles(raw);
                 // SAFETY: the row's scales hold block `block` (and the next when `two`).
                 dw[i] = unsafe { pair_scales(self.d[block..].as_ptr(), two) };
             }
@@ -431,29 +440,41 @@ macro_rules! signed_tiles {
                 rows: &SignedRows,
                 x: [&QActs; T],
             ) -> [[f32; T]; R] {
-                let nb = self.nb;
-                assert_eq!(rows.weights.len(), nb.div_ceil(2) * R, "rows readied for R");
-                let weights = |pair: usize, i: usize| {
-                    (rows.weights[pair * R + i], rows.scales[pair * R + i])
+                let (nb, pairs) = (self.nb, R.div_ceil(2));
+                assert_eq!(rows.weights.len(), nb * pairs, "rows readied for R");
+                let weights = |b: usize, p: usize| {
+                    (rows.weights[b * pairs + p], rows.scales[b * pairs + p])
                 };
                 // SAFETY: the caller's guarantees.
                 unsafe { signed_tile::<R, T>(weights, nb, x) }
             }
 
-            /// One row read in place: a decoded token reads each row once, so unpacking it
-            /// to memory first would only add a store and a load.
+            /// One row read in place, two of its blocks a register: a decoded token reads
+            /// each row once, so unpacking it to memory first would only add a store and a
+            /// load, and two rows read side by side fall behind the prefetcher.
             #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c,avx2,fma")]
-            unsafe fn one(&self, r: usize, x: &QActs) -> [[f32; 1]; 1] {
+            unsafe fn one(&self, r: usize, x: &QActs) -> f32 {
                 let nb = self.nb;
                 assert!(r < self.rows(), "rows past the matrix");
-                let weights = |pair: usize, _| {
-                    let b = 2 * pair;
-                    // SAFETY: block `b` (and the next where there is one) lies inside row
-                    // `r`, as do its scales.
-                    unsafe { unsigned_pair(self, r * nb + b, b + 1 < nb, 1) }
-                };
-                // SAFETY: the caller's guarantees.
-                unsafe { signed_tile::<1, 1>(weights, nb, [x]) }
+                assert!(x.qs.len() >= nb * BLOCK && x.d.len() >= nb);
+                let zero = _mm512_setzero_si512();
+                let offset = _mm512_set1_epi8(i8::MIN);
+                let mut acc = _mm256_setzero_ps();
+                for b in (0..nb).step_by(2) {
+                    let second = (b + 1 < nb).then(|| r * nb + b + 1);
+                    // SAFETY: the blocks lie inside row `r` and `x` (asserted above).
+                    let ((w, dw), (xv, dx)) = unsafe {
+                        (
+                            unsigned_pair(self, r * nb + b, second, 1),
+                            activation_pair(x, b, second.is_some()),
+                        )
+                    };
+                    // The weights are read as w + 128: each sum starts from −128 · Σx.
+                    let start = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, offset, xv));
+                    let dot = _mm512_dpbusd_epi32(start, w, xv);
+                    acc = add_pair_as_tinyblas(acc, dot, dw, dx);
+                }
+                avx2::hsum(acc)
             }
         }
     )*};
@@ -462,7 +483,7 @@ macro_rules! signed_tiles {
 signed_tiles!(Q8_0, Q5_0);
 
 /// Rows of a signed format unpacked once for every token a task reads them with (Q5_0's
-/// unpacking alone cost as much as its products): per pair of blocks and row, as
+/// unpacking alone cost as much as its products): per block and pair of rows, as
 /// [`unsigned_pair`] gives them.
 #[derive(Default)]
 pub struct SignedRows {
@@ -481,11 +502,11 @@ impl SignedRows {
         assert!(first + R <= m.rows(), "rows past the matrix");
         self.weights.clear();
         self.scales.clear();
-        for b in (0..nb).step_by(2) {
-            for i in 0..R {
-                // SAFETY: block `b` (and the next when there is one) of the row lies inside
-                // it, as do its scales.
-                let (w, d) = unsafe { unsigned_pair(m, (first + i) * nb + b, b + 1 < nb, R) };
+        for b in 0..nb {
+            for i in (0..R).step_by(2) {
+                let second = (i + 1 < R).then(|| (first + i + 1) * nb + b);
+                // SAFETY: block `b` of the rows lies inside the matrix.
+                let (w, d) = unsafe { unsigned_pair(m, (first + i) * nb + b, second, R) };
                 self.weights.push(w);
                 self.scales.push(d);
             }
@@ -502,18 +523,20 @@ impl SignedRows {
 #[inline]
 unsafe fn unsigned_pair(
     m: &impl SignedPairs,
-    block: usize,
-    two: bool,
+    first: usize,
+    second: Option<usize>,
     rows_ahead: usize,
 ) -> (__m512i, __m512) {
     // SAFETY: the caller's guarantees.
-    let (w, d) = unsafe { m.pair(block, two, rows_ahead) };
+    let (w, d) = unsafe { m.pair(first, second, rows_ahead) };
     (_mm512_xor_si512(w, _mm512_set1_epi8(i8::MIN)), d)
 }
 
-/// The tile of rows read as signed bytes (Q8_0's, Q5_0's widened, Q6_K's with a scale per
-/// 16) of `nb` blocks: `weights(pair, i)` is row `i`'s pair of blocks as [`unsigned_pair`]
-/// gives it, unpacked beforehand or in place.
+/// The tile of rows read as signed bytes (Q8_0's, Q5_0's widened) of `nb` blocks:
+/// `weights(b, p)` is block `b` of rows `2p` and `2p + 1` as [`unsigned_pair`] gives it,
+/// unpacked beforehand or in place. Each register holds one block of two rows, so a fused
+/// multiply-add takes each of their sums one block on, in llama.cpp's tinyBLAS order: eight
+/// lanes of four products, one fused multiply-add a block, then `hsum`.
 ///
 /// # Safety
 /// As for [`Tiles::tile`].
@@ -530,29 +553,38 @@ unsafe fn signed_tile<const R: usize, const T: usize>(
             .all(|xj| xj.qs.len() >= nb * BLOCK && xj.d.len() >= nb)
     );
     let offset = _mm512_set1_epi8(i8::MIN);
-    let mut acc = [[_mm256_setzero_ps(); T]; R];
-    for (pair, b) in (0..nb).step_by(2).enumerate() {
+    let pairs = R.div_ceil(2);
+    let mut acc = [[_mm512_setzero_ps(); T]; R];
+    for b in 0..nb {
         let mut w = [zero; R];
         let mut dw = [_mm512_setzero_ps(); R];
-        for i in 0..R {
-            (w[i], dw[i]) = weights(pair, i);
+        for p in 0..pairs {
+            (w[p], dw[p]) = weights(b, p);
         }
         for (j, xj) in x.iter().enumerate() {
             // SAFETY: every token holds `nb` blocks (checked on entry).
-            let (xv, dx) = unsafe { activation_pair(xj, b, b + 1 < nb) };
+            let a = unsafe { _mm256_loadu_si256(xj.qs.as_ptr().add(b * BLOCK).cast()) };
+            let xv = _mm512_broadcast_i64x4(a);
+            let dx = _mm512_set1_ps(xj.d[b]);
             // Each sum starts from −128 · Σx over its four bytes: with the weights read as
             // w + 128, the integer sums are w · x exactly.
             let start = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, offset, xv));
-            for i in 0..R {
-                let dot = _mm512_dpbusd_epi32(start, w[i], xv);
-                acc[i][j] = add_pair_as_tinyblas(acc[i][j], dot, dw[i], dx);
+            for p in 0..pairs {
+                let dot = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, w[p], xv));
+                acc[p][j] = _mm512_fmadd_ps(_mm512_mul_ps(dw[p], dx), dot, acc[p][j]);
             }
         }
     }
     let mut out = [[0f32; T]; R];
     for i in 0..R {
         for j in 0..T {
-            out[i][j] = avx2::hsum(acc[i][j]);
+            let both = acc[i / 2][j];
+            let half = if i % 2 == 0 {
+                _mm512_castps512_ps256(both)
+            } else {
+                _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(both)))
+            };
+            out[i][j] = avx2::hsum(half);
         }
     }
     out
@@ -604,7 +636,7 @@ pub unsafe fn fill<K: Tiles>(
     if n == 1 {
         for (k, o) in out.iter_mut().enumerate() {
             // SAFETY: the caller's guarantees, for this row.
-            *o = unsafe { kernel.one(first + k, &xs[0]) }[0][0];
+            *o = unsafe { kernel.one(first + k, &xs[0]) };
         }
         return;
     }

@@ -88,12 +88,12 @@ impl IntSums for Portable {
 }
 
 /// Whether Q4_K's `gemm` takes a token (in fours, from its batch's first), not `gemv`.
-fn q4k_in_fours(place: Place) -> bool {
+pub(super) fn q4k_in_fours(place: Place) -> bool {
     place.index < place.of - place.of % 4
 }
 
 /// Whether Q6_K's tiled kernel takes a token, not `ggml_vec_dot_q6_K_q8_K`.
-fn q6k_tiled(place: Place) -> bool {
+pub(super) fn q6k_tiled(place: Place) -> bool {
     place.of >= TILED_MIN_TOKENS
 }
 
