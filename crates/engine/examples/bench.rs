@@ -90,6 +90,9 @@ fn bench_cpu(
         .iter()
         .map(|t| t.size)
         .sum();
+    // A warm-up pass first, as `llama-bench` runs one: the first pass also pays for the
+    // pages of its buffers and the threads' scratch space, which a server pays once.
+    e.model.forward(prompt, &mut e.new_cache(CONTEXT), false)?;
     let mut cache = e.new_cache(CONTEXT);
     let t = Instant::now();
     let mut logits = e

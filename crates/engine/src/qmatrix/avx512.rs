@@ -173,7 +173,7 @@ trait SignedPairs {
     /// Rows held.
     fn rows(&self) -> usize;
     /// Blocks `first` and `second` (by their index in the matrix; zeros where `second` is
-    /// `None`), requesting the weights `rows_ahead` rows on.
+    /// `None`) and their scales in lanes 0 and 1, requesting the weights `rows_ahead` rows on.
     ///
     /// # Safety
     /// The features run here; the blocks lie inside the matrix.
@@ -182,7 +182,7 @@ trait SignedPairs {
         first: usize,
         second: Option<usize>,
         rows_ahead: usize,
-    ) -> (__m512i, __m512);
+    ) -> (__m512i, __m128);
 }
 
 impl SignedPairs for Q8_0<'_> {
@@ -201,7 +201,7 @@ impl SignedPairs for Q8_0<'_> {
         first: usize,
         second: Option<usize>,
         rows_ahead: usize,
-    ) -> (__m512i, __m512) {
+    ) -> (__m512i, __m128) {
         let ahead = rows_ahead * self.nb * BLOCK + PREFETCH_BYTES;
         if second == Some(first + 1) {
             // One row's two blocks lie side by side: one load (a decoded token's path).
@@ -239,7 +239,7 @@ impl SignedPairs for Q5_0<'_> {
         first: usize,
         second: Option<usize>,
         rows_ahead: usize,
-    ) -> (__m512i, __m512) {
+    ) -> (__m512i, __m128) {
         let ahead = rows_ahead * self.nb * 16 + PREFETCH_BYTES;
         let nibbles_of = |b: usize| {
             let p = self.qs[b * 16..(b + 1) * 16].as_ptr();
@@ -284,12 +284,12 @@ unsafe fn pair_scales(p: *const f32, two: bool) -> __m512 {
     spread_pair(v)
 }
 
-/// Blocks `first` and `second`'s f16 scales (converted exactly) spread as [`pair_scales`]
-/// spreads two (zero for a missing second).
+/// Blocks `first` and `second`'s f16 scales, converted exactly, in lanes 0 and 1 (zero for a
+/// missing second).
 #[target_feature(enable = "avx512f,f16c")]
-fn half_pair_scales(d: &[u16], first: usize, second: Option<usize>) -> __m512 {
+fn half_pair_scales(d: &[u16], first: usize, second: Option<usize>) -> __m128 {
     let bits = u32::from(d[first]) | second.map_or(0, |b| u32::from(d[b]) << 16);
-    spread_pair(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+    _mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32))
 }
 
 /// Lanes 0 and 1 of `v` over lanes 0..8 and 8..16.
@@ -463,16 +463,24 @@ macro_rules! signed_tiles {
                 for b in (0..nb).step_by(2) {
                     let second = (b + 1 < nb).then(|| r * nb + b + 1);
                     // SAFETY: the blocks lie inside row `r` and `x` (asserted above).
-                    let ((w, dw), (xv, dx)) = unsafe {
+                    let ((w, dw), xv, dx) = unsafe {
+                        let p = x.qs.as_ptr().add(b * BLOCK);
+                        let d = x.d.as_ptr().add(b);
                         (
                             unsigned_pair(self, r * nb + b, second, 1),
-                            activation_pair(x, b, second.is_some()),
+                            pair_bytes(p, second.is_some()),
+                            if second.is_some() {
+                                _mm_castpd_ps(_mm_load_sd(d.cast::<f64>()))
+                            } else {
+                                _mm_load_ss(d)
+                            },
                         )
                     };
                     // The weights are read as w + 128: each sum starts from −128 · Σx.
                     let start = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, offset, xv));
                     let dot = _mm512_dpbusd_epi32(start, w, xv);
-                    acc = add_pair_as_tinyblas(acc, dot, dw, dx);
+                    let scales = spread_pair(_mm_mul_ps(dw, dx));
+                    acc = add_scaled_pair(acc, dot, scales);
                 }
                 avx2::hsum(acc)
             }
@@ -508,7 +516,7 @@ impl SignedRows {
                 // SAFETY: block `b` of the rows lies inside the matrix.
                 let (w, d) = unsafe { unsigned_pair(m, (first + i) * nb + b, second, R) };
                 self.weights.push(w);
-                self.scales.push(d);
+                self.scales.push(spread_pair(d));
             }
         }
     }
@@ -526,7 +534,7 @@ unsafe fn unsigned_pair(
     first: usize,
     second: Option<usize>,
     rows_ahead: usize,
-) -> (__m512i, __m512) {
+) -> (__m512i, __m128) {
     // SAFETY: the caller's guarantees.
     let (w, d) = unsafe { m.pair(first, second, rows_ahead) };
     (_mm512_xor_si512(w, _mm512_set1_epi8(i8::MIN)), d)
@@ -602,8 +610,15 @@ fn add_pair_as_tinyblas(
     weight_scales: __m512,
     act_scales: __m512,
 ) -> __m256 {
+    add_scaled_pair(acc, dot, _mm512_mul_ps(weight_scales, act_scales))
+}
+
+/// [`add_pair_as_tinyblas`] with the blocks' products of scales already spread (lanes 0..8
+/// the first block's, 8..16 the second's).
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[inline]
+fn add_scaled_pair(acc: __m256, dot: __m512i, scales: __m512) -> __m256 {
     let sums = _mm512_cvtepi32_ps(dot);
-    let scales = _mm512_mul_ps(weight_scales, act_scales);
     let high = |v: __m512| _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
     let first = _mm256_fmadd_ps(
         _mm512_castps512_ps256(scales),
