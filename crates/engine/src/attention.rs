@@ -318,57 +318,116 @@ unsafe fn sum_block<'a, V: Lanes, const G: usize, const L: usize>(
     rows: (usize, impl Fn(usize) -> &'a [f32]),
     order: SumOrder,
 ) -> Sums {
-    let mut sums = [0f32; HEADS * MAX_BLOCK];
-    let block = L * V::WIDTH;
-    // SAFETY (each call): the caller's guarantee.
-    let mut store = |g: usize, l: usize, sum: V| unsafe {
-        sum.store(&mut sums[g * block + l * V::WIDTH..]);
-    };
-    match order {
-        SumOrder::TinyBlas => {
-            let classes = unsafe { class_sums::<V, G, L, 8>(x, &rows) };
-            for (g, l) in (0..G).flat_map(|g| (0..L).map(move |l| (g, l))) {
-                store(g, l, unsafe { hsum_classes(classes.map(|c| c[g][l])) });
+    // Each class is summed when the reduction needs it, so only a few sets are live. (No
+    // closures: a closure would not carry the caller's target features to the lanes' adds.)
+    macro_rules! class {
+        ($k:expr, $of:expr) => {
+            class_sum::<V, G, L>(x, &rows, $k, $of)
+        };
+    }
+    macro_rules! add {
+        ($a:expr, $b:expr) => {
+            add_sets::<V, G, L>($a, $b)
+        };
+    }
+    // SAFETY (every call in the reduction): the caller's guarantee.
+    let total = unsafe {
+        match order {
+            SumOrder::TinyBlas => {
+                // `hsum`: the upper four lanes onto the lower, then 2 and 3 onto 0 and 1, then 1
+                // onto 0.
+                let even = add!(
+                    add!(class!(4, 8), class!(0, 8)),
+                    add!(class!(6, 8), class!(2, 8))
+                );
+                let odd = add!(
+                    add!(class!(5, 8), class!(1, 8)),
+                    add!(class!(7, 8), class!(3, 8))
+                );
+                add!(even, odd)
+            }
+            SumOrder::VecDot => {
+                // `GGML_F32x8_REDUCE` over four vectors of eight lanes: the third onto the first
+                // and the fourth onto the second, the second onto the first; then the upper half
+                // onto the lower, and two horizontal adds.
+                let zero = [[V::splat(0.0); L]; G];
+                let mut half = [zero; 4];
+                for (k, half) in half.iter_mut().enumerate() {
+                    let mut pair = [zero; 2];
+                    for (j, lane) in pair.iter_mut().enumerate() {
+                        let k = k + 4 * j;
+                        let low = add!(class!(k, 32), class!(16 + k, 32));
+                        *lane = add!(low, add!(class!(8 + k, 32), class!(24 + k, 32)));
+                    }
+                    *half = add!(pair[0], pair[1]);
+                }
+                add!(add!(half[0], half[1]), add!(half[2], half[3]))
             }
         }
-        SumOrder::VecDot => {
-            let classes = unsafe { class_sums::<V, G, L, 32>(x, &rows) };
-            for (g, l) in (0..G).flat_map(|g| (0..L).map(move |l| (g, l))) {
-                store(g, l, unsafe { reduce_vec_dot(classes.map(|c| c[g][l])) });
-            }
+    };
+    let mut sums = [0f32; HEADS * MAX_BLOCK];
+    let block = L * V::WIDTH;
+    for (g, set) in total.iter().enumerate() {
+        for (l, v) in set.iter().enumerate() {
+            // SAFETY: the caller's guarantee.
+            unsafe { v.store(&mut sums[g * block + l * V::WIDTH..]) };
         }
     }
     sums
 }
 
-/// Each head's sums over the block for each of `C` classes of rows (row `i` in class
-/// `i mod C`), each class in order by fused multiply-adds from zero.
+/// Each head's `L` vectors of sums.
+type Set<V, const G: usize, const L: usize> = [[V; L]; G];
+
+/// Two sets of sums added lane by lane.
 ///
 /// # Safety
 /// The machine runs `V`'s instruction set.
 #[inline(always)]
-unsafe fn class_sums<'a, V: Lanes, const G: usize, const L: usize, const C: usize>(
+unsafe fn add_sets<V: Lanes, const G: usize, const L: usize>(
+    mut a: Set<V, G, L>,
+    b: Set<V, G, L>,
+) -> Set<V, G, L> {
+    for (a, b) in a.iter_mut().zip(&b) {
+        for (a, &b) in a.iter_mut().zip(b) {
+            // SAFETY: the caller's guarantee.
+            *a = unsafe { a.add(b) };
+        }
+    }
+    a
+}
+
+/// Each head's sums over the block of class `class` of `classes` (the rows `i` with
+/// `i mod classes == class`), in order by fused multiply-adds from zero.
+///
+/// # Safety
+/// The machine runs `V`'s instruction set.
+#[inline(always)]
+unsafe fn class_sum<'a, V: Lanes, const G: usize, const L: usize>(
     x: &[f32],
     (n, row): &(usize, impl Fn(usize) -> &'a [f32]),
-) -> [[[V; L]; G]; C] {
+    class: usize,
+    classes: usize,
+) -> Set<V, G, L> {
     let stride = *n;
+    assert!(x.len() >= G * stride, "a factor for every head and row");
     // SAFETY (each call): the caller's guarantee.
-    let mut classes = [[[unsafe { V::splat(0.0) }; L]; G]; C];
-    for (class, sums) in classes.iter_mut().enumerate() {
-        let mut acc = *sums;
-        for i in (class..stride).step_by(C) {
-            let row = row(i);
-            let v: [V; L] = std::array::from_fn(|l| unsafe { V::load(&row[l * V::WIDTH..]) });
-            for (g, acc) in acc.iter_mut().enumerate() {
-                let f = unsafe { V::splat(x[g * stride + i]) };
-                for (a, &v) in acc.iter_mut().zip(&v) {
-                    *a = unsafe { a.add_product(f, v) };
-                }
+    let mut acc = [[unsafe { V::splat(0.0) }; L]; G];
+    for i in (class..stride).step_by(classes) {
+        let row = row(i);
+        assert!(row.len() >= L * V::WIDTH, "the block's floats in every row");
+        let p = row.as_ptr();
+        // SAFETY: the row holds the block's `L × WIDTH` floats (asserted above).
+        let v: [V; L] = std::array::from_fn(|l| unsafe { V::load_ptr(p.add(l * V::WIDTH)) });
+        for (g, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: `x` holds `G` rows of `stride` (asserted above).
+            let f = unsafe { V::splat(*x.get_unchecked(g * stride + i)) };
+            for (a, &v) in acc.iter_mut().zip(&v) {
+                *a = unsafe { a.add_product(f, v) };
             }
         }
-        *sums = acc;
     }
-    classes
+    acc
 }
 
 /// The eight class sums added as ggml's `hsum` adds an AVX vector's lanes: the upper four onto
@@ -383,22 +442,6 @@ unsafe fn hsum_classes<V: Lanes>(p: [V; 8]) -> V {
         let even = p[4].add(p[0]).add(p[6].add(p[2]));
         let odd = p[5].add(p[1]).add(p[7].add(p[3]));
         even.add(odd)
-    }
-}
-
-/// The 32 class sums (four vectors of eight lanes) added as `GGML_F32x8_REDUCE` adds them:
-/// the third vector onto the first and the fourth onto the second, the second onto the
-/// first, its upper half onto its lower, then two horizontal adds.
-///
-/// # Safety
-/// The machine runs `V`'s instruction set.
-#[inline(always)]
-unsafe fn reduce_vec_dot<V: Lanes>(c: [V; 32]) -> V {
-    // SAFETY (each call): the caller's guarantee.
-    unsafe {
-        let lane = |k: usize| c[k].add(c[16 + k]).add(c[8 + k].add(c[24 + k]));
-        let half = |k: usize| lane(k).add(lane(k + 4));
-        half(0).add(half(1)).add(half(2).add(half(3)))
     }
 }
 

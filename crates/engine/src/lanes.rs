@@ -24,6 +24,12 @@ pub(crate) trait Lanes: Copy {
     /// As [`Lanes::splat`].
     unsafe fn load(x: &[f32]) -> Self;
 
+    /// The `WIDTH` floats from `p`.
+    ///
+    /// # Safety
+    /// As [`Lanes::splat`], and `p` points at `WIDTH` readable floats.
+    unsafe fn load_ptr(p: *const f32) -> Self;
+
     /// `self + f × x`, lane by lane, rounded once (rounded twice on wasm SIMD).
     ///
     /// # Safety
@@ -59,6 +65,11 @@ impl Lanes for f32 {
 
     unsafe fn load(x: &[f32]) -> Self {
         x[0]
+    }
+
+    unsafe fn load_ptr(p: *const f32) -> Self {
+        // SAFETY: the caller's guarantee.
+        unsafe { p.read() }
     }
 
     unsafe fn add_product(self, f: Self, x: Self) -> Self {
@@ -185,6 +196,13 @@ mod avx {
         }
 
         #[inline]
+        #[target_feature(enable = "avx")]
+        unsafe fn load_ptr(p: *const f32) -> Self {
+            // SAFETY: the caller's guarantee.
+            unsafe { _mm256_loadu_ps(p) }
+        }
+
+        #[inline]
         #[target_feature(enable = "avx,fma")]
         unsafe fn add_product(self, f: Self, x: Self) -> Self {
             _mm256_fmadd_ps(f, x, self)
@@ -261,6 +279,12 @@ mod simd128 {
         unsafe fn load(x: &[f32]) -> Self {
             // SAFETY: the slice holds the four floats read; wasm loads need no alignment.
             unsafe { v128_load(x[..4].as_ptr().cast()) }
+        }
+
+        #[inline]
+        unsafe fn load_ptr(p: *const f32) -> Self {
+            // SAFETY: the caller's guarantee; wasm loads need no alignment.
+            unsafe { v128_load(p.cast()) }
         }
 
         #[inline]

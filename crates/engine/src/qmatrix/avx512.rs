@@ -127,6 +127,15 @@ pub trait Tiles {
         x: [&QActs; T],
     ) -> [[f32; T]; R];
 
+    /// Rows `r` and `r + 1` · token `x` (a decoded token's rows, two at a time).
+    ///
+    /// # Safety
+    /// As [`Tiles::tile`].
+    unsafe fn two(&self, r: usize, x: &QActs) -> [f32; 2] {
+        // SAFETY: the caller's guarantees.
+        unsafe { [self.one(r, x), self.one(r + 1, x)] }
+    }
+
     /// Row `r` · token `x`: a tile of one.
     ///
     /// # Safety
@@ -147,6 +156,63 @@ pub struct Q4_1<'a> {
     pub d: &'a [f32],
     pub m: &'a [f32],
     pub qs: &'a [u8],
+}
+
+impl Q4_1<'_> {
+    /// Rows `r..r + N` read in place for a decoded token, two blocks a register, each pair's
+    /// two products of scales multiplied in one 128-bit register and spread once; the rows'
+    /// chains of fused multiply-adds interleave, where one row's alone waits on each add.
+    ///
+    /// # Safety
+    /// As [`Tiles::tile`].
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c,avx2,fma")]
+    unsafe fn rows_in_place<const N: usize>(&self, r: usize, x: &QActs) -> [f32; N] {
+        let nb = self.nb;
+        assert!((r + N) * nb <= self.d.len(), "rows past the matrix");
+        assert!(x.qs.len() >= nb * BLOCK && x.d.len() >= nb && x.sum.len() >= nb);
+        let (mut acc, mut mins) = ([_mm256_setzero_ps(); N], [0f32; N]);
+        for b in (0..nb).step_by(2) {
+            let two = b + 1 < nb;
+            // SAFETY: the blocks lie inside `x` (asserted above).
+            let (xv, dx) = unsafe {
+                let a = x.d.as_ptr().add(b);
+                (
+                    pair_bytes(x.qs.as_ptr().add(b * BLOCK), two),
+                    if two {
+                        _mm_castpd_ps(_mm_load_sd(a.cast::<f64>()))
+                    } else {
+                        _mm_load_ss(a)
+                    },
+                )
+            };
+            for i in 0..N {
+                let block = (r + i) * nb + b;
+                for k in 0..(nb - b).min(2) {
+                    mins[i] = self.m[block + k].mul_add(x.sum[b + k], mins[i]);
+                }
+                let p = self.qs[block * 16..].as_ptr();
+                prefetch_ahead(p, block * 16, PREFETCH_BYTES);
+                // SAFETY: the blocks lie inside row `r + i` (asserted above).
+                let (raw, dw) = unsafe {
+                    let d = self.d.as_ptr().add(block);
+                    if two {
+                        (
+                            _mm256_loadu_si256(p.cast()),
+                            _mm_castpd_ps(_mm_load_sd(d.cast::<f64>())),
+                        )
+                    } else {
+                        (
+                            _mm256_zextsi128_si256(_mm_loadu_si128(p.cast())),
+                            _mm_load_ss(d),
+                        )
+                    }
+                };
+                let dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), pair_nibbles(raw), xv);
+                acc[i] = add_scaled_pair(acc[i], dot, spread_pair(_mm_mul_ps(dw, dx)));
+            }
+        }
+        std::array::from_fn(|i| avx2::hsum(acc[i]) + mins[i])
+    }
 }
 
 /// Q8_0 rows: per block an f16 scale and 32 signed bytes.
@@ -357,6 +423,21 @@ impl Tiles for Q4_1<'_> {
     /// The first row: Q4_1's nibbles are read in place.
     type Rows = usize;
 
+    /// Two rows read in place for a decoded token: [`Q4_1::rows_in_place`] of two.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c,avx2,fma")]
+    unsafe fn two(&self, r: usize, x: &QActs) -> [f32; 2] {
+        // SAFETY: the caller's guarantees.
+        unsafe { self.rows_in_place::<2>(r, x) }
+    }
+
+    /// One row read in place for a decoded token: [`Q4_1::rows_in_place`] of one.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c,avx2,fma")]
+    unsafe fn one(&self, r: usize, x: &QActs) -> f32 {
+        // SAFETY: the caller's guarantees.
+        let [value] = unsafe { self.rows_in_place::<1>(r, x) };
+        value
+    }
+
     unsafe fn prepare<const R: usize>(&self, first: usize, rows: &mut usize) {
         *rows = first;
     }
@@ -376,8 +457,20 @@ impl Tiles for Q4_1<'_> {
         // The rows of a tile are read side by side: look past the whole tile.
         let ahead = R * nb * 16 + PREFETCH_BYTES;
         let mut acc = [[_mm256_setzero_ps(); T]; R];
+        // Σ minimum · Σ x over the blocks in a chain of its own, added after the lanes' sum
+        // as `ggml_vec_dot_q4_1_q8_1` adds it; kept beside the lanes' steps so the two chains'
+        // latencies overlap.
+        let mut mins = [[0f32; T]; R];
         for b in (0..nb).step_by(2) {
             let two = b + 1 < nb;
+            for (i, mins) in mins.iter_mut().enumerate() {
+                let m = &self.m[(first + i) * nb + b..(first + i) * nb + (b + 2).min(nb)];
+                for (mins, xj) in mins.iter_mut().zip(&x) {
+                    for (&m, &s) in m.iter().zip(&xj.sum[b..]) {
+                        *mins = m.mul_add(s, *mins);
+                    }
+                }
+            }
             let mut w = [_mm512_setzero_si512(); R];
             let mut dw = [_mm512_setzero_ps(); R];
             for i in 0..R {
@@ -405,17 +498,10 @@ impl Tiles for Q4_1<'_> {
                 }
             }
         }
-        // Σ minimum · Σ x over the blocks in a chain of its own, added after the lanes'
-        // sum, as `ggml_vec_dot_q4_1_q8_1` adds it.
         let mut out = [[0f32; T]; R];
         for i in 0..R {
-            let m = &self.m[(first + i) * nb..(first + i + 1) * nb];
-            for (j, xj) in x.iter().enumerate() {
-                let mins = m
-                    .iter()
-                    .zip(&xj.sum)
-                    .fold(0f32, |a, (&m, &s)| m.mul_add(s, a));
-                out[i][j] = avx2::hsum(acc[i][j]) + mins;
+            for j in 0..T {
+                out[i][j] = avx2::hsum(acc[i][j]) + mins[i][j];
             }
         }
         out
@@ -649,9 +735,14 @@ pub unsafe fn fill<K: Tiles>(
     // One token (decoding) reads every weight once: row by row and in place its stream stays
     // ahead of the prefetcher, where rows side by side, or unpacked first, decoded slower.
     if n == 1 {
-        for (k, o) in out.iter_mut().enumerate() {
-            // SAFETY: the caller's guarantees, for this row.
-            *o = unsafe { kernel.one(first + k, &xs[0]) };
+        let mut pairs = out.chunks_exact_mut(2);
+        for (k, o) in (&mut pairs).enumerate() {
+            // SAFETY: the caller's guarantees, for these rows.
+            o.copy_from_slice(&unsafe { kernel.two(first + 2 * k, &xs[0]) });
+        }
+        if let [o] = pairs.into_remainder() {
+            // SAFETY: as above.
+            *o = unsafe { kernel.one(first + count - 1, &xs[0]) };
         }
         return;
     }
