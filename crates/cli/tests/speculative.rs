@@ -329,7 +329,18 @@ fn a_hand_off_to_plain_streaming_continues_the_same_answer_and_survives_a_dead_c
         speculate_in_twos(cloud_url, &model, &["--hand-off-below", "1"], LIGHTHOUSE)
     };
     let out = speculate(&url);
-    assert_eq!(stdout(&out), plain);
+    // The cloud continues the same turn from the text shown, which is plain's (none of it lost
+    // or repeated). Past it the cloud reads the answer so far as a prompt, whose sums
+    // llama.cpp's order takes unlike a decoded token's, so the continuation equals plain
+    // decoding's only up to float noise: a near-tie may go the other way.
+    let (text, shown) = (
+        stdout(&out),
+        "As the last light of the day was extinguished, a lone",
+    );
+    assert!(plain.starts_with(shown), "{plain}");
+    assert!(text.starts_with(shown), "{text}");
+    assert_eq!(text.matches(shown).count(), 1, "{text}");
+    assert!(text.len() > shown.len() + 40, "the cloud continued: {text}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("4 verify calls"), "{err}");
     assert!(
@@ -337,9 +348,10 @@ fn a_hand_off_to_plain_streaming_continues_the_same_answer_and_survives_a_dead_c
         "{err}"
     );
     // Four verify answers get through; the hand-off's stream does not: the edge finishes.
+    // It continues from the same text the cloud did, the same way: the same answer.
     let proxy = dying_proxy(cloud.port, 4);
     let out = speculate(&format!("http://127.0.0.1:{proxy}"));
-    assert_eq!(stdout(&out), plain);
+    assert_eq!(stdout(&out), text);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("the hand-off to the cloud failed"), "{err}");
 }

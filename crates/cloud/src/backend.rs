@@ -112,6 +112,46 @@ impl<M: ServedModel> Served<M> {
             .map(drop)
     }
 
+    /// Runs `tokens` into `cache` in one pass and returns the last position's logits.
+    pub fn prefill_logits(
+        &self,
+        tokens: &[u32],
+        cache: &mut M::Cache,
+    ) -> Result<Vec<f32>, ModelError> {
+        self.engine.model.forward_last_blocking(tokens, cache)
+    }
+
+    /// Runs `tokens` into `cache`, each computed as decoding it alone would (logits unused):
+    /// what emitted tokens were.
+    pub fn extend_decoded(&self, tokens: &[u32], cache: &mut M::Cache) -> Result<(), ModelError> {
+        self.engine
+            .model
+            .forward_all_blocking(tokens, cache)
+            .map(drop)
+    }
+
+    /// Verifies `draft` after the cache's contents, whose last position's logits are
+    /// `last_logits` (see the engine's `speculative::verify`); `context` is every token
+    /// before the draft.
+    pub fn verify(
+        &self,
+        cache: &mut M::Cache,
+        last_logits: &[f32],
+        draft: &[u32],
+        (params, context): (&SamplingParams, &[u32]),
+        rng: &mut Rng,
+    ) -> Result<Verdict, ModelError> {
+        speculative::verify(
+            &self.engine.model,
+            cache,
+            last_logits,
+            draft,
+            params,
+            context,
+            rng,
+        )
+    }
+
     /// Verifies `draft` after `pending` (see the engine's `verify_after`).
     pub fn verify_after(
         &self,

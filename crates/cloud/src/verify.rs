@@ -30,6 +30,9 @@ const HEADROOM: usize = 64;
 struct Session<C> {
     /// Prefix and every token emitted so far; the last is pending (not in the cache yet).
     tokens: Vec<u32>,
+    /// How many of `tokens` are the prefix the session began with: the prompt, which plain
+    /// generation computes in one pass, where it decodes each emitted token alone.
+    prompt_len: usize,
     /// Holds `tokens` but the last, while live.
     cache: Option<C>,
     params: SamplingParams,
@@ -231,23 +234,44 @@ fn run<M: ServedModel>(
     } else {
         1 + draft.len()
     };
-    // The prefix but its last token goes into the cache; the last is verified with the draft,
-    // so a fresh call and a continuing one are the same pass.
-    let (pending, held) = session
-        .tokens
-        .split_last()
-        .ok_or_else(|| internal("empty session"))?;
-    let mut cache = session_cache(e, session.cache.take(), held, needed, fresh)?;
-    let verdict = e
-        .verify_after(
-            &mut cache,
-            *pending,
-            draft,
-            &session.params,
-            held,
-            &mut session.rng,
-        )
-        .map_err(internal)?;
+    let (cache, verdict) = if fresh {
+        // The prompt in one pass, as plain generation prefills it, its last logits judging
+        // the draft's first token: the same bits as the cloud's own greedy answer.
+        let mut cache = e.new_cache(needed);
+        let logits = e
+            .prefill_logits(&session.tokens, &mut cache)
+            .map_err(internal)?;
+        let verdict = e
+            .verify(
+                &mut cache,
+                &logits,
+                draft,
+                (&session.params, &session.tokens),
+                &mut session.rng,
+            )
+            .map_err(internal)?;
+        (cache, verdict)
+    } else {
+        // A continuing call brings the previous verdict's token, pending, and verifies it
+        // with the draft in one pass.
+        let (pending, held) = session
+            .tokens
+            .split_last()
+            .ok_or_else(|| internal("empty session"))?;
+        let held = (held, session.prompt_len.min(held.len()));
+        let mut cache = session_cache(e, session.cache.take(), held, needed)?;
+        let verdict = e
+            .verify_after(
+                &mut cache,
+                *pending,
+                draft,
+                &session.params,
+                held.0,
+                &mut session.rng,
+            )
+            .map_err(internal)?;
+        (cache, verdict)
+    };
     session.cache = Some(cache);
     session.tokens.extend_from_slice(&draft[..verdict.accepted]);
     session.tokens.push(verdict.next_token);
@@ -336,6 +360,7 @@ fn new_session<M: ServedModel>(
         ..Default::default()
     };
     Ok(Session {
+        prompt_len: prefix.len(),
         tokens: prefix,
         cache: None,
         rng: Rng::new(params.seed),
@@ -344,26 +369,28 @@ fn new_session<M: ServedModel>(
     })
 }
 
-/// The session's cache grown to `needed`, or, for a fresh session or one whose cache was
-/// dropped for memory or idleness, one rebuilt from `held`, transparently. A rebuild is not
+/// The session's cache grown to `needed`, or, for a session whose cache was dropped for
+/// memory or idleness, one rebuilt from `held` (its first `prompt_len` tokens the prompt, in
+/// one pass, the rest as each was decoded), transparently. A rebuild is not
 /// billed: the caller asked for a continuation, and a budget holds only its new tokens.
 fn session_cache<M: ServedModel>(
     e: &Served<M>,
     cache: Option<M::Cache>,
-    held: &[u32],
+    (held, prompt_len): (&[u32], usize),
     needed: usize,
-    fresh: bool,
 ) -> Result<M::Cache, ApiError> {
     let mut cache = match cache {
         Some(c) => c,
         None => {
             let mut c = e.new_cache(needed);
-            if !held.is_empty() {
-                e.prefill(held, &mut c).map_err(internal)?;
+            let (prompt, emitted) = held.split_at(prompt_len);
+            if !prompt.is_empty() {
+                e.prefill(prompt, &mut c).map_err(internal)?;
             }
-            if !fresh {
-                tracing::debug!(tokens = held.len(), "verify session re-prefilled");
+            if !emitted.is_empty() {
+                e.extend_decoded(emitted, &mut c).map_err(internal)?;
             }
+            tracing::debug!(tokens = held.len(), "verify session re-prefilled");
             c
         }
     };

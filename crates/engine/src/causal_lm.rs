@@ -76,6 +76,15 @@ pub trait BlockingLm: CausalLm {
     ) -> Result<Vec<f32>, ModelError> {
         ready(self.forward_last(tokens, cache))
     }
+
+    /// [`CausalLm::forward_all`], run to completion on this thread.
+    fn forward_all_blocking(
+        &self,
+        tokens: &[u32],
+        cache: &mut Self::Cache,
+    ) -> Result<Vec<Vec<f32>>, ModelError> {
+        ready(self.forward_all(tokens, cache))
+    }
 }
 
 /// The value of a pass of a [`BlockingLm`], which never waits: the shared async code runs to

@@ -61,7 +61,10 @@ async fn accept_verdict<D: CausalLm>(
     cache.rewind(keep);
     let mut feed: Vec<u32> = draft.tokens[cache.filled() - base..keep - base].to_vec();
     feed.push(verdict.next_token);
-    model.forward_last(&feed, cache).await
+    // Emitted tokens, each computed as decoding it would be: the edge then goes on from the
+    // very bits the verifier's plain decoding has.
+    let mut all = model.forward_all(&feed, cache).await?;
+    Ok(all.pop().unwrap_or_default())
 }
 
 /// Drafted tokens with the draft model's probability of each.
@@ -120,17 +123,7 @@ impl Model {
         context: &[u32],
         rng: &mut Rng,
     ) -> Result<Verdict, ModelError> {
-        let start = cache.len();
-        let all = if draft.is_empty() {
-            Vec::new()
-        } else {
-            self.forward_decoded(draft, cache)?
-        };
-        // Position i's prediction: the prefix's logits for draft[0], then draft[i-1]'s.
-        let at = |i: usize| if i == 0 { last_logits } else { &all[i - 1] };
-        let verdict = judge(at, draft, params, context, rng);
-        cache.truncate(start + verdict.accepted);
-        Ok(verdict)
+        verify(self, cache, last_logits, draft, params, context, rng)
     }
 
     /// Verifies `draft` after a `pending` token the cache does not hold yet (the previous
@@ -148,6 +141,31 @@ impl Model {
     ) -> Result<Verdict, ModelError> {
         verify_after(self, cache, pending, draft, params, context, rng)
     }
+}
+
+/// [`Model::verify`] on any model that can run synchronously: `draft` after the cache's
+/// contents, whose last position's logits are `last_logits`, in one pass that computes each
+/// drafted position as decoding it would.
+pub fn verify<M: BlockingLm>(
+    model: &M,
+    cache: &mut M::Cache,
+    last_logits: &[f32],
+    draft: &[u32],
+    params: &SamplingParams,
+    context: &[u32],
+    rng: &mut Rng,
+) -> Result<Verdict, ModelError> {
+    let start = cache.filled();
+    let all = if draft.is_empty() {
+        Vec::new()
+    } else {
+        ready(model.forward_all(draft, cache))?
+    };
+    // Position i's prediction: the prefix's logits for draft[0], then draft[i-1]'s.
+    let at = |i: usize| if i == 0 { last_logits } else { &all[i - 1] };
+    let verdict = judge(at, draft, params, context, rng);
+    cache.rewind(start + verdict.accepted);
+    Ok(verdict)
 }
 
 /// Verifies `draft` after a `pending` token the cache does not hold yet, on any model that
