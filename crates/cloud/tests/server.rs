@@ -517,21 +517,29 @@ fn post_verify(port: u16, body: serde_json::Value) -> (u16, serde_json::Value) {
     (status, serde_json::from_str(&text).expect("json"))
 }
 
-/// The greedy continuation of `prefix`, one stateless verify call per token.
+/// The greedy continuation of `prefix`, one verify call per token in one session.
 fn greedy_tokens(port: u16, prefix: &[u32], n: usize) -> Vec<u32> {
-    let mut out = Vec::new();
+    // One session, a draft of one arbitrary token a call: the server decodes each emitted
+    // token as plain generation does (a fresh call per step would read the answer so far as a
+    // prompt, whose sums llama.cpp's order takes otherwise).
+    let session = format!(
+        "greedy-{}",
+        prefix.iter().map(u32::to_string).collect::<String>()
+    );
+    let (mut out, mut held) = (Vec::new(), serde_json::Value::Null);
     while out.len() < n {
-        let mut pre = prefix.to_vec();
-        pre.extend(&out);
-        let (status, v) = post_verify(
-            port,
-            serde_json::json!({"prefix_tokens": pre, "draft_tokens": [0]}),
-        );
+        let body = if out.is_empty() {
+            serde_json::json!({"session": session, "prefix_tokens": prefix, "draft_tokens": [0]})
+        } else {
+            serde_json::json!({"session": session, "session_length": held, "draft_tokens": [0]})
+        };
+        let (status, v) = post_verify(port, body);
         assert_eq!(status, 200, "{v}");
         if v["accepted"] == 1 {
             out.push(0);
         }
         out.push(v["next_token"].as_u64().expect("next") as u32);
+        held = v["session_length"].clone();
     }
     out.truncate(n);
     out
