@@ -243,7 +243,6 @@ fn simd_kernels_match_the_portable_dot_products() {
     let x: Vec<f32> = (0..cols)
         .map(|i| ((i * 31 % 23) as f32 / 7.0) - 1.6)
         .collect();
-    let acts = QActs::quantize(&x);
     // The K-quants' super-blocks hold 256 values: their rows are 256 wide.
     let w6: Vec<f32> = (0..rows * 256)
         .map(|i| ((i * 7919 % 211) as f32 - 105.0) / 60.0)
@@ -251,20 +250,22 @@ fn simd_kernels_match_the_portable_dot_products() {
     let x6: Vec<f32> = (0..256)
         .map(|i| ((i * 31 % 23) as f32 / 7.0) - 1.6)
         .collect();
-    let acts6 = QActs::quantize(&x6);
     for (ty, bytes) in [
         (TensorType::Q4_1, encode::q4_1(&w)),
         (TensorType::Q8_0, encode::q8_0(&w)),
         (TensorType::Q5_0, encode::q5_0(&w)),
         (TensorType::Q5_1, encode::q5_1(&w)),
+        (TensorType::Q4_K, encode::q4_k(&w6)),
         (TensorType::Q6_K, encode::q6_k(&w6)),
         (TensorType::Q5_K, encode::q5_k(&w6)),
     ] {
-        let (cols, acts) = match ty {
-            TensorType::Q6_K | TensorType::Q5_K => (256, &acts6),
-            _ => (cols, &acts),
+        let (cols, x) = match ty {
+            TensorType::Q4_K | TensorType::Q6_K | TensorType::Q5_K => (256, &x6),
+            _ => (cols, &x),
         };
         let m = QMatrix::from_gguf(ty, &bytes, rows, cols).expect("matrix");
+        // In the rounding each format's products take (the K-quants' Q8_K with its sums).
+        let acts = &QActs::quantize_as(x, m.act_format());
         for r in 0..rows {
             let (fast, portable) = (m.dot_row(r, acts), m.dot_row_portable(r, acts));
             assert!(
