@@ -278,7 +278,13 @@ test("speculative decoding: the page drafts, the cloud verifies, the text is the
     assert.match(r.handed.meta.reasons.join(" "), /handed to plain streaming/);
     assert.equal(r.handed.meta.degraded, null);
     assert.equal(r.handed.usage.completion_tokens, r.longCloud.usage.completion_tokens);
-    assert.equal(r.handed.text, r.longCloud.text, "the cloud continued its own greedy answer");
+    // The cloud continues the same turn from the text shown, which is its own greedy answer's
+    // (kept once). Past it the cloud reads the answer so far as a prompt, whose sums
+    // llama.cpp's order takes unlike a decoded token's, so the rest equals its plain greedy
+    // answer only up to float noise.
+    const shown = r.handed.text.slice(0, 100);
+    assert.ok(r.longCloud.text.startsWith(shown), `${r.handed.text}\n${r.longCloud.text}`);
+    assert.equal(r.handed.text.split(shown).length, 2, "the shown text is kept once");
     // The verify calls carried the page's versions: the tenant sees acceptance by policy.
     const byPolicy = (await (await admin(worker.url, "GET", `/v1/tenants/${TENANT}/usage?group_by=policy_version`)).json()).groups;
     const spec = byPolicy.find((g) => g.speculative_acceptance !== null);
@@ -513,7 +519,10 @@ test("edge answers are reported to the worker, counts and versions only, and wit
     const token = mintToken({ origin: stack.webUrl, sid: "usage-edge" });
     const prompt = "Name a colour of the sky.";
     const r = await inPage(page, async (Straddle, _E, config, { token, prompt }) => {
-      const s = await Straddle.create({ ...config, token });
+      // A cascade that lets any edge answer stand: this test is about what is reported, and
+      // the default one sits near this answer's mean entropy (3.5 nats over 8 tokens).
+      const s = await Straddle.create({ ...config, token, policy: { preset: "balanced",
+        cascade: { window: 8, min_mean_logprob: -100, max_mean_entropy: 100, detect_refusals: false } } });
       const messages = [{ role: "user", content: prompt }];
       const a = await s.chat.completions.create({ messages, max_tokens: 8, straddle: { route: "edge" } });
       const c = await s.chat.completions.create({ messages, max_tokens: 8, straddle: { route: "cloud" } });
