@@ -106,10 +106,7 @@ impl<M: ServedModel> Served<M> {
 
     /// Runs `tokens` into `cache` (logits unused).
     pub fn prefill(&self, tokens: &[u32], cache: &mut M::Cache) -> Result<(), ModelError> {
-        self.engine
-            .model
-            .forward_last_blocking(tokens, cache)
-            .map(drop)
+        self.prefill_logits(tokens, cache).map(drop)
     }
 
     /// Runs `tokens` into `cache` in one pass and returns the last position's logits.

@@ -417,8 +417,29 @@ impl Model {
         cache: &mut KvCache,
         all_logits: bool,
     ) -> Result<Vec<Vec<f32>>, ModelError> {
-        let start = cache.len();
-        let n = tokens.len();
+        self.forward_sequence(tokens, cache, (all_logits, Numerics::Together))
+    }
+
+    /// Every position's logits for `tokens` after the cache's contents, each position
+    /// computed to the bits decoding it alone gives (in one pass): what verifying a draft
+    /// needs, so that speculation reproduces plain greedy decoding exactly.
+    pub fn forward_decoded(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+    ) -> Result<Vec<Vec<f32>>, ModelError> {
+        self.forward_sequence(tokens, cache, (true, Numerics::Alone))
+    }
+
+    /// One sequence's `tokens` after the cache's contents, computed as `numerics` says: every
+    /// position's logits, or the last one's.
+    fn forward_sequence(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        (all_logits, numerics): (bool, Numerics),
+    ) -> Result<Vec<Vec<f32>>, ModelError> {
+        let (start, n) = (cache.len(), tokens.len());
         if n == 0 {
             return Ok(Vec::new());
         }
@@ -434,29 +455,7 @@ impl Model {
         } else {
             vec![n - 1]
         };
-        let logits =
-            self.forward_rows(tokens, &rows, &mut [cache], (&wanted, Numerics::Together))?;
-        Ok(logits)
-    }
-
-    /// Every position's logits for `tokens` after the cache's contents, each position
-    /// computed to the bits decoding it alone gives (in one pass): what verifying a draft
-    /// needs, so that speculation reproduces plain greedy decoding exactly.
-    pub fn forward_decoded(
-        &self,
-        tokens: &[u32],
-        cache: &mut KvCache,
-    ) -> Result<Vec<Vec<f32>>, ModelError> {
-        let (start, n) = (cache.len(), tokens.len());
-        if start + n > cache.capacity() {
-            return Err(ModelError::ContextFull {
-                needed: start + n,
-                capacity: cache.capacity(),
-            });
-        }
-        let rows: Vec<(usize, usize)> = (0..n).map(|t| (0, start + t)).collect();
-        let wanted: Vec<usize> = (0..n).collect();
-        self.forward_rows(tokens, &rows, &mut [cache], (&wanted, Numerics::Alone))
+        self.forward_rows(tokens, &rows, &mut [cache], (&wanted, numerics))
     }
 
     /// One decode step for several sequences at once: token `i` goes to `caches[i]` at its next

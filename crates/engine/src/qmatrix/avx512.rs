@@ -174,17 +174,7 @@ impl Q4_1<'_> {
         for b in (0..nb).step_by(2) {
             let two = b + 1 < nb;
             // SAFETY: the blocks lie inside `x` (asserted above).
-            let (xv, dx) = unsafe {
-                let a = x.d.as_ptr().add(b);
-                (
-                    pair_bytes(x.qs.as_ptr().add(b * BLOCK), two),
-                    if two {
-                        _mm_castpd_ps(_mm_load_sd(a.cast::<f64>()))
-                    } else {
-                        _mm_load_ss(a)
-                    },
-                )
-            };
+            let (xv, dx) = unsafe { token_pair(x, b, two) };
             for i in 0..N {
                 let block = (r + i) * nb + b;
                 for k in 0..(nb - b).min(2) {
@@ -195,17 +185,7 @@ impl Q4_1<'_> {
                 // SAFETY: the blocks lie inside row `r + i` (asserted above).
                 let (raw, dw) = unsafe {
                     let d = self.d.as_ptr().add(block);
-                    if two {
-                        (
-                            _mm256_loadu_si256(p.cast()),
-                            _mm_castpd_ps(_mm_load_sd(d.cast::<f64>())),
-                        )
-                    } else {
-                        (
-                            _mm256_zextsi128_si256(_mm_loadu_si128(p.cast())),
-                            _mm_load_ss(d),
-                        )
-                    }
+                    (pair_packed_nibbles(p, two), pair_floats(d, two))
                 };
                 let dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), pair_nibbles(raw), xv);
                 acc[i] = add_scaled_pair(acc[i], dot, spread_pair(_mm_mul_ps(dw, dx)));
@@ -339,15 +319,42 @@ impl SignedPairs for Q5_0<'_> {
 /// (zero where `two` is false: a row's odd last block).
 #[target_feature(enable = "avx512f")]
 unsafe fn pair_scales(p: *const f32, two: bool) -> __m512 {
-    // SAFETY: the caller's pointer holds two floats, or one where `two` is false.
-    let v = unsafe {
+    // SAFETY: the caller's guarantee.
+    spread_pair(unsafe { pair_floats(p, two) })
+}
+
+/// Two consecutive floats in lanes 0 and 1 (the second zero where `two` is false).
+///
+/// # Safety
+/// `p` holds two floats, or one where `two` is false.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn pair_floats(p: *const f32, two: bool) -> __m128 {
+    // SAFETY: the caller's guarantee.
+    unsafe {
         if two {
             _mm_castpd_ps(_mm_load_sd(p.cast::<f64>()))
         } else {
             _mm_load_ss(p)
         }
-    };
-    spread_pair(v)
+    }
+}
+
+/// Two consecutive Q4_1 blocks' nibbles (32 bytes), or one's and zeros.
+///
+/// # Safety
+/// `p` holds 32 bytes, or 16 where `two` is false.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn pair_packed_nibbles(p: *const u8, two: bool) -> __m256i {
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        if two {
+            _mm256_loadu_si256(p.cast())
+        } else {
+            _mm256_zextsi128_si256(_mm_loadu_si128(p.cast()))
+        }
+    }
 }
 
 /// Blocks `first` and `second`'s f16 scales, converted exactly, in lanes 0 and 1 (zero for a
@@ -401,10 +408,23 @@ unsafe fn pair_bytes(p: *const i8, two: bool) -> __m512i {
 #[inline]
 unsafe fn activation_pair(x: &QActs, b: usize, two: bool) -> (__m512i, __m512) {
     // SAFETY: the caller's guarantee.
+    let (bytes, scales) = unsafe { token_pair(x, b, two) };
+    (bytes, spread_pair(scales))
+}
+
+/// [`activation_pair`] with the two scales in lanes 0 and 1, not yet spread (a decoded row
+/// multiplies them by its own first).
+///
+/// # Safety
+/// As [`activation_pair`].
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+unsafe fn token_pair(x: &QActs, b: usize, two: bool) -> (__m512i, __m128) {
+    // SAFETY: the caller's guarantee.
     unsafe {
         (
             pair_bytes(x.qs.as_ptr().add(b * BLOCK), two),
-            pair_scales(x.d.as_ptr().add(b), two),
+            pair_floats(x.d.as_ptr().add(b), two),
         )
     }
 }
@@ -478,14 +498,7 @@ impl Tiles for Q4_1<'_> {
                 let p = self.qs[block * 16..].as_ptr();
                 prefetch_ahead(p, block * 16, ahead);
                 // SAFETY: block `block` (and the next when `two`) lies inside the row.
-                let raw = unsafe {
-                    if two {
-                        _mm256_loadu_si256(p.cast())
-                    } else {
-                        _mm256_zextsi128_si256(_mm_loadu_si128(p.cast()))
-                    }
-                };
-                w[i] = pair_nibbles(raw);
+                w[i] = pair_nibbles(unsafe { pair_packed_nibbles(p, two) });
                 // SAFETY: the row's scales hold block `block` (and the next when `two`).
                 dw[i] = unsafe { pair_scales(self.d[block..].as_ptr(), two) };
             }
@@ -549,17 +562,10 @@ macro_rules! signed_tiles {
                 for b in (0..nb).step_by(2) {
                     let second = (b + 1 < nb).then(|| r * nb + b + 1);
                     // SAFETY: the blocks lie inside row `r` and `x` (asserted above).
-                    let ((w, dw), xv, dx) = unsafe {
-                        let p = x.qs.as_ptr().add(b * BLOCK);
-                        let d = x.d.as_ptr().add(b);
+                    let ((w, dw), (xv, dx)) = unsafe {
                         (
                             unsigned_pair(self, r * nb + b, second, 1),
-                            pair_bytes(p, second.is_some()),
-                            if second.is_some() {
-                                _mm_castpd_ps(_mm_load_sd(d.cast::<f64>()))
-                            } else {
-                                _mm_load_ss(d)
-                            },
+                            token_pair(x, b, second.is_some()),
                         )
                     };
                     // The weights are read as w + 128: each sum starts from −128 · Σx.

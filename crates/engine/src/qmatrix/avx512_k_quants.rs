@@ -23,6 +23,13 @@ const TOKENS: usize = 4;
 /// Rows `first..first + count` against every token of `xs` into `out[k * xs.len() + t]`.
 pub(super) fn rows(w: &QMatrix, first: usize, count: usize, xs: &[QActs], out: &mut [f32]) {
     let n = xs.len();
+    if n == 1 {
+        // A decoded token: each row alone.
+        for (k, o) in out.iter_mut().enumerate() {
+            *o = (avx2::TABLE.q4k.dot)(w, first + k, &xs[0]);
+        }
+        return;
+    }
     let tiled: Vec<usize> = (0..n).filter(|&t| takes_tiles(w, &xs[t])).collect();
     let mut in_tiles = vec![false; n];
     tiled.iter().for_each(|&t| in_tiles[t] = true);
@@ -39,7 +46,7 @@ pub(super) fn rows(w: &QMatrix, first: usize, count: usize, xs: &[QActs], out: &
                 panel.unpack(w, first + k);
                 for block in tiled.chunks(TOKENS) {
                     let values = panel.tile(w, block, xs);
-                    for (t, v) in block.iter().zip(values) {
+                    for (&t, v) in block.iter().zip(&values) {
                         for (r, v) in v.iter().enumerate() {
                             out[(k + r) * n + t] = *v;
                         }
@@ -178,28 +185,27 @@ impl Panel {
     /// AVX-512 F, BW and VNNI run here; the panel holds `w`'s rows; every token holds the
     /// matrix's columns in Q8_K.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn tile(&self, w: &QMatrix, tokens: &[usize], xs: &[QActs]) -> Vec<[f32; LANES]> {
-        let x: Vec<&QActs> = tokens.iter().map(|&t| &xs[t]).collect();
+    unsafe fn tile(&self, w: &QMatrix, tokens: &[usize], xs: &[QActs]) -> [[f32; LANES]; TOKENS] {
+        let x: [&QActs; TOKENS] = std::array::from_fn(|j| &xs[tokens[j.min(tokens.len() - 1)]]);
+        let x = &x[..tokens.len()];
         let sums = match w {
             // SAFETY: the caller's guarantees.
-            QMatrix::Q4K { .. } => unsafe { self.q4k(&x) },
-            QMatrix::Q6K { .. } => unsafe { self.q6k(&x) },
+            QMatrix::Q4K { .. } => unsafe { self.q4k(x) },
+            QMatrix::Q6K { .. } => unsafe { self.q6k(x) },
             _ => unreachable!("a K-quant matrix"),
         };
-        sums.iter()
-            .map(|&v| {
-                let mut out = [0f32; LANES];
-                // SAFETY: sixteen floats.
-                unsafe { _mm512_storeu_ps(out.as_mut_ptr(), v) };
-                out
-            })
-            .collect()
+        sums.map(|v| {
+            let mut out = [0f32; LANES];
+            // SAFETY: sixteen floats.
+            unsafe { _mm512_storeu_ps(out.as_mut_ptr(), v) };
+            out
+        })
     }
 
     /// Q4_K: per token, the scaled sums' chain less the minimums' chain, each a link a pair
     /// of sub-blocks (`gemm`) or a super-block (`gemv`), as the token's place has it.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn q4k(&self, x: &[&QActs]) -> Vec<__m512> {
+    unsafe fn q4k(&self, x: &[&QActs]) -> [__m512; TOKENS] {
         let zero = _mm512_setzero_si512();
         let (mut acc, mut acc_min) = ([_mm512_setzero_ps(); TOKENS], [_mm512_setzero_ps(); TOKENS]);
         let fours: [bool; TOKENS] =
@@ -252,15 +258,13 @@ impl Panel {
                 }
             }
         }
-        (0..x.len())
-            .map(|t| _mm512_sub_ps(acc[t], acc_min[t]))
-            .collect()
+        std::array::from_fn(|t| _mm512_sub_ps(acc[t], acc_min[t]))
     }
 
     /// Q6_K in the tiled kernel's order: per super-block one integer, Σ sc·(q − 32)·x, times
     /// the row's scale, fused into the output with the token's.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn q6k(&self, x: &[&QActs]) -> Vec<__m512> {
+    unsafe fn q6k(&self, x: &[&QActs]) -> [__m512; TOKENS] {
         let zero = _mm512_setzero_si512();
         let mut acc = [_mm512_setzero_ps(); TOKENS];
         for (s, &d) in self.d.iter().enumerate() {
@@ -280,7 +284,7 @@ impl Panel {
                 acc[t] = _mm512_fmadd_ps(result, _mm512_set1_ps(xt.d[s * 8]), acc[t]);
             }
         }
-        acc[..x.len()].to_vec()
+        acc
     }
 }
 
