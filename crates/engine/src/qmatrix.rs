@@ -859,9 +859,17 @@ impl QMatrix {
     #[inline]
     #[allow(dead_code)] // on targets without a kernel
     fn row_blocks(&self, r: usize) -> RowBlocks<'_> {
+        self.rows_blocks(r, 1)
+    }
+
+    /// The blocks of rows `r..r + count`, one row's after another's.
+    #[inline]
+    #[allow(dead_code)] // on targets without a kernel
+    fn rows_blocks(&self, r: usize, count: usize) -> RowBlocks<'_> {
         let nb = self.shape().1 / BLOCK;
-        let blocks = r * nb..(r + 1) * nb;
-        let nibbles = r * nb * 16..(r + 1) * nb * 16;
+        let end = r + count;
+        let blocks = r * nb..end * nb;
+        let nibbles = r * nb * 16..end * nb * 16;
         match self {
             QMatrix::Q4_1 { d, m, qs, .. } => RowBlocks::Q4_1 {
                 d: &d[blocks.clone()],
@@ -874,7 +882,7 @@ impl QMatrix {
             },
             QMatrix::Q8_0 { d, qs, .. } => RowBlocks::Q8_0 {
                 d: &d[blocks],
-                qs: &qs[r * nb * BLOCK..(r + 1) * nb * BLOCK],
+                qs: &qs[r * nb * BLOCK..end * nb * BLOCK],
             },
             QMatrix::Q5_0 { d, qh, qs, .. } => RowBlocks::Q5_0 {
                 d: &d[blocks.clone()],
@@ -884,7 +892,7 @@ impl QMatrix {
             QMatrix::Q5_1 { d, m, qs, .. } => RowBlocks::Q5_1 {
                 d: &d[blocks.clone()],
                 m: &m[blocks],
-                qs: &qs[r * nb * BLOCK..(r + 1) * nb * BLOCK],
+                qs: &qs[r * nb * BLOCK..end * nb * BLOCK],
             },
             QMatrix::Q4K {
                 d, dmin, sc, m, qs, ..
@@ -898,7 +906,7 @@ impl QMatrix {
             QMatrix::Q6K { d, sc, qs, .. } => RowBlocks::Q6K {
                 d: &d[blocks.start / 8..blocks.end / 8],
                 sc: &sc[2 * blocks.start..2 * blocks.end],
-                qs: &qs[r * nb * BLOCK..(r + 1) * nb * BLOCK],
+                qs: &qs[r * nb * BLOCK..end * nb * BLOCK],
             },
             QMatrix::F32 { .. } => RowBlocks::Other,
         }

@@ -243,11 +243,11 @@ fn simd_kernels_match_the_portable_dot_products() {
     let x: Vec<f32> = (0..cols)
         .map(|i| ((i * 31 % 23) as f32 / 7.0) - 1.6)
         .collect();
-    // The K-quants' super-blocks hold 256 values: their rows are 256 wide.
-    let w6: Vec<f32> = (0..rows * 256)
+    // The K-quants' super-blocks hold 256 values: their rows are two of them wide.
+    let w6: Vec<f32> = (0..rows * 512)
         .map(|i| ((i * 7919 % 211) as f32 - 105.0) / 60.0)
         .collect();
-    let x6: Vec<f32> = (0..256)
+    let x6: Vec<f32> = (0..512)
         .map(|i| ((i * 31 % 23) as f32 / 7.0) - 1.6)
         .collect();
     for (ty, bytes) in [
@@ -260,7 +260,7 @@ fn simd_kernels_match_the_portable_dot_products() {
         (TensorType::Q5_K, encode::q5_k(&w6)),
     ] {
         let (cols, x) = match ty {
-            TensorType::Q4_K | TensorType::Q6_K | TensorType::Q5_K => (256, &x6),
+            TensorType::Q4_K | TensorType::Q6_K | TensorType::Q5_K => (512, &x6),
             _ => (cols, &x),
         };
         let m = QMatrix::from_gguf(ty, &bytes, rows, cols).expect("matrix");
@@ -272,6 +272,20 @@ fn simd_kernels_match_the_portable_dot_products() {
                 (fast - portable).abs() <= 1e-4 * portable.abs().max(1.0),
                 "{ty:?} row {r}: {fast} vs {portable}"
             );
+        }
+        // The product takes rows in pairs (an odd count leaves one), for one token or several.
+        for tokens in [1, 3] {
+            let xs = vec![acts.clone(); tokens];
+            let mut out = vec![0f32; tokens * rows];
+            m.matmul(&xs, &mut out);
+            for (i, &fast) in out.iter().enumerate() {
+                let portable = m.dot_row_portable(i % rows, acts);
+                assert!(
+                    (fast - portable).abs() <= 1e-4 * portable.abs().max(1.0),
+                    "{ty:?} {tokens} tokens, row {}: {fast} vs {portable}",
+                    i % rows
+                );
+            }
         }
     }
 }

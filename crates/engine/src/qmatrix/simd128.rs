@@ -22,24 +22,70 @@ pub(super) const TABLE: KernelTable = KernelTable {
     f32: PORTABLE_FORMAT,
 };
 
-/// One row at a time with the format's kernel.
+/// The format's kernel, two rows at a time where it has one for two.
 const SIMD: FormatKernels = FormatKernels {
     dot: row_dot,
-    rows: None,
+    rows: Some(rows_in_pairs),
 };
 
 /// Row `r` · `x` with the format's SIMD128 kernel.
 fn row_dot(w: &QMatrix, r: usize, x: &QActs) -> f32 {
     match w.row_blocks(r) {
-        RowBlocks::Q4_1 { d, m, qs } => dot_q4_1(d, m, qs, x),
-        RowBlocks::Q8_0 { d, qs } => dot_q8_0(d, qs, x),
-        RowBlocks::Q5_0 { d, qh, qs } => dot_q5_0(d, qh, qs, x),
-        RowBlocks::Q5_1 { d, m, qs } => dot_q5_1(d, m, qs, x),
-        blocks @ (RowBlocks::Q4K { .. } | RowBlocks::Q6K { .. }) => {
-            // SAFETY: wasm SIMD runs wherever this module does.
-            unsafe { super_blocks::dot::<Simd128>(blocks, x) }
-        }
+        RowBlocks::Q4K { .. } | RowBlocks::Q6K { .. } => k_quant_dot(w, r, x),
         RowBlocks::Q4_0 { .. } | RowBlocks::Other => w.dot_row_portable(r, x),
+        blocks => {
+            let [value] = block_rows::<1>(blocks, x);
+            value
+        }
+    }
+}
+
+/// Rows `first..first + count` × every token of `xs` into `out[k * xs.len() + t]`, a pair of
+/// rows against each token in turn: the token's loads and widening serve both rows.
+fn rows_in_pairs(w: &QMatrix, first: usize, count: usize, xs: &[QActs], out: &mut [f32]) {
+    let n = xs.len();
+    for k in (0..count).step_by(2) {
+        for (t, x) in xs.iter().enumerate() {
+            if k + 1 < count
+                && let Some([a, b]) = pair_dot(w, first + k, x)
+            {
+                (out[k * n + t], out[(k + 1) * n + t]) = (a, b);
+                continue;
+            }
+            for j in k..(k + 2).min(count) {
+                out[j * n + t] = row_dot(w, first + j, x);
+            }
+        }
+    }
+}
+
+/// Rows `r` and `r + 1` · `x` in one pass over the token's blocks, for the formats of 32-value
+/// blocks; `None` for the others.
+fn pair_dot(w: &QMatrix, r: usize, x: &QActs) -> Option<[f32; 2]> {
+    match w.rows_blocks(r, 2) {
+        blocks @ (RowBlocks::Q4_1 { .. }
+        | RowBlocks::Q5_1 { .. }
+        | RowBlocks::Q8_0 { .. }
+        | RowBlocks::Q5_0 { .. }) => Some(block_rows::<2>(blocks, x)),
+        _ => None,
+    }
+}
+
+/// A K-quant row `r` · `x`: `super_blocks`' steps over this family's integer sums.
+fn k_quant_dot(w: &QMatrix, r: usize, x: &QActs) -> f32 {
+    // SAFETY: wasm SIMD runs wherever this module does.
+    unsafe { super_blocks::dot::<Simd128>(w.row_blocks(r), x) }
+}
+
+/// `N` consecutive rows' `blocks` (Q4_1, Q5_1, Q8_0 or Q5_0) · `x`.
+#[inline(always)]
+fn block_rows<const N: usize>(blocks: RowBlocks<'_>, x: &QActs) -> [f32; N] {
+    match blocks {
+        RowBlocks::Q4_1 { d, m, qs } => dot_q4_1::<N>(d, m, qs, x),
+        RowBlocks::Q5_1 { d, m, qs } => dot_q5_1::<N>(d, m, qs, x),
+        RowBlocks::Q8_0 { d, qs } => dot_q8_0::<N>(d, qs, x),
+        RowBlocks::Q5_0 { d, qh, qs } => dot_q5_0::<N>(d, qh, qs, x),
+        _ => unreachable!("a format of 32-value blocks with a SIMD kernel"),
     }
 }
 
@@ -48,11 +94,18 @@ struct Simd128;
 
 impl IntSums for Simd128 {
     unsafe fn q4k(row: &Q4KRow<'_>, s: usize, x: &QActs) -> ([i32; 4], [i32; 4]) {
-        let (mut scaled, mut mins) = ([0; 4], [0; 4]);
+        let first = s * 8;
+        assert!(
+            (first + 8) * 16 <= row.qs.len()
+                && (first + 8) * BLOCK <= x.qs.len()
+                && (first + 8) * 2 <= x.bsums.len()
+                && first + 8 <= row.sc.len().min(row.m.len())
+        );
         let mask = u8x16_splat(0x0F);
+        // Each pair's sums stay in four lanes until the end: one reduction a super-block.
+        let mut pairs = [i32x4_splat(0); 4];
         for j in 0..8 {
-            let b = s * 8 + j;
-            assert!((b + 1) * 16 <= row.qs.len() && (b + 1) * BLOCK <= x.qs.len());
+            let b = first + j;
             // SAFETY: the assert above puts block b inside both; no alignment needed.
             let (raw, x0, x1) = unsafe {
                 (
@@ -63,10 +116,32 @@ impl IntSums for Simd128 {
             };
             // Nibbles are below 16, so they read as signed bytes too.
             let sums = i32x4_add(dot16(v128_and(raw, mask), x0), dot16(u8x16_shr(raw, 4), x1));
-            scaled[j / 2] += i32::from(row.sc[b]) * hsum_i32(sums);
-            mins[j / 2] += i32::from(row.m[b]) * (x.bsums[2 * b] + x.bsums[2 * b + 1]);
+            let scaled = i32x4_mul(sums, i32x4_splat(i32::from(row.sc[b])));
+            pairs[j / 2] = i32x4_add(pairs[j / 2], scaled);
         }
-        (scaled, mins)
+        // SAFETY: the assert above puts the super-block's sixteen sums inside `bsums`.
+        let sixteens: [v128; 4] = std::array::from_fn(|i| unsafe {
+            v128_load(x.bsums.as_ptr().add(first * 2 + 4 * i) as *const v128)
+        });
+        let sub_blocks = [
+            add_neighbours(sixteens[0], sixteens[1]),
+            add_neighbours(sixteens[2], sixteens[3]),
+        ];
+        let m = &row.m[first..first + 8];
+        let mins = [
+            i32x4_mul(
+                sub_blocks[0],
+                u32x4(m[0].into(), m[1].into(), m[2].into(), m[3].into()),
+            ),
+            i32x4_mul(
+                sub_blocks[1],
+                u32x4(m[4].into(), m[5].into(), m[6].into(), m[7].into()),
+            ),
+        ];
+        (
+            lanes(sum_each(pairs)),
+            lanes(add_neighbours(mins[0], mins[1])),
+        )
     }
 
     unsafe fn q6k(row: &Q6KRow<'_>, s: usize, x: &QActs) -> [i32; 8] {
@@ -74,9 +149,9 @@ impl IntSums for Simd128 {
         assert!(start + QK_K <= row.qs.len() && start + QK_K <= x.qs.len());
         let sc = &row.sc[s * 16..s * 16 + 16];
         // Lanes 0–3 from each run's first sixteen values, 4–7 from its second.
-        let mut lanes = [i32x4_splat(0); 2];
+        let mut sums = [i32x4_splat(0); 2];
         for c in 0..8 {
-            for (h, lanes) in lanes.iter_mut().enumerate() {
+            for (h, sums) in sums.iter_mut().enumerate() {
                 let at = start + 32 * c + 16 * h;
                 // SAFETY: the assert above puts the sixteen values inside both; values
                 // below 64 read as signed bytes too.
@@ -88,36 +163,68 @@ impl IntSums for Simd128 {
                 };
                 let lo = i32x4_dot_i16x8(i16x8_extend_low_i8x16(q), i16x8_extend_low_i8x16(a));
                 let hi = i32x4_dot_i16x8(i16x8_extend_high_i8x16(q), i16x8_extend_high_i8x16(a));
-                let fours = i32x4_add(
-                    i32x4_shuffle::<0, 2, 4, 6>(lo, hi),
-                    i32x4_shuffle::<1, 3, 5, 7>(lo, hi),
-                );
+                let fours = add_neighbours(lo, hi);
                 let scale = i32x4_splat(i32::from(sc[2 * c + h]));
-                *lanes = i32x4_add(*lanes, i32x4_mul(fours, scale));
+                *sums = i32x4_add(*sums, i32x4_mul(fours, scale));
             }
         }
+        // Lane l's offset, 32·(sc[2l]·Σx[2l] + sc[2l+1]·Σx[2l+1]), over four sixteens at a time.
         let bsums = &x.bsums[s * 16..s * 16 + 16];
-        std::array::from_fn(|l| {
-            let lane = match l % 4 {
-                0 => i32x4_extract_lane::<0>(lanes[l / 4]),
-                1 => i32x4_extract_lane::<1>(lanes[l / 4]),
-                2 => i32x4_extract_lane::<2>(lanes[l / 4]),
-                _ => i32x4_extract_lane::<3>(lanes[l / 4]),
+        // SAFETY: both slices hold sixteen values.
+        let (scales, sixteens) = unsafe {
+            (
+                v128_load(sc.as_ptr() as *const v128),
+                std::array::from_fn::<v128, 4, _>(|i| {
+                    v128_load(bsums.as_ptr().add(4 * i) as *const v128)
+                }),
+            )
+        };
+        let wide = [
+            i16x8_extend_low_i8x16(scales),
+            i16x8_extend_high_i8x16(scales),
+        ];
+        let scaled: [v128; 4] = std::array::from_fn(|i| {
+            let quarter = match i % 2 {
+                0 => i32x4_extend_low_i16x8(wide[i / 2]),
+                _ => i32x4_extend_high_i16x8(wide[i / 2]),
             };
-            let offsets =
-                i32::from(sc[2 * l]) * bsums[2 * l] + i32::from(sc[2 * l + 1]) * bsums[2 * l + 1];
-            lane - 32 * offsets
-        })
+            i32x4_mul(quarter, sixteens[i])
+        });
+        let offsets = [
+            add_neighbours(scaled[0], scaled[1]),
+            add_neighbours(scaled[2], scaled[3]),
+        ];
+        let [low, high] = [0, 1].map(|h| lanes(i32x4_sub(sums[h], i32x4_shl(offsets[h], 5))));
+        [
+            low[0], low[1], low[2], low[3], high[0], high[1], high[2], high[3],
+        ]
     }
 }
 
-/// The sum of four i32 lanes.
+/// `[a0 + a1, a2 + a3, b0 + b1, b2 + b3]` of i32 lanes.
 #[inline(always)]
-fn hsum_i32(v: v128) -> i32 {
-    i32x4_extract_lane::<0>(v)
-        + i32x4_extract_lane::<1>(v)
-        + i32x4_extract_lane::<2>(v)
-        + i32x4_extract_lane::<3>(v)
+fn add_neighbours(a: v128, b: v128) -> v128 {
+    i32x4_add(
+        i32x4_shuffle::<0, 2, 4, 6>(a, b),
+        i32x4_shuffle::<1, 3, 5, 7>(a, b),
+    )
+}
+
+/// Lane `i` the sum of `v[i]`'s four i32 lanes.
+#[inline(always)]
+fn sum_each(v: [v128; 4]) -> v128 {
+    add_neighbours(add_neighbours(v[0], v[1]), add_neighbours(v[2], v[3]))
+}
+
+/// The four i32 lanes of `v`.
+#[inline(always)]
+fn lanes(v: v128) -> [i32; 4] {
+    [
+        i32x4_extract_lane::<0>(v),
+        i32x4_extract_lane::<1>(v),
+        i32x4_extract_lane::<2>(v),
+        i32x4_extract_lane::<3>(v),
+    ]
 }
 
 #[inline(always)]
@@ -128,6 +235,40 @@ fn hsum(v: v128) -> f32 {
         + f32x4_extract_lane::<3>(v)
 }
 
+/// A block of 32 activations widened to i16 once, for every row it meets.
+#[inline(always)]
+fn widened_block(x: &QActs, b: usize) -> [v128; 4] {
+    assert!((b + 1) * BLOCK <= x.qs.len());
+    // SAFETY: the assert above puts block b inside `x.qs`; wasm loads need no alignment.
+    let (x0, x1) = unsafe {
+        (
+            v128_load(x.qs.as_ptr().add(b * BLOCK) as *const v128),
+            v128_load(x.qs.as_ptr().add(b * BLOCK + 16) as *const v128),
+        )
+    };
+    [
+        i16x8_extend_low_i8x16(x0),
+        i16x8_extend_high_i8x16(x0),
+        i16x8_extend_low_i8x16(x1),
+        i16x8_extend_high_i8x16(x1),
+    ]
+}
+
+/// Partial sums (four lanes) of Σ w·x over a block: `w` its two halves of 16 signed bytes,
+/// `x` the block widened.
+#[inline(always)]
+fn dot_block((w0, w1): (v128, v128), x: &[v128; 4]) -> v128 {
+    let low = i32x4_add(
+        i32x4_dot_i16x8(i16x8_extend_low_i8x16(w0), x[0]),
+        i32x4_dot_i16x8(i16x8_extend_high_i8x16(w0), x[1]),
+    );
+    let high = i32x4_add(
+        i32x4_dot_i16x8(i16x8_extend_low_i8x16(w1), x[2]),
+        i32x4_dot_i16x8(i16x8_extend_high_i8x16(w1), x[3]),
+    );
+    i32x4_add(low, high)
+}
+
 /// Partial sums (four lanes) of Σ a·b over 16 signed bytes each.
 #[inline(always)]
 fn dot16(a: v128, b: v128) -> v128 {
@@ -136,8 +277,8 @@ fn dot16(a: v128, b: v128) -> v128 {
     i32x4_add(lo, hi)
 }
 
-/// Σ over blocks of d·dx·Σ(q·qx) + m·sum_x, for one Q4_1 row.
-pub fn dot_q4_1(d: &[f32], m: &[f32], qs: &[u8], x: &QActs) -> f32 {
+/// Σ over blocks of d·dx·Σ(q·qx) + m·sum_x, for `N` consecutive Q4_1 rows.
+fn dot_q4_1<const N: usize>(d: &[f32], m: &[f32], qs: &[u8], x: &QActs) -> [f32; N] {
     assert!(qs.len() == d.len() * 16);
     let mask = u8x16_splat(0x0F);
     dot_with_min(d, m, x, |b| {
@@ -149,8 +290,9 @@ pub fn dot_q4_1(d: &[f32], m: &[f32], qs: &[u8], x: &QActs) -> f32 {
     })
 }
 
-/// Σ over blocks of d·dx·Σ(q·qx) + m·sum_x, for one widened Q5_1 row (a byte a value).
-pub fn dot_q5_1(d: &[f32], m: &[f32], qs: &[u8], x: &QActs) -> f32 {
+/// Σ over blocks of d·dx·Σ(q·qx) + m·sum_x, for `N` consecutive widened Q5_1 rows (a byte a
+/// value).
+fn dot_q5_1<const N: usize>(d: &[f32], m: &[f32], qs: &[u8], x: &QActs) -> [f32; N] {
     assert!(qs.len() == d.len() * BLOCK);
     dot_with_min(d, m, x, |b| {
         // SAFETY: the assert above puts block b inside `qs` (32 bytes a block).
@@ -163,37 +305,35 @@ pub fn dot_q5_1(d: &[f32], m: &[f32], qs: &[u8], x: &QActs) -> f32 {
     })
 }
 
-/// Σ over blocks of d·dx·Σ(q·qx) + m·sum_x, with `values(b)` block `b`'s 32 values (below
-/// 128) as two halves.
+/// Σ over blocks of d·dx·Σ(q·qx) + m·sum_x for each of `N` consecutive rows whose blocks
+/// (`d.len() / N` a row) are `values(b)`: 32 values (below 128) as two halves.
 #[inline(always)]
-fn dot_with_min(d: &[f32], m: &[f32], x: &QActs, values: impl Fn(usize) -> (v128, v128)) -> f32 {
-    let nb = d.len();
-    assert!(m.len() == nb && x.qs.len() >= nb * BLOCK);
-    let mut acc = f32x4_splat(0.0);
-    let mut mins = 0f32;
+fn dot_with_min<const N: usize>(
+    d: &[f32],
+    m: &[f32],
+    x: &QActs,
+    values: impl Fn(usize) -> (v128, v128),
+) -> [f32; N] {
+    let nb = d.len() / N;
+    assert!(m.len() == d.len() && x.d.len() >= nb && x.sum.len() >= nb);
+    let mut acc = [f32x4_splat(0.0); N];
+    let mut mins = [0f32; N];
     for b in 0..nb {
-        let (w0, w1) = values(b);
-        // SAFETY: the assert above puts block b inside `x.qs` (32 bytes a block).
-        let (x0, x1) = unsafe {
-            (
-                v128_load(x.qs.as_ptr().add(b * BLOCK) as *const v128),
-                v128_load(x.qs.as_ptr().add(b * BLOCK + 16) as *const v128),
-            )
-        };
-        let s = i32x4_add(dot16(w0, x0), dot16(w1, x1));
-        acc = f32x4_add(
-            acc,
-            f32x4_mul(f32x4_convert_i32x4(s), f32x4_splat(d[b] * x.d[b])),
-        );
-        mins += m[b] * x.sum[b];
+        let xb = widened_block(x, b);
+        for n in 0..N {
+            let block = n * nb + b;
+            let s = dot_block(values(block), &xb);
+            let scale = f32x4_splat(d[block] * x.d[b]);
+            acc[n] = f32x4_add(acc[n], f32x4_mul(f32x4_convert_i32x4(s), scale));
+            mins[n] += m[block] * x.sum[b];
+        }
     }
-    hsum(acc) + mins
+    std::array::from_fn(|n| hsum(acc[n]) + mins[n])
 }
 
-/// Σ over blocks of d·dx·Σ(q·qx), for one Q8_0 row.
-pub fn dot_q8_0(d: &[u16], qs: &[i8], x: &QActs) -> f32 {
-    let nb = d.len();
-    assert!(qs.len() == nb * BLOCK);
+/// Σ over blocks of d·dx·Σ(q·qx), for `N` consecutive Q8_0 rows.
+fn dot_q8_0<const N: usize>(d: &[u16], qs: &[i8], x: &QActs) -> [f32; N] {
+    assert!(qs.len() == d.len() * BLOCK);
     dot_signed(d, x, |b| {
         // SAFETY: the assert above puts block b inside `qs` (32 bytes a block).
         unsafe {
@@ -205,11 +345,10 @@ pub fn dot_q8_0(d: &[u16], qs: &[i8], x: &QActs) -> f32 {
     })
 }
 
-/// Σ over blocks of d·dx·Σ((q − 16)·qx), for one Q5_0 row: each block widened to Q8_0's
-/// signed bytes.
-pub fn dot_q5_0(d: &[u16], qh: &[u32], qs: &[u8], x: &QActs) -> f32 {
-    let nb = d.len();
-    assert!(qh.len() == nb && qs.len() == nb * 16);
+/// Σ over blocks of d·dx·Σ((q − 16)·qx), for `N` consecutive Q5_0 rows: each block widened
+/// to Q8_0's signed bytes.
+fn dot_q5_0<const N: usize>(d: &[u16], qh: &[u32], qs: &[u8], x: &QActs) -> [f32; N] {
+    assert!(qh.len() == d.len() && qs.len() == d.len() * 16);
     let mask = u8x16_splat(0x0F);
     // Byte j of a half tests bit j % 8 of the high bits' byte j / 8.
     let bit = u8x16(1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128);
@@ -232,26 +371,25 @@ pub fn dot_q5_0(d: &[u16], qh: &[u32], qs: &[u8], x: &QActs) -> f32 {
     })
 }
 
-/// Σ over blocks of d·dx·Σ(q·qx) for a row whose block `b` is `bytes(b)`: two halves of 16
-/// signed bytes.
+/// Σ over blocks of d·dx·Σ(q·qx) for each of `N` consecutive rows whose blocks (`d.len() / N`
+/// a row) are `bytes(b)`: two halves of 16 signed bytes.
 #[inline(always)]
-fn dot_signed(d: &[u16], x: &QActs, bytes: impl Fn(usize) -> (v128, v128)) -> f32 {
-    assert!(x.qs.len() >= d.len() * BLOCK && x.d.len() >= d.len());
-    let mut acc = f32x4_splat(0.0);
-    for (b, &db) in d.iter().enumerate() {
-        let (w0, w1) = bytes(b);
-        // SAFETY: the assert above puts block b inside `x.qs` (32 bytes a block).
-        let (x0, x1) = unsafe {
-            (
-                v128_load(x.qs.as_ptr().add(b * BLOCK) as *const v128),
-                v128_load(x.qs.as_ptr().add(b * BLOCK + 16) as *const v128),
-            )
-        };
-        let s = i32x4_add(dot16(w0, x0), dot16(w1, x1));
-        acc = f32x4_add(
-            acc,
-            f32x4_mul(f32x4_convert_i32x4(s), f32x4_splat(f16_to_f32(db) * x.d[b])),
-        );
+fn dot_signed<const N: usize>(
+    d: &[u16],
+    x: &QActs,
+    bytes: impl Fn(usize) -> (v128, v128),
+) -> [f32; N] {
+    let nb = d.len() / N;
+    assert!(x.d.len() >= nb);
+    let mut acc = [f32x4_splat(0.0); N];
+    for b in 0..nb {
+        let xb = widened_block(x, b);
+        for (n, acc) in acc.iter_mut().enumerate() {
+            let block = n * nb + b;
+            let s = dot_block(bytes(block), &xb);
+            let scale = f32x4_splat(f16_to_f32(d[block]) * x.d[b]);
+            *acc = f32x4_add(*acc, f32x4_mul(f32x4_convert_i32x4(s), scale));
+        }
     }
-    hsum(acc)
+    acc.map(hsum)
 }
