@@ -49,6 +49,12 @@ pub(crate) trait Lanes: Copy {
     /// As [`Lanes::splat`].
     unsafe fn exp(self) -> Self;
 
+    /// The larger of `self` and `x`, lane by lane (neither is NaN).
+    ///
+    /// # Safety
+    /// As [`Lanes::splat`].
+    unsafe fn max(self, x: Self) -> Self;
+
     /// The lanes into the first `WIDTH` floats of `out`.
     ///
     /// # Safety
@@ -82,6 +88,10 @@ impl Lanes for f32 {
 
     unsafe fn exp(self) -> Self {
         ggml_expf(self)
+    }
+
+    unsafe fn max(self, x: Self) -> Self {
+        self.max(x)
     }
 
     unsafe fn store(self, out: &mut [f32]) {
@@ -256,6 +266,12 @@ mod avx {
 
         #[inline]
         #[target_feature(enable = "avx")]
+        unsafe fn max(self, x: Self) -> Self {
+            _mm256_max_ps(self, x)
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx")]
         unsafe fn store(self, out: &mut [f32]) {
             // SAFETY: the slice holds the eight floats written.
             unsafe { _mm256_storeu_ps(out[..8].as_mut_ptr(), self) }
@@ -297,16 +313,42 @@ mod simd128 {
             f32x4_add(self, x)
         }
 
-        /// Lane by lane through the standard library's `exp`: ggml's polynomial needs fused
-        /// multiply-adds, which wasm has only in software, at several times the cost.
+        /// `ggml_v_expf`'s steps with each fused multiply-add taken as a product and a sum
+        /// (wasm has fused ones only in software): ln 2 in two parts keeps the reduction exact.
         #[inline]
         unsafe fn exp(self) -> Self {
-            f32x4(
-                f32x4_extract_lane::<0>(self).exp(),
-                f32x4_extract_lane::<1>(self).exp(),
-                f32x4_extract_lane::<2>(self).exp(),
-                f32x4_extract_lane::<3>(self).exp(),
-            )
+            use super::*;
+            let c = |bits: u32| f32x4_splat(f32::from_bits(bits));
+            let mad = |a: v128, b: v128, c: v128| f32x4_add(f32x4_mul(a, b), c);
+            let round = c(EXP_ROUND);
+            let z = mad(self, c(EXP_LOG2E), round);
+            let n = f32x4_sub(z, round);
+            let b = f32x4_sub(
+                f32x4_sub(self, f32x4_mul(n, c(EXP_LN2_HI))),
+                f32x4_mul(n, c(EXP_LN2_LO)),
+            );
+            let e = i32x4_shl(z, 23);
+            let k = i32x4_add(e, i32x4_splat(0x3F80_0000));
+            let abs_n = f32x4_abs(n);
+            let far = f32x4_gt(abs_n, f32x4_splat(126.0));
+            let u = f32x4_mul(b, b);
+            let [p0, p1, p2, p3, p4] = EXP_POLY.map(c);
+            let j = mad(mad(mad(p0, b, p1), u, mad(p2, b, p3)), u, f32x4_mul(p4, b));
+            let near = mad(j, k, k);
+            if !v128_any_true(far) {
+                return near;
+            }
+            let g = v128_and(f32x4_le(n, f32x4_splat(0.0)), u32x4_splat(0x8200_0000));
+            let s1 = i32x4_add(g, i32x4_splat(0x7F00_0000));
+            let s2 = i32x4_sub(e, g);
+            let beyond = f32x4_gt(abs_n, f32x4_splat(192.0));
+            let inside = v128_bitselect(f32x4_mul(mad(s2, j, s2), s1), near, far);
+            v128_bitselect(f32x4_mul(s1, s1), inside, beyond)
+        }
+
+        #[inline]
+        unsafe fn max(self, x: Self) -> Self {
+            f32x4_pmax(self, x)
         }
 
         #[inline]

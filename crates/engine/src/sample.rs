@@ -2,6 +2,10 @@
 //! presence and frequency penalties, a seeded RNG; and the per-token log-probability and
 //! entropy the router uses as confidence.
 
+use std::borrow::Cow;
+
+use crate::lanes::Lanes;
+
 /// Sampling settings of one generation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SamplingParams {
@@ -99,7 +103,7 @@ pub fn target_probs(logits: &[f32], params: &SamplingParams, context: &[u32]) ->
     if params.temperature <= 0.0 {
         return None;
     }
-    let mut l = adjusted(logits, params, context);
+    let mut l = adjusted(logits, params, context).into_owned();
     let inv_t = 1.0 / params.temperature;
     l.iter_mut().for_each(|v| *v *= inv_t);
     let mut order: Vec<usize> = (0..l.len()).collect();
@@ -136,16 +140,19 @@ pub fn target_probs(logits: &[f32], params: &SamplingParams, context: &[u32]) ->
 
 /// `logits` after the request's logit bias and its repetition, presence and frequency
 /// penalties over `context` (prompt included, as the repetition penalty always counted).
-fn adjusted(logits: &[f32], params: &SamplingParams, context: &[u32]) -> Vec<f32> {
+fn adjusted<'a>(logits: &'a [f32], params: &SamplingParams, context: &[u32]) -> Cow<'a, [f32]> {
+    let penalised = params.repetition_penalty != 1.0
+        || params.presence_penalty != 0.0
+        || params.frequency_penalty != 0.0;
+    if !penalised && params.logit_bias.is_empty() {
+        return Cow::Borrowed(logits);
+    }
     let mut l = logits.to_vec();
     for &(token, bias) in &params.logit_bias {
         if let Some(v) = l.get_mut(token as usize) {
             *v += bias;
         }
     }
-    let penalised = params.repetition_penalty != 1.0
-        || params.presence_penalty != 0.0
-        || params.frequency_penalty != 0.0;
     if penalised {
         for (token, count) in counts(context) {
             if let Some(v) = l.get_mut(token as usize) {
@@ -153,7 +160,7 @@ fn adjusted(logits: &[f32], params: &SamplingParams, context: &[u32]) -> Vec<f32
             }
         }
     }
-    l
+    Cow::Owned(l)
 }
 
 /// How often each token occurs in `context`.
@@ -203,25 +210,157 @@ pub fn draw(probs: &[f32], rng: &mut Rng) -> u32 {
 
 /// Picks the next token from `logits`.
 pub fn sample(logits: &[f32], params: &SamplingParams, context: &[u32], rng: &mut Rng) -> Sampled {
-    let lp = log_softmax(logits);
-    let entropy = -lp
-        .iter()
-        .map(|&l| if l.is_finite() { l.exp() * l } else { 0.0 })
-        .sum::<f32>();
+    let spread = spread(logits);
     let token = match target_probs(logits, params, context) {
         None => argmax(&adjusted(logits, params, context)),
         Some(p) => draw(&p, rng),
     };
     Sampled {
         token,
-        logprob: lp[token as usize],
-        entropy,
+        logprob: logits[token as usize] - spread.log_sum,
+        entropy: spread.entropy,
     }
+}
+
+/// What one pass of exponentials over a vocabulary's logits gives the router.
+#[derive(Debug, Clone, Copy)]
+struct Spread {
+    /// log Σ eˡ over the logits, the log-softmax's offset.
+    log_sum: f32,
+    /// The softmax's entropy in nats: log_sum − Σ p·l.
+    entropy: f32,
+}
+
+/// Below this distance from the largest logit a term's eˣ is under f32's smallest subnormal:
+/// clamping there leaves every sum as it is, and keeps a masked (−∞) logit's product finite.
+const NEGLIGIBLE: f32 = -104.0;
+
+/// [`Spread`] of `logits` on the widest vector lanes this machine has: the vocabulary is
+/// large enough (Gemma's 262,144) for its exponentials to show in a decode step.
+fn spread(logits: &[f32]) -> Spread {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the features were detected just now.
+        return unsafe { spread_avx2(logits) };
+    }
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    // SAFETY: the module is built with wasm SIMD, which every engine it runs on has.
+    return unsafe { spread_on::<core::arch::wasm32::v128>(logits) };
+    #[allow(unreachable_code)]
+    // SAFETY: plain floats run anywhere.
+    unsafe {
+        spread_on::<f32>(logits)
+    }
+}
+
+/// [`spread_on`] on AVX's eight lanes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn spread_avx2(logits: &[f32]) -> Spread {
+    // SAFETY: AVX2 and FMA run here.
+    unsafe { spread_on::<std::arch::x86_64::__m256>(logits) }
+}
+
+/// The body of [`spread`] on lanes `V`: the largest logit, then Σ eˣ and Σ eˣ·x over
+/// x = logit − largest, the last lanes padded with −∞.
+///
+/// # Safety
+/// The machine runs `V`'s instruction set.
+#[inline(always)]
+unsafe fn spread_on<V: Lanes>(logits: &[f32]) -> Spread {
+    let chunks = logits.chunks_exact(V::WIDTH);
+    let mut tail = [f32::NEG_INFINITY; 8];
+    tail[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
+    // SAFETY: the caller's guarantee; every load reads a whole chunk or the padded tail.
+    unsafe {
+        let mut top = V::load(&tail);
+        for chunk in chunks.clone() {
+            top = top.max(V::load(chunk));
+        }
+        let max = lanes_of(top, f32::NEG_INFINITY)
+            .into_iter()
+            .fold(f32::NEG_INFINITY, f32::max);
+        if !max.is_finite() {
+            return Spread {
+                log_sum: max,
+                entropy: 0.0,
+            };
+        }
+        let (shift, floor) = (V::splat(-max), V::splat(NEGLIGIBLE));
+        let mut sums = [V::splat(0.0); 2];
+        for chunk in chunks {
+            add_terms(V::load(chunk), (shift, floor), &mut sums);
+        }
+        add_terms(V::load(&tail), (shift, floor), &mut sums);
+        let [total, weighted] =
+            sums.map(|v| lanes_of(v, 0.0).into_iter().map(f64::from).sum::<f64>());
+        let log_total = total.ln();
+        Spread {
+            log_sum: max + log_total as f32,
+            entropy: (log_total - weighted / total) as f32,
+        }
+    }
+}
+
+/// Adds eˣ and eˣ·x of `x` = `logits` + `shift` (at least `floor`) to `sums`.
+///
+/// # Safety
+/// The machine runs `V`'s instruction set.
+#[inline(always)]
+unsafe fn add_terms<V: Lanes>(logits: V, (shift, floor): (V, V), sums: &mut [V; 2]) {
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        let x = logits.add(shift).max(floor);
+        let e = x.exp();
+        sums[0] = sums[0].add(e);
+        sums[1] = sums[1].add_product(e, x);
+    }
+}
+
+/// The lanes of `v`, then `pad` up to eight.
+///
+/// # Safety
+/// The machine runs `V`'s instruction set.
+#[inline(always)]
+unsafe fn lanes_of<V: Lanes>(v: V, pad: f32) -> [f32; 8] {
+    let mut out = [pad; 8];
+    // SAFETY: the caller's guarantee.
+    unsafe { v.store(&mut out) };
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The one-pass log-sum and entropy equal the definitions' (in f64) on a vocabulary whose
+    /// length leaves a tail, with masked logits, on every lane type this machine runs.
+    #[test]
+    fn spread_equals_the_definitions() {
+        let mut logits: Vec<f32> = (0..1003).map(|i| (i as f32 * 0.731).sin() * 9.0).collect();
+        logits[17] = f32::NEG_INFINITY;
+        logits[1002] = f32::NEG_INFINITY;
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+        let z: f64 = logits.iter().map(|&l| (l as f64 - max).exp()).sum();
+        let log_sum = max + z.ln();
+        let entropy: f64 = -logits
+            .iter()
+            .filter(|l| l.is_finite())
+            .map(|&l| (l as f64 - log_sum).exp() * (l as f64 - log_sum))
+            .sum::<f64>();
+        // SAFETY: plain floats run anywhere.
+        let portable = unsafe { spread_on::<f32>(&logits) };
+        for s in [spread(&logits), portable] {
+            assert!(
+                (s.log_sum as f64 - log_sum).abs() < 1e-5,
+                "{s:?} vs {log_sum}"
+            );
+            assert!(
+                (s.entropy as f64 - entropy).abs() < 1e-5,
+                "{s:?} vs {entropy}"
+            );
+        }
+    }
 
     #[test]
     fn greedy_takes_the_max_and_reports_its_logprob() {

@@ -289,3 +289,37 @@ fn simd_kernels_match_the_portable_dot_products() {
         }
     }
 }
+
+/// The sampler's log-probability and entropy (wasm SIMD's exponentials, ggml's polynomial
+/// without fused multiply-adds) equal the definitions, over logits spanning f32's range of
+/// eˣ and beyond it, with a masked one.
+#[wasm_bindgen_test]
+fn sampler_confidence_matches_the_definitions_in_wasm_simd() {
+    use straddle_engine::sample::{Rng, SamplingParams, sample};
+    let mut logits: Vec<f32> = (0..4099)
+        .map(|i| 20.0 - (i as f32 * 0.061).rem_euclid(130.0))
+        .collect();
+    logits[7] = f32::NEG_INFINITY;
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let log_sum = max
+        + logits
+            .iter()
+            .map(|&l| (l as f64 - max).exp())
+            .sum::<f64>()
+            .ln();
+    let entropy: f64 = -logits
+        .iter()
+        .filter(|l| l.is_finite())
+        .map(|&l| (l as f64 - log_sum).exp() * (l as f64 - log_sum))
+        .sum::<f64>();
+    let s = sample(&logits, &SamplingParams::default(), &[], &mut Rng::new(0));
+    assert_eq!(s.token, 0);
+    assert!(
+        (s.logprob as f64 - (logits[0] as f64 - log_sum)).abs() < 1e-5,
+        "{s:?}"
+    );
+    assert!(
+        (s.entropy as f64 - entropy).abs() < 1e-5,
+        "{s:?} vs {entropy}"
+    );
+}
