@@ -14,7 +14,7 @@ use std::ops::Range;
 use crate::kv::KvCache;
 use crate::lanes::Lanes;
 use crate::model::Config;
-use crate::qmatrix::{Place, round_slice_to_f16};
+use crate::qmatrix::{Kernels, Place, round_slice_to_f16};
 
 /// Attention of layer `li` for every row's query heads in `q` (`[n, q_dim]`, rounded to f16
 /// by the caller), against the cache of its sequence: `rows[t]` is row `t`'s (sequence,
@@ -190,13 +190,20 @@ thread_local! {
     static PADDED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Runs `$kernel::<lanes, G, L>($args)` on the widest [`Lanes`] this machine has.
+/// Runs `$kernel::<lanes, G, L>($args)` on the widest [`Lanes`] of the kernel family the
+/// products use ([`Kernels::detected`]), so that a family chosen to compare them is the whole
+/// of what runs.
 macro_rules! on_widest_lanes {
-    ($kernel:ident, $avx:ident, ($($arg:ident),*)) => {{
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            // SAFETY: the feature was detected just now.
-            return unsafe { $avx::<G, L>($($arg),*) };
+    ($kernel:ident, $avx512:ident, $avx:ident, ($($arg:ident),*)) => {{
+        match Kernels::detected() {
+            // SAFETY: the family runs here (`detected` picks only one that does), and AVX-512
+            // VNNI's includes AVX-512 F, AVX2 and FMA.
+            #[cfg(target_arch = "x86_64")]
+            Kernels::Avx512Vnni => return unsafe { $avx512::<G, L>($($arg),*) },
+            // SAFETY: as above; AVX2's includes FMA.
+            #[cfg(target_arch = "x86_64")]
+            Kernels::Avx2 => return unsafe { $avx::<G, L>($($arg),*) },
+            _ => {}
         }
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
         // SAFETY: the module is built with wasm SIMD, which every engine it runs on has.
@@ -221,7 +228,20 @@ fn attention_scores<const G: usize, const L: usize>(
     scale: (f32, SumOrder),
     out: (&mut [f32], Range<usize>),
 ) {
-    on_widest_lanes!(scores, scores_avx2, (q, keys, scale, out))
+    on_widest_lanes!(scores, scores_avx512, scores_avx2, (q, keys, scale, out))
+}
+
+/// [`scores`] on AVX-512's sixteen lanes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn scores_avx512<const G: usize, const L: usize>(
+    q: &[f32],
+    keys: &Keys<'_>,
+    scale: (f32, SumOrder),
+    out: (&mut [f32], Range<usize>),
+) {
+    // SAFETY: AVX-512 F runs here.
+    unsafe { scores::<std::arch::x86_64::__m512, G, L>(q, keys, scale, out) }
 }
 
 /// [`scores`] on AVX's eight lanes.
@@ -250,7 +270,8 @@ unsafe fn scores<V: Lanes, const G: usize, const L: usize>(
     (out, cols): (&mut [f32], Range<usize>),
 ) {
     let (hd, stride, block) = (q.len() / G, out.len() / G, L * V::WIDTH);
-    let mut write = |start: usize, sums: Sums| {
+    let mut sums: Sums = [0.0; HEADS * MAX_BLOCK];
+    let mut write = |start: usize, sums: &Sums| {
         let width = block.min(cols.len() - start);
         for (g, sums) in sums.chunks_exact(block).take(G).enumerate() {
             let o = &mut out[g * stride + cols.start + start..][..width];
@@ -264,7 +285,8 @@ unsafe fn scores<V: Lanes, const G: usize, const L: usize>(
         let first = keys.slots.start + start;
         let row = |i: usize| &keys.rows[i * keys.stride + first..];
         // SAFETY: the caller's guarantee.
-        write(start, unsafe { sum_block::<V, G, L>(q, (hd, row), order) });
+        unsafe { sum_block::<V, G, L>(q, (hd, row), order, &mut sums) };
+        write(start, &sums);
     }
     if whole < cols.len() {
         let first = keys.slots.start + whole;
@@ -277,13 +299,14 @@ unsafe fn scores<V: Lanes, const G: usize, const L: usize>(
         );
         let row = |i: usize| &padded[i * block..];
         // SAFETY: the caller's guarantee.
-        write(whole, unsafe { sum_block::<V, G, L>(q, (hd, row), order) });
+        unsafe { sum_block::<V, G, L>(q, (hd, row), order, &mut sums) };
+        write(whole, &sums);
         PADDED.set(padded);
     }
 }
 
-/// The most floats one head's block sums: `L` vectors of the widest lanes.
-const MAX_BLOCK: usize = 32;
+/// The most floats one head's block sums: `L` vectors of the widest lanes (AVX-512's).
+const MAX_BLOCK: usize = 64;
 
 /// The `G` heads' sums of one block, `G` runs of `L × WIDTH` floats.
 type Sums = [f32; HEADS * MAX_BLOCK];
@@ -298,7 +321,7 @@ fn pad_rows<'a>(rows: impl Iterator<Item = &'a [f32]>, block: usize, padded: &mu
     }
 }
 
-/// Every head's sums over a block of `L` vectors: `Σ_i x[g][i] · row(i)` over the `n` rows
+/// Every head's sums over a block of `L` vectors into `sums`: `Σ_i x[g][i] · row(i)` over the `n` rows
 /// (each starting with the block's floats), `x` holding `G` rows of `n` factors. Both kernels are this step: the scores sum over a query's dimensions, the values
 /// over the positions.
 ///
@@ -317,7 +340,8 @@ unsafe fn sum_block<'a, V: Lanes, const G: usize, const L: usize>(
     x: &[f32],
     rows: (usize, impl Fn(usize) -> &'a [f32]),
     order: SumOrder,
-) -> Sums {
+    sums: &mut Sums,
+) {
     // Each class is summed when the reduction needs it, so only a few sets are live. (No
     // closures: a closure would not carry the caller's target features to the lanes' adds.)
     macro_rules! class {
@@ -365,7 +389,6 @@ unsafe fn sum_block<'a, V: Lanes, const G: usize, const L: usize>(
             }
         }
     };
-    let mut sums = [0f32; HEADS * MAX_BLOCK];
     let block = L * V::WIDTH;
     for (g, set) in total.iter().enumerate() {
         for (l, v) in set.iter().enumerate() {
@@ -373,7 +396,6 @@ unsafe fn sum_block<'a, V: Lanes, const G: usize, const L: usize>(
             unsafe { v.store(&mut sums[g * block + l * V::WIDTH..]) };
         }
     }
-    sums
 }
 
 /// Each head's `L` vectors of sums.
@@ -456,7 +478,25 @@ fn weighted_values<const G: usize, const L: usize>(
     order: SumOrder,
     out: &mut [f32],
 ) {
-    on_widest_lanes!(weigh_values, values_avx2, (weights, values, order, out))
+    on_widest_lanes!(
+        weigh_values,
+        values_avx512,
+        values_avx2,
+        (weights, values, order, out)
+    )
+}
+
+/// [`weigh_values`] on AVX-512's sixteen lanes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn values_avx512<const G: usize, const L: usize>(
+    weights: &[f32],
+    values: &[Values<'_>; 2],
+    order: SumOrder,
+    out: &mut [f32],
+) {
+    // SAFETY: AVX-512 F runs here.
+    unsafe { weigh_values::<std::arch::x86_64::__m512, G, L>(weights, values, order, out) }
 }
 
 /// [`weigh_values`] on AVX's eight lanes.
@@ -500,7 +540,8 @@ unsafe fn weigh_values<V: Lanes, const G: usize, const L: usize>(
         };
         &run.rows[p * run.stride + run.channel + start..]
     };
-    let mut write = |start: usize, sums: Sums| {
+    let mut sums: Sums = [0.0; HEADS * MAX_BLOCK];
+    let mut write = |start: usize, sums: &Sums| {
         let width = block.min(hd - start);
         for (g, sums) in sums.chunks_exact(block).take(G).enumerate() {
             out[g * hd + start..][..width].copy_from_slice(&sums[..width]);
@@ -510,18 +551,16 @@ unsafe fn weigh_values<V: Lanes, const G: usize, const L: usize>(
     for start in (0..whole).step_by(block) {
         let row = |p: usize| slot(p, start);
         // SAFETY: the caller's guarantee.
-        write(start, unsafe {
-            sum_block::<V, G, L>(weights, (n, row), order)
-        });
+        unsafe { sum_block::<V, G, L>(weights, (n, row), order, &mut sums) };
+        write(start, &sums);
     }
     if whole < hd {
         let mut padded = PADDED.take();
         pad_rows(slots().map(|v| &v[whole..hd]), block, &mut padded);
         let row = |p: usize| &padded[p * block..];
         // SAFETY: the caller's guarantee.
-        write(whole, unsafe {
-            sum_block::<V, G, L>(weights, (n, row), order)
-        });
+        unsafe { sum_block::<V, G, L>(weights, (n, row), order, &mut sums) };
+        write(whole, &sums);
         PADDED.set(padded);
     }
 }

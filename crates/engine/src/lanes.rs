@@ -1,5 +1,5 @@
-//! Vectors of f32 lanes for the CPU attention's sums, one type per instruction set: AVX's
-//! eight, wasm SIMD's four, or one plain float. A kernel written once over [`Lanes`] keeps
+//! Vectors of f32 lanes for the CPU attention's sums, one type per instruction set: AVX-512's
+//! sixteen, AVX's eight, wasm SIMD's four, or one plain float. A kernel written once over [`Lanes`] keeps
 //! its sums in registers on each, where leaving the loops to the auto-vectorizer gave vector
 //! code or scalar code depending on what else shared its compilation unit.
 //!
@@ -275,6 +275,77 @@ mod avx {
         unsafe fn store(self, out: &mut [f32]) {
             // SAFETY: the slice holds the eight floats written.
             unsafe { _mm256_storeu_ps(out[..8].as_mut_ptr(), self) }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    /// Sixteen lanes: the attention's sums lane by lane as on AVX's eight (each lane sums its
+    /// own terms in the same order), at twice the width.
+    impl super::Lanes for __m512 {
+        const WIDTH: usize = 16;
+
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        unsafe fn splat(x: f32) -> Self {
+            _mm512_set1_ps(x)
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        unsafe fn load(x: &[f32]) -> Self {
+            // SAFETY: the slice holds the sixteen floats read.
+            unsafe { _mm512_loadu_ps(x[..16].as_ptr()) }
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        unsafe fn load_ptr(p: *const f32) -> Self {
+            // SAFETY: the caller's guarantee.
+            unsafe { _mm512_loadu_ps(p) }
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        unsafe fn add_product(self, f: Self, x: Self) -> Self {
+            _mm512_fmadd_ps(f, x, self)
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        unsafe fn add(self, x: Self) -> Self {
+            _mm512_add_ps(self, x)
+        }
+
+        /// Each half through AVX's `ggml_v_expf`.
+        #[inline]
+        #[target_feature(enable = "avx512f,avx2,fma")]
+        unsafe fn exp(self) -> Self {
+            let mut lanes = [0f32; 16];
+            // SAFETY: AVX-512 F, AVX2 and FMA run here; the array holds both halves.
+            unsafe {
+                self.store(&mut lanes);
+                for half in lanes.chunks_exact_mut(8) {
+                    __m256::load(half).exp().store(half);
+                }
+                Self::load(&lanes)
+            }
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        unsafe fn max(self, x: Self) -> Self {
+            _mm512_max_ps(self, x)
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        unsafe fn store(self, out: &mut [f32]) {
+            // SAFETY: the slice holds the sixteen floats written.
+            unsafe { _mm512_storeu_ps(out[..16].as_mut_ptr(), self) }
         }
     }
 }
