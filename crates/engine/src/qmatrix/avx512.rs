@@ -477,20 +477,8 @@ impl Tiles for Q4_1<'_> {
         // The rows of a tile are read side by side: look past the whole tile.
         let ahead = R * nb * 16 + PREFETCH_BYTES;
         let mut acc = [[_mm256_setzero_ps(); T]; R];
-        // Σ minimum · Σ x over the blocks in a chain of its own, added after the lanes' sum
-        // as `ggml_vec_dot_q4_1_q8_1` adds it; kept beside the lanes' steps so the two chains'
-        // latencies overlap.
-        let mut mins = [[0f32; T]; R];
         for b in (0..nb).step_by(2) {
             let two = b + 1 < nb;
-            for (i, mins) in mins.iter_mut().enumerate() {
-                let m = &self.m[(first + i) * nb + b..(first + i) * nb + (b + 2).min(nb)];
-                for (mins, xj) in mins.iter_mut().zip(&x) {
-                    for (&m, &s) in m.iter().zip(&xj.sum[b..]) {
-                        *mins = m.mul_add(s, *mins);
-                    }
-                }
-            }
             let mut w = [_mm512_setzero_si512(); R];
             let mut dw = [_mm512_setzero_ps(); R];
             for i in 0..R {
@@ -511,10 +499,18 @@ impl Tiles for Q4_1<'_> {
                 }
             }
         }
+        // Σ minimum · Σ x over the blocks in a chain of its own, added after the lanes' sum
+        // as `ggml_vec_dot_q4_1_q8_1` adds it. (Interleaved with the blocks' steps above, its
+        // slices per block cost a tile more than the overlap won.)
         let mut out = [[0f32; T]; R];
         for i in 0..R {
-            for j in 0..T {
-                out[i][j] = avx2::hsum(acc[i][j]) + mins[i][j];
+            let m = &self.m[(first + i) * nb..(first + i + 1) * nb];
+            for (j, xj) in x.iter().enumerate() {
+                let mins = m
+                    .iter()
+                    .zip(&xj.sum)
+                    .fold(0f32, |a, (&m, &s)| m.mul_add(s, a));
+                out[i][j] = avx2::hsum(acc[i][j]) + mins;
             }
         }
         out
