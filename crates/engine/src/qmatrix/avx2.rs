@@ -462,8 +462,9 @@ impl IntSums for Avx2 {
     #[target_feature(enable = "avx2,fma")]
     #[inline]
     unsafe fn q4k(row: &Q4KRow<'_>, s: usize, x: &QActs) -> ([i32; 4], [i32; 4]) {
-        let (mut scaled, mut mins) = ([0; 4], [0; 4]);
-        let mut pair = _mm256_setzero_si256();
+        assert!(row.m.len() >= (s + 1) * 8 && x.bsums.len() >= (s + 1) * 16);
+        // Each pair's sums stay in lanes: the four are reduced together at the end.
+        let mut pairs = [_mm256_setzero_si256(); 4];
         for j in 0..8 {
             let b = s * 8 + j;
             prefetch_ahead(row.qs, b * 16);
@@ -478,16 +479,44 @@ impl IntSums for Avx2 {
                 _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw),
                 _mm256_set1_epi8(0x0F),
             );
-            let pairs = _mm256_maddubs_epi16(q, xv);
+            let pairs_of_values = _mm256_maddubs_epi16(q, xv);
             let sc = _mm256_set1_epi16(i16::from(row.sc[b]));
-            pair = _mm256_add_epi32(pair, _mm256_madd_epi16(pairs, sc));
-            mins[j / 2] += i32::from(row.m[b]) * (x.bsums[2 * b] + x.bsums[2 * b + 1]);
-            if j % 2 == 1 {
-                scaled[j / 2] = hsum_i32(pair);
-                pair = _mm256_setzero_si256();
-            }
+            pairs[j / 2] = _mm256_add_epi32(pairs[j / 2], _mm256_madd_epi16(pairs_of_values, sc));
         }
-        (scaled, mins)
+        // hadd(hadd(p0, p1), hadd(p2, p3)) holds each pair's lanes 0–3 then 4–7 in turn.
+        let h = _mm256_hadd_epi32(
+            _mm256_hadd_epi32(pairs[0], pairs[1]),
+            _mm256_hadd_epi32(pairs[2], pairs[3]),
+        );
+        let scaled = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
+        // SAFETY: the assert above puts the super-block's 16 sums and 8 minimums inside.
+        let (sixteens, m) = unsafe {
+            (
+                [0, 8].map(|h| {
+                    _mm256_loadu_si256(x.bsums.as_ptr().add(s * 16 + h) as *const __m256i)
+                }),
+                _mm256_cvtepu8_epi32(_mm_loadl_epi64(row.m.as_ptr().add(s * 8) as *const __m128i)),
+            )
+        };
+        // Sub-blocks' sums of x, in the order hadd leaves them: 0, 1, 4, 5 | 2, 3, 6, 7.
+        let sub_blocks = _mm256_hadd_epi32(sixteens[0], sixteens[1]);
+        let in_that_order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+        let products =
+            _mm256_mullo_epi32(sub_blocks, _mm256_permutevar8x32_epi32(m, in_that_order));
+        // Neighbours added: pairs 0, 2 in the low half's first lanes, 1, 3 in the high half's.
+        let neighbours = _mm256_hadd_epi32(products, products);
+        let mins =
+            _mm256_permutevar8x32_epi32(neighbours, _mm256_setr_epi32(0, 4, 1, 5, 0, 0, 0, 0));
+        let (mut scaled_out, mut mins_out) = ([0i32; 4], [0i32; 4]);
+        // SAFETY: each array holds four lanes.
+        unsafe {
+            _mm_storeu_si128(scaled_out.as_mut_ptr() as *mut __m128i, scaled);
+            _mm_storeu_si128(
+                mins_out.as_mut_ptr() as *mut __m128i,
+                _mm256_castsi256_si128(mins),
+            );
+        }
+        (scaled_out, mins_out)
     }
 
     /// `ggml_vec_dot_q6_K_q8_K`'s integer steps, on values already unpacked to bytes.
@@ -536,16 +565,6 @@ impl IntSums for Avx2 {
         };
         out
     }
-}
-
-/// The sum of eight i32 lanes (exact in any order).
-#[target_feature(enable = "avx2")]
-#[inline]
-fn hsum_i32(v: __m256i) -> i32 {
-    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
-    _mm_cvtsi128_si32(s)
 }
 
 /// A K-quant row · `x`, in the order `x`'s place in its pass decides.
