@@ -208,11 +208,17 @@ pub fn draw(probs: &[f32], rng: &mut Rng) -> u32 {
     last as u32
 }
 
+/// The greedy choice: the largest logit after the request's bias and penalties (the first
+/// on ties).
+pub fn greedy(logits: &[f32], params: &SamplingParams, context: &[u32]) -> u32 {
+    argmax(&adjusted(logits, params, context))
+}
+
 /// Picks the next token from `logits`.
 pub fn sample(logits: &[f32], params: &SamplingParams, context: &[u32], rng: &mut Rng) -> Sampled {
     let spread = spread(logits);
     let token = match target_probs(logits, params, context) {
-        None => argmax(&adjusted(logits, params, context)),
+        None => greedy(logits, params, context),
         Some(p) => draw(&p, rng),
     };
     Sampled {

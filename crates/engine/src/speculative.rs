@@ -159,7 +159,7 @@ pub fn verify<M: BlockingLm>(
     let all = if draft.is_empty() {
         Vec::new()
     } else {
-        ready(model.forward_all(draft, cache))?
+        model.forward_all_blocking(draft, cache)?
     };
     // Position i's prediction: the prefix's logits for draft[0], then draft[i-1]'s.
     let at = |i: usize| if i == 0 { last_logits } else { &all[i - 1] };
@@ -184,7 +184,7 @@ pub fn verify_after<M: BlockingLm>(
     let mut input = Vec::with_capacity(draft.len() + 1);
     input.push(pending);
     input.extend_from_slice(draft);
-    let all = ready(model.forward_all(&input, cache))?;
+    let all = model.forward_all_blocking(&input, cache)?;
     let verdict = judge_after(&all, pending, draft, params, context, rng);
     cache.rewind(start + 1 + verdict.accepted);
     Ok(verdict)
@@ -224,7 +224,7 @@ fn judge<'a>(
     for (i, &token) in draft.iter().enumerate() {
         let logits = logits_at(i);
         let rejected_for = match sample::target_probs(logits, params, &ctx) {
-            None => Some(sample::sample(logits, params, &ctx, rng).token).filter(|&c| c != token),
+            None => Some(sample::greedy(logits, params, &ctx)).filter(|&c| c != token),
             Some(mut p) => {
                 let p_token = p.get(token as usize).copied().unwrap_or(0.0);
                 if rng.next_f32() < p_token {

@@ -12,26 +12,35 @@ use super::{
 
 /// This family's kernel for each format (the portable loop for Q4_0).
 pub(super) const TABLE: KernelTable = KernelTable {
-    q4_1: SIMD,
+    q4_1: IN_PAIRS,
     q4_0: PORTABLE_FORMAT,
-    q8_0: SIMD,
-    q5_0: SIMD,
-    q5_1: SIMD,
-    q4k: SIMD,
-    q6k: SIMD,
+    q8_0: IN_PAIRS,
+    q5_0: IN_PAIRS,
+    q5_1: IN_PAIRS,
+    q4k: ONE_ROW,
+    q6k: ONE_ROW,
     f32: PORTABLE_FORMAT,
 };
 
-/// The format's kernel, two rows at a time where it has one for two.
-const SIMD: FormatKernels = FormatKernels {
+/// A format of 32-value blocks: two rows at a time.
+const IN_PAIRS: FormatKernels = FormatKernels {
     dot: row_dot,
     rows: Some(rows_in_pairs),
+};
+
+/// A K-quant: one row at a time.
+const ONE_ROW: FormatKernels = FormatKernels {
+    dot: row_dot,
+    rows: None,
 };
 
 /// Row `r` · `x` with the format's SIMD128 kernel.
 fn row_dot(w: &QMatrix, r: usize, x: &QActs) -> f32 {
     match w.row_blocks(r) {
-        RowBlocks::Q4K { .. } | RowBlocks::Q6K { .. } => k_quant_dot(w, r, x),
+        blocks @ (RowBlocks::Q4K { .. } | RowBlocks::Q6K { .. }) => {
+            // SAFETY: wasm SIMD runs wherever this module does.
+            unsafe { super_blocks::dot::<Simd128>(blocks, x) }
+        }
         RowBlocks::Q4_0 { .. } | RowBlocks::Other => w.dot_row_portable(r, x),
         blocks => {
             let [value] = block_rows::<1>(blocks, x);
@@ -40,41 +49,21 @@ fn row_dot(w: &QMatrix, r: usize, x: &QActs) -> f32 {
     }
 }
 
-/// Rows `first..first + count` × every token of `xs` into `out[k * xs.len() + t]`, a pair of
-/// rows against each token in turn: the token's loads and widening serve both rows.
+/// Rows `first..first + count` of a format of 32-value blocks × every token of `xs` into
+/// `out[k * xs.len() + t]`, a pair of rows against each token in turn: the token's loads and
+/// widening serve both rows.
 fn rows_in_pairs(w: &QMatrix, first: usize, count: usize, xs: &[QActs], out: &mut [f32]) {
     let n = xs.len();
     for k in (0..count).step_by(2) {
         for (t, x) in xs.iter().enumerate() {
-            if k + 1 < count
-                && let Some([a, b]) = pair_dot(w, first + k, x)
-            {
+            if k + 1 < count {
+                let [a, b] = block_rows::<2>(w.rows_blocks(first + k, 2), x);
                 (out[k * n + t], out[(k + 1) * n + t]) = (a, b);
-                continue;
-            }
-            for j in k..(k + 2).min(count) {
-                out[j * n + t] = row_dot(w, first + j, x);
+            } else {
+                out[k * n + t] = row_dot(w, first + k, x);
             }
         }
     }
-}
-
-/// Rows `r` and `r + 1` · `x` in one pass over the token's blocks, for the formats of 32-value
-/// blocks; `None` for the others.
-fn pair_dot(w: &QMatrix, r: usize, x: &QActs) -> Option<[f32; 2]> {
-    match w.rows_blocks(r, 2) {
-        blocks @ (RowBlocks::Q4_1 { .. }
-        | RowBlocks::Q5_1 { .. }
-        | RowBlocks::Q8_0 { .. }
-        | RowBlocks::Q5_0 { .. }) => Some(block_rows::<2>(blocks, x)),
-        _ => None,
-    }
-}
-
-/// A K-quant row `r` · `x`: `super_blocks`' steps over this family's integer sums.
-fn k_quant_dot(w: &QMatrix, r: usize, x: &QActs) -> f32 {
-    // SAFETY: wasm SIMD runs wherever this module does.
-    unsafe { super_blocks::dot::<Simd128>(w.row_blocks(r), x) }
 }
 
 /// `N` consecutive rows' `blocks` (Q4_1, Q5_1, Q8_0 or Q5_0) · `x`.
