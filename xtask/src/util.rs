@@ -20,17 +20,7 @@ pub fn root() -> PathBuf {
 
 /// Straddle's cache outside the repo: `$STRADDLE_CACHE` or `~/.cache/straddle`.
 pub fn cache_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("STRADDLE_CACHE") {
-        return PathBuf::from(dir);
-    }
-    home().join(".cache/straddle")
-}
-
-/// The user's home directory.
-pub fn home() -> PathBuf {
-    std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/tmp"))
+    straddle_models::cache_dir()
 }
 
 /// The project-local tools dir (git-ignored).
@@ -48,6 +38,25 @@ pub fn target_dir() -> PathBuf {
 /// `cargo` as invoked by the user (respects `$CARGO`).
 pub fn cargo() -> Command {
     Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+/// Whether builds write cargo's per-crate timing reports (`cargo xtask test --timings`).
+static TIMINGS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes every [`cargo_building`] command write cargo's timing report.
+pub fn record_build_timings() {
+    TIMINGS.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// `cargo <subcommand>` for a command that compiles (`build`, `check`, `clippy`, `test`),
+/// with `--timings` when [`record_build_timings`] asked for it.
+pub fn cargo_building(subcommand: &str) -> Command {
+    let mut cmd = cargo();
+    cmd.arg(subcommand);
+    if TIMINGS.load(std::sync::atomic::Ordering::Relaxed) {
+        cmd.arg("--timings");
+    }
+    cmd
 }
 
 /// Runs `cmd`, failing with its description when it exits non-zero.
