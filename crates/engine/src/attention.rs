@@ -11,9 +11,9 @@
 use std::cell::RefCell;
 use std::ops::Range;
 
+use crate::config::Config;
 use crate::kv::KvCache;
 use crate::lanes::Lanes;
-use crate::model::Config;
 use crate::qmatrix::{Kernels, Place, round_slice_to_f16};
 
 /// Attention of layer `li` for every row's query heads in `q` (`[n, q_dim]`, rounded to f16

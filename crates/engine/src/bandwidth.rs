@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use web_time::Instant;
 
-use crate::model::Config;
+use crate::config::Config;
 
 /// Passes each measurement takes the best of.
 const PASSES: usize = 5;
@@ -45,12 +45,12 @@ pub fn host_read(bytes: usize) -> f64 {
 pub fn device_copy(
     device: &burn::tensor::Device,
     bytes: usize,
-) -> Result<f64, crate::model::ModelError> {
+) -> Result<f64, crate::config::ModelError> {
     use burn::tensor::Tensor;
     let sync = || {
         device
             .sync()
-            .map_err(|e| crate::model::ModelError::Device(format!("{e:?}")))
+            .map_err(|e| crate::config::ModelError::Device(format!("{e:?}")))
     };
     let n = (bytes / 4).max(1);
     let x = Tensor::<1>::ones([n], device);

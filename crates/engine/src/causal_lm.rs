@@ -10,8 +10,9 @@ use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
+use crate::config::ModelError;
 use crate::kv::KvCache;
-use crate::model::{Model, ModelError};
+use crate::model::Model;
 
 /// One sequence's keys and values, as the generation loop and speculation see them.
 pub trait ModelCache: Sized {
@@ -63,6 +64,11 @@ pub trait CausalLm {
         tokens: &[u32],
         cache: &mut Self::Cache,
     ) -> Result<Vec<Vec<f32>>, ModelError>;
+
+    /// The final hidden state (after the output norm) at the last position of `cache` whose
+    /// logits a pass computed: after prefill, the state a probe of the model reads to judge
+    /// whether its answer will be good.
+    async fn last_state(&self, cache: &Self::Cache) -> Result<Option<Vec<f32>>, ModelError>;
 }
 
 /// A model whose passes finish without waiting (the CPU model everywhere, a device model
@@ -164,71 +170,10 @@ impl CausalLm for Model {
     ) -> Result<Vec<Vec<f32>>, ModelError> {
         self.forward_decoded(tokens, cache)
     }
+
+    async fn last_state(&self, cache: &KvCache) -> Result<Option<Vec<f32>>, ModelError> {
+        Ok(cache.last_state().map(<[f32]>::to_vec))
+    }
 }
 
 impl BlockingLm for Model {}
-
-#[cfg(feature = "device")]
-mod device {
-    #[cfg(not(target_arch = "wasm32"))]
-    use super::BlockingLm;
-    use super::{CausalLm, ModelCache};
-    use crate::device_model::{DeviceCache, DeviceModel};
-    use crate::model::ModelError;
-
-    impl ModelCache for DeviceCache {
-        cache_sizes!();
-
-        // A GPU prefills the template's few dozen tokens in about one step: not worth a copy
-        // of every layer's cache.
-        fn prefix(&self, _n: usize) -> Option<Self> {
-            None
-        }
-    }
-
-    impl CausalLm for DeviceModel {
-        type Cache = DeviceCache;
-
-        fn new_cache(&self, positions: usize) -> DeviceCache {
-            DeviceModel::new_cache(self, positions)
-        }
-
-        fn reserve(&self, cache: &mut DeviceCache, positions: usize) {
-            DeviceModel::reserve(self, cache, positions);
-        }
-
-        async fn forward_chunks(
-            &self,
-            chunks: &[&[u32]],
-            caches: &mut [&mut DeviceCache],
-            want_logits: &[bool],
-        ) -> Result<Vec<Option<Vec<f32>>>, ModelError> {
-            self.forward_chunks_read(chunks, caches, want_logits).await
-        }
-
-        async fn forward_last(
-            &self,
-            tokens: &[u32],
-            cache: &mut DeviceCache,
-        ) -> Result<Vec<f32>, ModelError> {
-            Ok(self
-                .forward_read(tokens, cache, false)
-                .await?
-                .pop()
-                .unwrap_or_default())
-        }
-
-        async fn forward_all(
-            &self,
-            tokens: &[u32],
-            cache: &mut DeviceCache,
-        ) -> Result<Vec<Vec<f32>>, ModelError> {
-            self.forward_read(tokens, cache, true).await
-        }
-    }
-
-    // Outside the browser the readback blocks, so the passes never wait (see
-    // `DeviceModel::read_logits`).
-    #[cfg(not(target_arch = "wasm32"))]
-    impl BlockingLm for DeviceModel {}
-}

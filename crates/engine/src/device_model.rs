@@ -33,12 +33,14 @@ use burn::tensor::quantization::{QuantScheme, QuantStore, QuantValue};
 use burn::tensor::{DType, Device, Tensor, TensorData, activation};
 
 #[cfg(not(target_arch = "wasm32"))]
-use crate::causal_lm::ready;
+use crate::causal_lm::{BlockingLm, ready};
+use crate::causal_lm::{CausalLm, ModelCache};
+use crate::config::{Config, ModelError};
 use crate::gguf::{ByteSource, Gguf};
 use crate::kernels;
 use crate::kernels::matvec::MatvecKernel;
 use crate::kv::{self, PASS_ROWS};
-use crate::model::{Config, GELU_CUBIC, GELU_SQRT_2_OVER_PI, Host, ModelError, rope_angles};
+use crate::model::{GELU_CUBIC, GELU_SQRT_2_OVER_PI, Host, rope_angles};
 use crate::qmatrix::QMatrix;
 use crate::quant::{self, Nibbles, TensorType};
 use crate::weights::{self, LayerWeights, WeightStore};
@@ -199,6 +201,10 @@ pub struct DeviceCache {
     values: Vec<Tensor<3>>,
     len: usize,
     capacity: usize,
+    /// The final hidden state `[1, dim]` of the last position whose logits a pass computed,
+    /// left on the device until someone reads it (boxed: a cache is moved often, the state
+    /// read once a request).
+    state: Option<Box<Tensor<2>>>,
 }
 
 impl DeviceCache {
@@ -219,6 +225,9 @@ impl DeviceCache {
 
     /// Forgets positions from `len` on (a rejected speculative draft, a reused prefix).
     pub fn truncate(&mut self, len: usize) {
+        if len < self.len {
+            self.state = None;
+        }
         self.len = self.len.min(len);
     }
 }
@@ -632,6 +641,7 @@ impl DeviceModel {
             values: zeros(),
             len: 0,
             capacity,
+            state: None,
         }
     }
 
@@ -677,14 +687,17 @@ impl DeviceModel {
         cache: &mut DeviceCache,
         all_logits: bool,
     ) -> Result<Tensor<2>, ModelError> {
-        let n = tokens.len();
-        let x = self.forward_hidden(&[tokens], &mut [cache])?;
+        let (n, d) = (tokens.len(), self.config.dim);
+        let x = self.forward_hidden(&[tokens], &mut [&mut *cache])?;
         let x = if all_logits {
             x
         } else {
-            x.slice([n - 1..n, 0..self.config.dim])
+            x.slice([n - 1..n, 0..d])
         };
-        Ok(self.logits(x))
+        let states = self.final_norm(x);
+        let rows = states.dims()[0];
+        cache.state = Some(Box::new(states.clone().slice([rows - 1..rows, 0..d])));
+        Ok(self.head.forward(states, self.matvec()))
     }
 
     /// Runs several sequences at once (continuous batching): `chunks[i]` at positions
@@ -716,7 +729,24 @@ impl DeviceModel {
         } else {
             Tensor::cat(last_rows, 0)
         };
-        Ok(Some(self.logits(rows)))
+        let states = self.final_norm(rows);
+        let wanting = caches.iter_mut().zip(want_logits).filter(|(_, w)| **w);
+        for (row, (cache, _)) in wanting.enumerate() {
+            cache.state = Some(Box::new(states.clone().slice([row..row + 1, 0..d])));
+        }
+        Ok(Some(self.head.forward(states, self.matvec())))
+    }
+
+    /// The final hidden state (after the output norm) at the last position of `cache` whose
+    /// logits a pass computed, read back: what a probe of the model's own state reads.
+    pub async fn read_state(&self, cache: &DeviceCache) -> Result<Option<Vec<f32>>, ModelError> {
+        let Some(state) = cache.state.as_deref() else {
+            return Ok(None);
+        };
+        Ok(self
+            .read_rows_of(state.clone(), self.config.dim)
+            .await?
+            .pop())
     }
 
     /// [`Self::forward_chunks`] with the logits read back: one entry per chunk, the logits
@@ -752,23 +782,24 @@ impl DeviceModel {
     /// Reads logits `[n, vocab]` back as rows: awaited in a browser, which cannot block;
     /// blocking elsewhere, so a native pass never waits (the model is a `BlockingLm` there).
     async fn read_rows(&self, logits: Tensor<2>) -> Result<Vec<Vec<f32>>, ModelError> {
+        self.read_rows_of(logits, self.config.vocab).await
+    }
+
+    /// Reads `[n, width]` back as rows, as [`Self::read_rows`] does.
+    async fn read_rows_of(&self, t: Tensor<2>, width: usize) -> Result<Vec<Vec<f32>>, ModelError> {
         #[cfg(target_arch = "wasm32")]
-        let data = logits.into_data_async().await;
+        let data = t.into_data_async().await;
         #[cfg(not(target_arch = "wasm32"))]
-        let data = logits.try_into_data();
+        let data = t.try_into_data();
         rows_of(
             data.map_err(|e| ModelError::Device(format!("{e:?}")))?,
-            self.config.vocab,
+            width,
         )
     }
 
-    /// The output head over final hidden rows `[n, dim] → [n, vocab]`.
-    fn logits(&self, x: Tensor<2>) -> Tensor<2> {
-        let c = &self.config;
-        self.head.forward(
-            rms_norm(x, &self.norm, c.rms_eps, self.own_kernels),
-            self.matvec(),
-        )
+    /// The output norm over final hidden rows: what the head reads.
+    fn final_norm(&self, x: Tensor<2>) -> Tensor<2> {
+        rms_norm(x, &self.norm, self.config.rms_eps, self.own_kernels)
     }
 
     /// The transformer over every chunk's tokens: the final hidden rows `[Σ n_i, dim]`, chunk
@@ -1195,6 +1226,79 @@ impl DeviceModel {
         ready(self.forward_read(tokens, cache, all_logits))
     }
 }
+
+// What generation needs of the device model (`causal_lm`): its passes read back
+// asynchronously in a browser, and block elsewhere.
+
+impl ModelCache for DeviceCache {
+    fn filled(&self) -> usize {
+        self.len()
+    }
+
+    fn rewind(&mut self, len: usize) {
+        self.truncate(len);
+    }
+
+    fn room(&self) -> usize {
+        self.capacity()
+    }
+
+    // A GPU prefills the template's few dozen tokens in about one step: not worth a copy
+    // of every layer's cache.
+    fn prefix(&self, _n: usize) -> Option<Self> {
+        None
+    }
+}
+
+impl CausalLm for DeviceModel {
+    type Cache = DeviceCache;
+
+    fn new_cache(&self, positions: usize) -> DeviceCache {
+        DeviceModel::new_cache(self, positions)
+    }
+
+    fn reserve(&self, cache: &mut DeviceCache, positions: usize) {
+        DeviceModel::reserve(self, cache, positions);
+    }
+
+    async fn forward_chunks(
+        &self,
+        chunks: &[&[u32]],
+        caches: &mut [&mut DeviceCache],
+        want_logits: &[bool],
+    ) -> Result<Vec<Option<Vec<f32>>>, ModelError> {
+        self.forward_chunks_read(chunks, caches, want_logits).await
+    }
+
+    async fn forward_last(
+        &self,
+        tokens: &[u32],
+        cache: &mut DeviceCache,
+    ) -> Result<Vec<f32>, ModelError> {
+        Ok(self
+            .forward_read(tokens, cache, false)
+            .await?
+            .pop()
+            .unwrap_or_default())
+    }
+
+    async fn forward_all(
+        &self,
+        tokens: &[u32],
+        cache: &mut DeviceCache,
+    ) -> Result<Vec<Vec<f32>>, ModelError> {
+        self.forward_read(tokens, cache, true).await
+    }
+
+    async fn last_state(&self, cache: &DeviceCache) -> Result<Option<Vec<f32>>, ModelError> {
+        self.read_state(cache).await
+    }
+}
+
+// Outside the browser the readback blocks, so the passes never wait (see
+// `DeviceModel::read_logits`).
+#[cfg(not(target_arch = "wasm32"))]
+impl BlockingLm for DeviceModel {}
 
 /// The positions up to `total` that a layer's cache `[kv_heads, slots, hd]` holds, in order
 /// of position, and which positions they are: the first `total` slots, or the ring's one or

@@ -4,12 +4,14 @@
 use web_time::Instant;
 
 use crate::causal_lm::{BlockingLm, CausalLm, ModelCache, ready};
+use crate::config::ModelError;
 use crate::gguf::{ByteSource, Gguf};
 use crate::grammar::{Constraint, GrammarError, Grammars, OutputFormat};
 use crate::kv::KvCache;
-use crate::model::{Model, ModelError};
+use crate::message::ChatMessage;
+use crate::model::Model;
 use crate::sample::{self, Rng, SamplingParams};
-use crate::template::{ChatMessage, ChatTemplate, TemplateError};
+use crate::template::{ChatTemplate, TemplateError};
 use crate::tokenizer::{Tokenizer, TokenizerError};
 
 /// Default context the KV cache is sized for.
@@ -173,6 +175,16 @@ impl Completion {
             0.0
         }
     }
+}
+
+/// A sequence's next-token distribution and the model state behind it ([`Engine::look`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Look {
+    /// How sure the distribution is of its best token.
+    pub confidence: crate::sample::Confidence,
+    /// The final hidden state (after the output norm) that produced it; `None` where the
+    /// model has none to give (no pass computed logits since the cache last changed).
+    pub state: Option<Vec<f32>>,
 }
 
 /// A prompt's keys and values, kept to start later prompts that begin the same way (the
@@ -684,6 +696,16 @@ impl<M: CausalLm> Engine<M> {
         ))
     }
 
+    /// What the model's own state says about a sequence's next token, before it is sampled:
+    /// right after [`Engine::start`], the prompt's last position, which a router's probe
+    /// reads to judge the answer before any of it is shown.
+    pub async fn look_async(&self, seq: &Sequence<M::Cache>) -> Result<Look, EngineError> {
+        Ok(Look {
+            confidence: crate::sample::confidence(&seq.logits),
+            state: self.model.last_state(&seq.cache).await?,
+        })
+    }
+
     /// [`Engine::step`], awaited.
     pub async fn step_async(
         &self,
@@ -732,6 +754,21 @@ impl<M: BlockingLm> Engine<M> {
         on_token: impl FnMut(&TokenEvent) -> Flow,
     ) -> Result<Completion, EngineError> {
         ready(self.generate_async(prompt, params, on_token))
+    }
+
+    /// A sequence that goes on from a prompt [`Engine::prefill`] already ran, so a caller that
+    /// read the prompt's logits or cache first does not compute them again.
+    pub fn resume(
+        &self,
+        (ids, cache, logits): Prefilled<M::Cache>,
+        params: &GenerateParams,
+    ) -> Sequence<M::Cache> {
+        Sequence::prefilled(cache, logits, ids, params, 0.0)
+    }
+
+    /// [`Engine::look_async`], run to completion.
+    pub fn look(&self, seq: &Sequence<M::Cache>) -> Result<Look, EngineError> {
+        ready(self.look_async(seq))
     }
 
     /// Starts a sequence: tokenizes and prefills the prompt.

@@ -51,6 +51,9 @@ pub struct KvCache {
     kv_dim: usize,
     capacity: usize,
     len: usize,
+    /// The final hidden state (what the output head reads) of the last position whose logits
+    /// a pass computed; empty when there is none, or the positions after it were forgotten.
+    state: Vec<f32>,
 }
 
 impl KvCache {
@@ -71,6 +74,7 @@ impl KvCache {
             kv_dim,
             capacity,
             len: 0,
+            state: Vec::new(),
         }
     }
 
@@ -121,7 +125,22 @@ impl KvCache {
     /// Forgets positions from `len` on (after a rejected speculative draft, or a new prompt
     /// that shares only a prefix with the old one).
     pub fn truncate(&mut self, len: usize) {
+        if len < self.len {
+            self.state.clear();
+        }
         self.len = self.len.min(len);
+    }
+
+    /// The final hidden state (after the output norm) at the last position whose logits the
+    /// model computed: what a probe of the model's own state reads after prefill.
+    pub fn last_state(&self) -> Option<&[f32]> {
+        (!self.state.is_empty()).then_some(&self.state[..])
+    }
+
+    /// Keeps `state` as the last position's final hidden state.
+    pub(crate) fn set_state(&mut self, state: &[f32]) {
+        self.state.clear();
+        self.state.extend_from_slice(state);
     }
 
     /// A copy of the first `n` positions in a cache of exactly that capacity, or `None`
@@ -136,6 +155,7 @@ impl KvCache {
             kv_dim: self.kv_dim,
             capacity: n,
             len: n,
+            state: Vec::new(),
         };
         for layer in 0..self.keys.len() {
             let (from, to) = (self.slots(layer), copy.slots(layer));

@@ -1,283 +1,19 @@
-//! A Llama-family transformer: config from GGUF metadata, quantized weights, forward pass.
+//! A Llama-family transformer on the CPU: quantized weights, forward pass (its config is in
+//! `config.rs`).
 //!
 //! Reads top to bottom like the paper's diagram: embedding → N × (RMSNorm → attention with
 //! RoPE and grouped-query heads → residual → RMSNorm → SwiGLU MLP → residual) → RMSNorm →
 //! output head (tied to the embedding when the file has no `output.weight`).
 
-use crate::gguf::{ByteSource, Gguf, GgufError};
+use crate::config::{Config, ModelError};
+use crate::gguf::{ByteSource, Gguf};
 use crate::kv::{KvCache, PASS_ROWS};
 use crate::lanes::{fused, silu_in_place};
 use crate::qmatrix::{
     ActFormat, Place, QActs, QMatrix, f16_bits, matmul_many, round_slice_to_f16, round_to_f16,
 };
-use crate::quant::{QuantError, TensorType};
+use crate::quant::TensorType;
 use crate::weights::{self, LayerWeights, WeightStore};
-
-/// Why a model could not be loaded or run.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ModelError {
-    #[error(transparent)]
-    Gguf(#[from] GgufError),
-    #[error(transparent)]
-    Quant(#[from] QuantError),
-    #[error("architecture `{0}` is not supported (supported: llama, qwen2, qwen3, phi3, gemma3)")]
-    UnsupportedArch(String),
-    #[error("tensor `{name}` has shape {got:?}, expected {want:?}")]
-    Shape {
-        name: String,
-        got: Vec<u64>,
-        want: Vec<u64>,
-    },
-    #[error("invalid config: {0}")]
-    Config(String),
-    #[error("context full: {needed} positions needed, cache holds {capacity}")]
-    ContextFull { needed: usize, capacity: usize },
-    #[error("token id {0} is outside the vocabulary")]
-    BadToken(u32),
-    #[error("device error: {0}")]
-    Device(String),
-}
-
-/// The transformer families the engine runs: each differs from Llama in a few named ways.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Arch {
-    /// Llama, SmolLM, Mistral: SwiGLU, RoPE over adjacent pairs (GGUF permutes Q/K for it).
-    Llama,
-    /// Qwen 2 and 2.5: Llama with biases on the Q/K/V products and RoPE over head halves.
-    Qwen2,
-    /// Qwen 3: Llama with RMSNorm on each query and key head and RoPE over head halves.
-    Qwen3,
-    /// Phi 3: Llama with Q/K/V in one tensor, gate and up in another, and RoPE over head
-    /// halves.
-    Phi3,
-    /// Gemma 3: GELU-gated MLP, RMSNorm on each query and key head and after each block, the
-    /// embedding scaled by √d, RoPE over head halves, and five sliding-window layers (with
-    /// their own RoPE base) to each global one.
-    Gemma3,
-}
-
-impl Arch {
-    /// Every architecture, for error messages.
-    pub const ALL: [Arch; 5] = [
-        Arch::Llama,
-        Arch::Qwen2,
-        Arch::Qwen3,
-        Arch::Phi3,
-        Arch::Gemma3,
-    ];
-
-    /// The name `general.architecture` gives it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Arch::Llama => "llama",
-            Arch::Qwen2 => "qwen2",
-            Arch::Qwen3 => "qwen3",
-            Arch::Phi3 => "phi3",
-            Arch::Gemma3 => "gemma3",
-        }
-    }
-
-    fn from_name(name: &str) -> Result<Self, ModelError> {
-        Self::ALL
-            .into_iter()
-            .find(|a| a.name() == name)
-            .ok_or_else(|| ModelError::UnsupportedArch(name.into()))
-    }
-
-    /// Whether RoPE rotates element `i` with `i + head/2` (GPT-NeoX's layout), not `i + 1`.
-    pub(crate) fn rope_halves(self) -> bool {
-        self != Arch::Llama
-    }
-
-    /// Whether the MLP's gate is GELU (tanh approximation) rather than SiLU.
-    pub(crate) fn gelu_gate(self) -> bool {
-        self == Arch::Gemma3
-    }
-
-    /// Whether each query and key head is RMS-normalised before RoPE.
-    pub(crate) fn qk_norm(self) -> bool {
-        matches!(self, Arch::Qwen3 | Arch::Gemma3)
-    }
-
-    /// Whether each block's output is RMS-normalised before the residual.
-    pub(crate) fn post_norms(self) -> bool {
-        self == Arch::Gemma3
-    }
-
-    /// Whether the Q/K/V products carry biases.
-    pub(crate) fn qkv_bias(self) -> bool {
-        self == Arch::Qwen2
-    }
-
-    /// Whether Q/K/V (`attn_qkv`) and gate/up (`ffn_up`) are each one fused tensor.
-    pub(crate) fn fused(self) -> bool {
-        self == Arch::Phi3
-    }
-}
-
-/// Hyper-parameters read from the GGUF metadata.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Config {
-    pub arch: Arch,
-    pub n_layers: usize,
-    pub dim: usize,
-    pub ffn_dim: usize,
-    pub n_heads: usize,
-    pub n_kv_heads: usize,
-    pub head_dim: usize,
-    pub vocab: usize,
-    pub rope_theta: f32,
-    /// RoPE base of the sliding-window layers.
-    pub rope_theta_local: f32,
-    /// Positions a sliding-window layer attends to; `None` when every layer is global.
-    pub sliding_window: Option<usize>,
-    pub rms_eps: f32,
-    pub context_length: usize,
-}
-
-/// Gemma 3's layers repeat five sliding-window layers then a global one (llama.cpp's
-/// "SWA pattern" of 6; the GGUF does not record it).
-const GEMMA3_GLOBAL_EVERY: usize = 6;
-/// Gemma 3's local RoPE base, which its GGUF does not record either.
-const GEMMA3_LOCAL_ROPE_THETA: f32 = 10_000.0;
-
-impl Config {
-    /// Reads the config of a GGUF of one of the [`Arch`]s.
-    pub fn from_gguf<S: ByteSource>(g: &Gguf<S>) -> Result<Self, ModelError> {
-        let name = g.get_str("general.architecture")?;
-        let arch = Arch::from_name(name)?;
-        let key = |k: &str| format!("{name}.{k}");
-        let u = |k: &str| -> Result<usize, ModelError> {
-            usize::try_from(g.get_u64(&key(k))?).map_err(|_| ModelError::Config(k.into()))
-        };
-        let n_heads = u("attention.head_count")?;
-        let dim = u("embedding_length")?;
-        let n_kv_heads = u("attention.head_count_kv").unwrap_or(n_heads);
-        let head_dim = match u("attention.key_length") {
-            Ok(k) => k,
-            Err(_) => dim.checked_div(n_heads).unwrap_or(0),
-        };
-        if u("rope.dimension_count").is_ok_and(|n| n != head_dim) {
-            return Err(ModelError::Config(
-                "RoPE over part of each head is not supported".into(),
-            ));
-        }
-        if u("attention.value_length").is_ok_and(|v| v != head_dim) {
-            return Err(ModelError::Config(
-                "keys and values of different lengths are not supported".into(),
-            ));
-        }
-        let vocab = g
-            .tensor("token_embd.weight")
-            .and_then(|t| t.shape.get(1))
-            .copied()
-            .ok_or_else(|| GgufError::MissingTensor("token_embd.weight".into()))?;
-        let rope_theta = g.get_f64(&key("rope.freq_base")).unwrap_or(10_000.0) as f32;
-        let gemma = arch == Arch::Gemma3;
-        let cfg = Config {
-            arch,
-            n_layers: u("block_count")?,
-            dim,
-            ffn_dim: u("feed_forward_length")?,
-            n_heads,
-            n_kv_heads,
-            head_dim,
-            vocab: vocab as usize,
-            rope_theta,
-            rope_theta_local: if gemma {
-                GEMMA3_LOCAL_ROPE_THETA
-            } else {
-                rope_theta
-            },
-            sliding_window: if gemma {
-                Some(u("attention.sliding_window")?)
-            } else {
-                None
-            },
-            rms_eps: g
-                .get_f64(&key("attention.layer_norm_rms_epsilon"))
-                .unwrap_or(1e-5) as f32,
-            context_length: u("context_length").unwrap_or(2048),
-        };
-        cfg.validate()?;
-        Ok(cfg)
-    }
-
-    /// Refuses hyper-parameters no tensor layout could follow, before anything is allocated.
-    fn validate(&self) -> Result<(), ModelError> {
-        let bad = |why: &str| Err(ModelError::Config(why.into()));
-        let (heads, kv_heads) = (self.n_heads, self.n_kv_heads);
-        if self.n_layers == 0 || self.n_layers > 1024 {
-            return bad("block_count must be 1..=1024");
-        }
-        if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 || heads > 1024 {
-            return bad("the head count must be 1..=1024 and a multiple of the KV head count");
-        }
-        if self.head_dim == 0 || self.head_dim > 1024 || !self.head_dim.is_multiple_of(2) {
-            return bad("the head size must be even and 2..=1024");
-        }
-        // These are the input widths of some product, whose blocks hold 32 values.
-        let inputs = [self.dim, self.ffn_dim, self.q_dim()];
-        if inputs
-            .iter()
-            .any(|w| *w == 0 || !w.is_multiple_of(32) || *w > 1 << 20)
-        {
-            return bad("the model, FFN and query widths must be multiples of 32, at most 2^20");
-        }
-        if self.sliding_window == Some(0) {
-            return bad("a sliding window must hold at least one position");
-        }
-        Ok(())
-    }
-
-    /// Width of the query projection (all heads).
-    pub fn q_dim(&self) -> usize {
-        self.n_heads * self.head_dim
-    }
-
-    /// Width of the key/value projections.
-    pub fn kv_dim(&self) -> usize {
-        self.n_kv_heads * self.head_dim
-    }
-
-    /// What the queries are multiplied by after RoPE, where the architecture scales them
-    /// rather than the scores: Gemma 3 by 1/√head_dim (its `query_pre_attn_scalar`), before
-    /// they are rounded to f16 as llama.cpp rounds them.
-    pub fn query_scale(&self) -> Option<f32> {
-        (self.arch == Arch::Gemma3).then(|| 1.0 / (self.head_dim as f32).sqrt())
-    }
-
-    /// What the attention scores are multiplied by before the softmax: 1/√head_dim, or 1
-    /// where the queries carry the scale.
-    pub fn score_scale(&self) -> f32 {
-        match self.query_scale() {
-            Some(_) => 1.0,
-            None => 1.0 / (self.head_dim as f32).sqrt(),
-        }
-    }
-
-    /// What each token's embedding is multiplied by, where the architecture scales it
-    /// (Gemma: √d).
-    pub fn embedding_scale(&self) -> Option<f32> {
-        (self.arch == Arch::Gemma3).then(|| (self.dim as f32).sqrt())
-    }
-
-    /// The RoPE base of layer `layer`.
-    pub fn rope_base(&self, layer: usize) -> f32 {
-        match self.window(layer) {
-            Some(_) => self.rope_theta_local,
-            None => self.rope_theta,
-        }
-    }
-
-    /// The window layer `layer` attends within, if it is a sliding-window layer.
-    pub fn window(&self, layer: usize) -> Option<usize> {
-        let global = (layer + 1).is_multiple_of(GEMMA3_GLOBAL_EVERY);
-        self.sliding_window.filter(|_| !global)
-    }
-}
 
 /// RoPE's angles for every position of one base: `cos[pos · half + i]`, `sin` alike.
 struct RopeTable {
@@ -357,7 +93,7 @@ impl WeightStore for Host {
 type Layer = LayerWeights<QMatrix, Vec<f32>>;
 
 impl Model {
-    /// Loads the weights of a GGUF of one of the [`Arch`]s; RoPE tables cover `max_context`
+    /// Loads the weights of a GGUF of one of the [`crate::Arch`]s; RoPE tables cover `max_context`
     /// positions.
     pub fn load<S: ByteSource>(g: &Gguf<S>, max_context: usize) -> Result<Self, ModelError> {
         let c = Config::from_gguf(g)?;
@@ -582,14 +318,27 @@ impl Model {
             acts.place = place;
         }
         self.embed_rows(tokens, &mut s.x)?;
+        let last = self.layers.len().saturating_sub(1);
+        let mut out_rows: Vec<(usize, usize)> = rows.to_vec();
         for (li, layer) in self.layers.iter().enumerate() {
             self.attention(li, layer, (rows, places), caches, &mut s);
+            // As llama.cpp: the last layer's MLP runs on the rows whose logits are wanted
+            // only, each as its sequence's one output (which is also where its sums are
+            // ordered as a server's are).
+            if li == last && wanted.len() < rows.len() {
+                s.keep_rows(wanted, self.config.dim);
+                out_rows = wanted.iter().map(|&t| rows[t]).collect();
+            }
             self.mlp(layer, &mut s);
         }
         for &(ci, _) in rows {
             caches[ci].advance(1);
         }
-        Ok(self.head_logits(&mut s, wanted))
+        let wanted: Vec<usize> = match out_rows.len() < rows.len() {
+            true => (0..out_rows.len()).collect(),
+            false => wanted.to_vec(),
+        };
+        Ok(self.head_logits(&mut s, (&out_rows, &wanted), caches))
     }
 
     /// The embedding of every row's token into `x` (`[n, d]`).
@@ -707,8 +456,14 @@ impl Model {
         add_residual(&mut s.x, &mut s.proj, post, c);
     }
 
-    /// The final RMSNorm and the output head over the `wanted` rows.
-    fn head_logits(&self, s: &mut RunState, wanted: &[usize]) -> Vec<Vec<f32>> {
+    /// The final RMSNorm and the output head over the `wanted` rows; each row's normalised
+    /// state is also kept in its sequence's cache (the last one a sequence has stays).
+    fn head_logits(
+        &self,
+        s: &mut RunState,
+        (rows, wanted): (&[(usize, usize)], &[usize]),
+        caches: &mut [&mut KvCache],
+    ) -> Vec<Vec<f32>> {
         let c = &self.config;
         let d = c.dim;
         let head = self.head.as_ref().unwrap_or(&self.embed);
@@ -720,6 +475,7 @@ impl Model {
                 c.rms_eps,
                 &mut s.xn[..d],
             );
+            caches[rows[t].0].set_state(&s.xn[..d]);
             head_acts.push(QActs::quantize_as(&s.xn[..d], head.act_format()));
         }
         let mut logits = vec![0f32; wanted.len() * c.vocab];
@@ -770,6 +526,37 @@ struct RunState {
 }
 
 impl RunState {
+    /// Keeps the rows `keep` of the residual stream, in order, each as a token computed
+    /// alone, and shortens every buffer to them.
+    fn keep_rows(&mut self, keep: &[usize], d: usize) {
+        for (to, &from) in keep.iter().enumerate() {
+            self.x.copy_within(from * d..(from + 1) * d, to * d);
+        }
+        let n = keep.len();
+        let per_row = |v: &mut Vec<f32>, n_before: usize| {
+            let width = v.len() / n_before.max(1);
+            v.truncate(n * width);
+        };
+        let before = self.acts.len();
+        for v in [
+            &mut self.x,
+            &mut self.xn,
+            &mut self.q,
+            &mut self.k,
+            &mut self.v,
+            &mut self.attn,
+            &mut self.proj,
+            &mut self.gate,
+            &mut self.up,
+        ] {
+            per_row(v, before);
+        }
+        for acts in [&mut self.acts, &mut self.ffn_acts] {
+            acts.truncate(n);
+            acts.iter_mut().for_each(|a| a.place = Place::ALONE);
+        }
+    }
+
     fn new(c: &Config, n: usize) -> Self {
         let (d, qd, kv_dim, f) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim);
         Self {

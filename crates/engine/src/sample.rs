@@ -228,6 +228,41 @@ pub fn sample(logits: &[f32], params: &SamplingParams, context: &[u32], rng: &mu
     }
 }
 
+/// How sure a distribution is of its best token: what the router reads at an answer's first
+/// position, computed once here for the page, the CLI and the evaluation alike.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Confidence {
+    /// Entropy of the distribution, in nats.
+    pub entropy: f32,
+    /// log p of the most likely token.
+    pub logprob: f32,
+    /// log p of the most likely token minus that of the second.
+    pub margin: f32,
+}
+
+/// [`Confidence`] of the raw distribution (temperature 1) of `logits`.
+pub fn confidence(logits: &[f32]) -> Confidence {
+    let spread = spread(logits);
+    let (mut first, mut second) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+    for &l in logits {
+        if l > first {
+            second = first;
+            first = l;
+        } else if l > second {
+            second = l;
+        }
+    }
+    Confidence {
+        entropy: spread.entropy,
+        logprob: first - spread.log_sum,
+        margin: if second.is_finite() {
+            first - second
+        } else {
+            f32::INFINITY
+        },
+    }
+}
+
 /// What one pass of exponentials over a vocabulary's logits gives the router.
 #[derive(Debug, Clone, Copy)]
 struct Spread {
@@ -380,6 +415,19 @@ mod tests {
         let want = 2.0 - (1f32 + 2f32.exp() + 1f32.exp()).ln();
         assert!((s.logprob - want).abs() < 1e-6);
         assert!(s.entropy > 0.0 && s.entropy < 3f32.ln());
+    }
+
+    #[test]
+    fn confidence_is_entropy_top_log_prob_and_margin_of_the_softmax() {
+        // p = 0.5, 0.25, 0.25: H = 1.5 ln 2, log p1 = −ln 2, margin ln 2.
+        let logits = [2f32.ln(), 0.0, 0.0];
+        let c = confidence(&logits);
+        let ln2 = std::f32::consts::LN_2;
+        assert!((c.entropy - 1.5 * ln2).abs() < 1e-5, "{c:?}");
+        assert!((c.logprob + ln2).abs() < 1e-5, "{c:?}");
+        assert!((c.margin - ln2).abs() < 1e-6, "{c:?}");
+        let one = confidence(&[1.0, f32::NEG_INFINITY]);
+        assert_eq!((one.logprob, one.margin), (0.0, f32::INFINITY));
     }
 
     #[test]

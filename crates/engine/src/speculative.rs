@@ -11,9 +11,10 @@
 use web_time::Instant;
 
 use crate::causal_lm::{BlockingLm, CausalLm, ModelCache, ready};
+use crate::config::ModelError;
 use crate::generate::{Engine, EngineError, Finish, GenerateParams, Prompt, shown_next};
 use crate::kv::KvCache;
-use crate::model::{Model, ModelError};
+use crate::model::Model;
 use crate::sample::{self, Rng, SamplingParams};
 use crate::tokenizer::Tokenizer;
 

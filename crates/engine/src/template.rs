@@ -1,36 +1,10 @@
 //! Chat templates: the GGUF's `tokenizer.chat_template` (Jinja) rendered with minijinja.
 
 use minijinja::{Environment, context};
-use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::message::ChatMessage;
 use crate::tool_prompt;
-
-/// A conversation turn as templates expect it (Hugging Face's shape).
-#[derive(Debug, Clone, Serialize)]
-pub struct ChatMessage {
-    pub role: String,
-    pub content: String,
-    /// The calls an assistant turn made: `{"type": "function", "function": {"name",
-    /// "arguments"}}`, arguments as a JSON value.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tool_calls: Option<Vec<Value>>,
-    /// The call a `tool` turn answers.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tool_call_id: Option<String>,
-}
-
-impl ChatMessage {
-    /// A turn with the given role and text.
-    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        Self {
-            role: role.into(),
-            content: content.into(),
-            tool_calls: None,
-            tool_call_id: None,
-        }
-    }
-}
 
 /// A template that failed to parse or render.
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +41,7 @@ impl ChatTemplate {
                 ))
             },
         );
+        env.add_filter("tojson", tojson);
         env.add_template_owned("chat", source.to_string())
             .map_err(|e| TemplateError(e.to_string()))?;
         let mut template = Self {
@@ -191,9 +166,78 @@ impl ChatTemplate {
     }
 }
 
+/// Jinja's `tojson` as Hugging Face's chat templates run it (Python's `json.dumps` with
+/// `ensure_ascii=False`): `", "` and `": "` between items, keys in their given order, so a
+/// tool reaches the model written as it was trained on.
+fn tojson(value: minijinja::Value) -> Result<String, minijinja::Error> {
+    let json = serde_json::to_value(&value).map_err(|e| {
+        minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, e.to_string())
+    })?;
+    let mut out = Vec::new();
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, PythonJson);
+    serde::Serialize::serialize(&json, &mut ser).map_err(|e| {
+        minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, e.to_string())
+    })?;
+    String::from_utf8(out)
+        .map_err(|e| minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, e.to_string()))
+}
+
+/// serde_json's compact output with Python's default separators.
+struct PythonJson;
+
+impl serde_json::ser::Formatter for PythonJson {
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            writer.write_all(b", ")
+        }
+    }
+
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            writer.write_all(b", ")
+        }
+    }
+
+    fn begin_object_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+    ) -> std::io::Result<()> {
+        writer.write_all(b": ")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tojson_writes_as_python_json_dumps_in_the_given_key_order() {
+        let t = ChatTemplate::new("{% for t in tools %}{{ t | tojson }}{% endfor %}", "", "")
+            .expect("compiles");
+        assert!(t.renders_tools_natively());
+        let tool: Value = serde_json::from_str(
+            r#"{"type": "function", "function": {"name": "météo", "b": [1, 2], "a": null}}"#,
+        )
+        .expect("json");
+        let user = [ChatMessage::new("user", "x")];
+        let text = t.render_with_tools(&user, &[tool], false).expect("renders");
+        assert_eq!(
+            text,
+            r#"{"type": "function", "function": {"name": "météo", "b": [1, 2], "a": null}}"#
+        );
+    }
 
     #[test]
     fn a_continued_turn_stops_where_its_text_does() {

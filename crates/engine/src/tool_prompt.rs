@@ -11,7 +11,7 @@
 
 use serde_json::{Value, json};
 
-use crate::template::ChatMessage;
+use crate::message::ChatMessage;
 
 /// What opens a tool call in an answer.
 pub const CALL_OPEN: &str = "<tool_call>";

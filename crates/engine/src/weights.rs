@@ -2,8 +2,8 @@
 //! for both models, each of which holds what it reads its own way ([`WeightStore`]: quantized
 //! blocks in host memory for the CPU model, tensors on a burn device for the device model).
 
+use crate::config::{Config, ModelError};
 use crate::gguf::{ByteSource, Gguf, GgufError, TensorInfo};
-use crate::model::{Config, ModelError};
 use crate::quant::{self, TensorType};
 
 /// How a model holds the weights it loads.

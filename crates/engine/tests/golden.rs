@@ -17,7 +17,7 @@ mod tiny;
 const EXACT: bool = cfg!(target_arch = "x86_64");
 
 use straddle_engine::gguf::FileSource;
-use straddle_engine::{Engine, Prompt};
+use straddle_engine::{ChatMessage, Engine, Kernels, Prompt};
 
 /// Where the sums' order is not llama.cpp's (not [`EXACT`]), logits differ from its by up
 /// to ~0.8 on logits of magnitude ~20–35 (measured before the orders matched, 2026-12-01);
@@ -50,9 +50,19 @@ struct Reference {
 struct Case {
     name: String,
     prompt: String,
+    /// The conversation a chat case's prompt renders, where it is one: the model's own
+    /// template must render it to the same token ids.
+    #[serde(default)]
+    messages: Vec<Message>,
     prompt_tokens: Vec<u32>,
     greedy: Vec<u32>,
     top5: Vec<Vec<(u32, f64)>>,
+}
+
+#[derive(serde::Deserialize)]
+struct Message {
+    role: String,
+    content: String,
 }
 
 #[test]
@@ -71,6 +81,79 @@ fn gemma3_greedy_tokens_and_logits_match_llama_cpp() {
     };
     let reference = include_str!("../../../tests/reference/gemma-3-270m-q4_k_m.json");
     assert_matches_llama_cpp(&path, reference, GEMMA3_SHIFT_TOL);
+}
+
+#[test]
+fn qwen_edge_greedy_tokens_and_logits_match_llama_cpp() {
+    let Some(path) = common::qwen_edge_path() else {
+        return;
+    };
+    let reference = include_str!("../../../tests/reference/qwen2.5-coder-0.5b.json");
+    assert_matches_llama_cpp(&path, reference, SHIFT_TOL);
+}
+
+#[test]
+fn qwen_cloud_greedy_tokens_and_logits_match_llama_cpp() {
+    let Some(path) = common::qwen_cloud_path() else {
+        return;
+    };
+    let reference = include_str!("../../../tests/reference/qwen2.5-coder-1.5b.json");
+    assert_matches_llama_cpp(&path, reference, SHIFT_TOL);
+}
+
+/// The tests above as one process runs them: with the best kernel family this CPU has.
+const MODEL_TESTS: [&str; 4] = [
+    "smollm2_greedy_tokens_and_logits_match_llama_cpp",
+    "gemma3_greedy_tokens_and_logits_match_llama_cpp",
+    "qwen_edge_greedy_tokens_and_logits_match_llama_cpp",
+    "qwen_cloud_greedy_tokens_and_logits_match_llama_cpp",
+];
+
+/// Set in a child run for one family, so that it does not fan out again.
+const FAMILY_CHILD: &str = "STRADDLE_GOLDEN_FAMILY_CHILD";
+
+/// Every x86 kernel family rounds and sums in llama.cpp's order, so each must give its
+/// logits: the model tests run again, in a child process per family other than the one this
+/// process chose (a process picks its family once). A family this CPU lacks is a counted
+/// skip, by name.
+#[test]
+fn every_kernel_family_this_cpu_runs_matches_llama_cpp() {
+    if std::env::var_os(FAMILY_CHILD).is_some() || !EXACT {
+        return;
+    }
+    let this = Kernels::detected();
+    for family in [Kernels::Avx512Vnni, Kernels::Avx2, Kernels::Portable] {
+        if family == this {
+            continue;
+        }
+        if !family.runs_here() {
+            straddle_testkit::unsupported(&format!("golden with the {} kernels", family.name()));
+            continue;
+        }
+        let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+            .args(MODEL_TESTS)
+            .args(["--exact", "--test-threads", "1"])
+            .env("STRADDLE_CPU_KERNELS", family.name())
+            .env(FAMILY_CHILD, "1")
+            .output()
+            .expect("runs the golden tests again");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{} kernels:\n{stdout}\n{}",
+            family.name(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            stdout.contains(&format!("{} passed", MODEL_TESTS.len())),
+            "{} kernels: not every model test ran\n{stdout}",
+            family.name()
+        );
+        // A model the child lacked was its skip: pass it on to the summary.
+        for line in stdout.lines().filter(|l| l.starts_with("skipped: ")) {
+            straddle_testkit::unsupported(&format!("{} kernels: {line}", family.name()));
+        }
+    }
 }
 
 /// [`against_llama_cpp`], then: on an [`EXACT`] target every prompt to the end with every
@@ -101,6 +184,7 @@ fn against_llama_cpp(
     let engine = Engine::load(FileSource::open(path).expect("open"), 1024).expect("load");
     let mut full_matches = 0;
     let mut max_shift = 0f64;
+    let mut worst = String::new();
     let mut report = Vec::new();
     for case in &reference.cases {
         let ids = engine
@@ -111,6 +195,21 @@ fn against_llama_cpp(
             "{}: prompt token ids differ from llama.cpp",
             case.name
         );
+        if !case.messages.is_empty() {
+            let messages: Vec<ChatMessage> = case
+                .messages
+                .iter()
+                .map(|m| ChatMessage::new(&m.role, &m.content))
+                .collect();
+            let rendered = engine
+                .prompt_tokens(Prompt::Messages(&messages))
+                .expect("render the model's template");
+            assert_eq!(
+                rendered, case.prompt_tokens,
+                "{}: the GGUF's chat template renders other tokens",
+                case.name
+            );
+        }
         let mut cache = engine.new_cache(1024);
         let mut logits = engine
             .model
@@ -148,7 +247,14 @@ fn against_llama_cpp(
                     "{} step {step}: logit of token {tok} is {got}, llama.cpp {want_logit}",
                     case.name
                 );
-                max_shift = max_shift.max((got - as_f32(want_logit)).abs());
+                let shift = (got - as_f32(want_logit)).abs();
+                if shift > max_shift {
+                    max_shift = shift;
+                    worst = format!(
+                        " ({} step {step}, token {tok}: {got} vs {want_logit})",
+                        case.name
+                    );
+                }
             }
             let got = straddle_engine::sample::argmax(&logits);
             if got != want {
@@ -188,7 +294,7 @@ fn against_llama_cpp(
     }
     eprintln!(
         "{}\n{full_matches} of {} prompts matched every token; largest |logit − llama.cpp's| \
-         over the top 5s {max_shift}",
+         over the top 5s {max_shift}{worst}",
         report.join("\n"),
         reference.cases.len()
     );

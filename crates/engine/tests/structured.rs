@@ -380,3 +380,55 @@ fn auto_lets_the_model_answer_in_text_or_begin_a_call_and_then_holds_it_to_the_c
     assert!(allows_after(&e, &json_or_call, "", "{\""));
     assert!(!allows_after(&e, &json_or_call, "", "Hello"));
 }
+
+/// Qwen2.5-Coder's own template renders the tools (its system turn lists them between
+/// `<tools>` tags as Python's `json.dumps` writes them, as llama.cpp renders it), and a call
+/// it is required to make comes out in its own `<tool_call>` format, naming the offered
+/// function the question needs with valid arguments. (Left free, the 0.5B answers such a
+/// question with a JSON code block instead of the tags, under llama.cpp too.)
+#[test]
+fn qwen_renders_tools_natively_and_a_required_call_is_valid() {
+    let Some(e) = load(common::qwen_edge_path()) else {
+        return;
+    };
+    assert!(
+        e.template.renders_tools_natively(),
+        "Qwen's template renders tools"
+    );
+    let (offered, specs) = weather_and_time();
+    let format = OutputFormat::ToolCall {
+        functions: specs.clone(),
+        required: true,
+        answer: None,
+    };
+    let params = GenerateParams {
+        max_tokens: 96,
+        constraint: Some(e.constrain(&format).expect("compiles")),
+        ..Default::default()
+    };
+    let msgs = [ChatMessage::new(
+        "user",
+        "What is the weather in Paris right now?",
+    )];
+    let rendered = e
+        .prompt_tokens(Prompt::WithTools(&msgs, &offered))
+        .expect("renders");
+    let text = e.tokenizer.decode(&rendered).expect("decodes");
+    let listed = r#"{"type": "function", "function": {"name": "get_weather", "description": "The current weather in a city", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}"#;
+    assert!(text.contains(&format!("<tools>\n{listed}\n")), "{text}");
+    let c = e
+        .generate(Prompt::WithTools(&msgs, &offered), &params, |_| {
+            Flow::Continue
+        })
+        .expect("generate");
+    let inner = c
+        .text
+        .trim()
+        .strip_prefix(tool_prompt::CALL_OPEN)
+        .and_then(|t| t.trim_end().strip_suffix(tool_prompt::CALL_CLOSE))
+        .unwrap_or_else(|| panic!("not a call: {}", c.text));
+    let call: Value = serde_json::from_str(inner.trim()).expect("the call is JSON");
+    assert_eq!(call["name"], "get_weather", "{inner}");
+    let validator = jsonschema::validator_for(&specs[0].parameters).expect("valid schema");
+    assert!(validator.is_valid(&call["arguments"]), "{inner}");
+}

@@ -4,8 +4,8 @@
 use super::{Draft, draft_greedy};
 #[cfg(not(target_arch = "wasm32"))]
 use super::{Verdict, verify_after};
+use crate::config::ModelError;
 use crate::device_model::{DeviceCache, DeviceModel};
-use crate::model::ModelError;
 #[cfg(not(target_arch = "wasm32"))]
 use crate::sample::{Rng, SamplingParams};
 

@@ -1,33 +1,28 @@
-//! Finds the real models for tests: `$STRADDLE_TEST_MODEL` (the default model) and
-//! `$STRADDLE_TEST_GEMMA`, else the setup cache.
+//! The real models for tests, found by `straddle-testkit` (missing: a failure under CI, a
+//! counted skip elsewhere).
 
 use std::path::PathBuf;
 
-/// The default model, SmolLM2-135M.
+/// SmolLM2-135M, the smallest model.
+#[allow(dead_code)] // not every test file uses each
 pub fn model_path() -> Option<PathBuf> {
-    found(
-        std::env::var_os("STRADDLE_TEST_MODEL")
-            .map_or_else(straddle_engine::default_model_path, PathBuf::from),
-    )
+    straddle_testkit::model(straddle_testkit::SMOLLM2)
 }
 
 /// Gemma 3 270M.
-#[allow(dead_code)] // not every test file uses it
+#[allow(dead_code)]
 pub fn gemma_path() -> Option<PathBuf> {
-    found(std::env::var_os("STRADDLE_TEST_GEMMA").map_or_else(
-        || straddle_engine::model_dir().join(straddle_engine::GEMMA3_MODEL_FILE),
-        PathBuf::from,
-    ))
+    straddle_testkit::model(straddle_testkit::GEMMA3)
 }
 
-fn found(path: PathBuf) -> Option<PathBuf> {
-    if path.is_file() {
-        Some(path)
-    } else {
-        eprintln!(
-            "skipping: model not found at {} (run `cargo xtask setup`)",
-            path.display()
-        );
-        None
-    }
+/// Qwen2.5-Coder-0.5B-Instruct, the default edge model.
+#[allow(dead_code)]
+pub fn qwen_edge_path() -> Option<PathBuf> {
+    straddle_testkit::model(straddle_testkit::QWEN_EDGE)
+}
+
+/// Qwen2.5-Coder-1.5B-Instruct, the default cloud model.
+#[allow(dead_code)]
+pub fn qwen_cloud_path() -> Option<PathBuf> {
+    straddle_testkit::model(straddle_testkit::QWEN_CLOUD)
 }
