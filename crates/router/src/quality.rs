@@ -1,12 +1,15 @@
 //! The quality model: the probability that the edge model's answer to a request is
 //! acceptable, from what the page can compute at once (the turn's text and task type) and,
-//! once the edge has prefilled the prompt, from the edge model's own first-token distribution.
+//! once the edge has prefilled the prompt, from the edge model's own state: the confidence
+//! of its first-token distribution and its final hidden state at the prompt's last position
+//! (a linear probe, as "Language Models (Mostly) Know What They Know" probes P(IK)).
 //!
-//! Two logistic regressions over one standardised feature vector: `text_only` for the
-//! decision before generation, `with_edge` for the check at the first token. Edge signals
-//! are specific to the edge model, so a model names the GGUF (its SHA-256) it was trained
-//! for; for any other edge model only `text_only` applies. `straddle train-router --quality`
-//! fits it; the trained model ships inside this crate (`data/quality-model.json`).
+//! Three logistic regressions over standardised features: `text_only` for the decision
+//! before generation, `with_edge` for the first token's confidence, and `with_state` for the
+//! confidence and the hidden state together. Edge signals are specific to the edge model, so
+//! a model names the GGUF (its SHA-256) it was trained for; for any other edge model only
+//! `text_only` applies. `straddle train-router --quality-data` fits one; those that ship
+//! are in this crate's `data/quality-models/`, one per edge model.
 
 use std::sync::OnceLock;
 
@@ -15,7 +18,10 @@ use serde::{Deserialize, Serialize};
 use crate::signals::{self, OutputEstimate};
 use crate::task::{self, TaskGuess, TaskType};
 
-/// Names of the features, in vector order: the text features, then the edge signals.
+mod train;
+pub use train::{Example, train};
+
+/// Names of the features, in vector order: the text features, then the first token's.
 pub const FEATURE_NAMES: [&str; DIM] = [
     "log_chars",
     "digit_share",
@@ -30,17 +36,23 @@ pub const FEATURE_NAMES: [&str; DIM] = [
     "log_expected_output",
     "first_token_entropy",
     "first_token_logprob",
+    "first_token_margin",
 ];
 
 /// Features that need only the text.
 pub const TEXT_DIM: usize = 11;
-/// All features: the text's and the edge model's two first-token signals.
-pub const DIM: usize = TEXT_DIM + 2;
+/// All scalar features: the text's and the edge model's first-token confidence.
+pub const DIM: usize = TEXT_DIM + 3;
 
 /// The format tag a model file must carry.
-pub const FORMAT: &str = "straddle-quality/1";
+pub const FORMAT: &str = "straddle-quality/2";
 
-const BUNDLED_JSON: &str = include_str!("../data/quality-model.json");
+/// The models that ship, the default edge model's first: its text-only part stands in for an
+/// edge model none of them was trained for.
+const BUNDLED_JSON: [&str; 2] = [
+    include_str!("../data/quality-models/qwen2.5-coder-0.5b.json"),
+    include_str!("../data/quality-models/smollm2-135m.json"),
+];
 
 /// Why a quality model could not be used.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -60,13 +72,16 @@ pub enum QualityError {
     Disabled(&'static str),
 }
 
-/// What the edge model's distribution over its first answer token says, right after prefill.
+/// How sure the edge model is of its first answer token, right after prefill.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct EdgeSignals {
     /// Entropy of the first-token distribution, nats.
     pub entropy: f32,
-    /// Log-probability of the token the edge chose first.
+    /// Log-probability of the most likely first token.
     pub logprob: f32,
+    /// Its log-probability minus the second most likely token's.
+    #[serde(default)]
+    pub margin: f32,
 }
 
 /// One logistic regression: bias plus a weight per standardised feature.
@@ -77,6 +92,19 @@ pub struct Logistic {
     pub weights: Vec<f32>,
 }
 
+/// A probe of the edge model's final hidden state, read beside the scalar features.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StateProbe {
+    /// The hidden state's width (the edge model's embedding width).
+    pub width: usize,
+    /// Standardisation of the state: element `i` enters as `(h - mean[i]) / scale[i]`.
+    pub mean: Vec<f32>,
+    pub scale: Vec<f32>,
+    /// Weights on the [`DIM`] scalar features, then on the `width` state elements.
+    pub model: Logistic,
+}
+
 /// A trained quality model (the JSON document that ships).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -84,7 +112,8 @@ pub struct QualityModel {
     pub format: String,
     /// Goes on every decision trace and cost record.
     pub version: String,
-    /// The edge model whose signals `with_edge` was fitted to (SHA-256 of the GGUF, hex).
+    /// The edge model whose signals `with_edge` and `with_state` were fitted to (SHA-256 of
+    /// the GGUF, hex).
     pub edge_model_sha256: String,
     /// Where the training data came from.
     pub provenance: String,
@@ -94,6 +123,22 @@ pub struct QualityModel {
     pub scale: Vec<f32>,
     pub text_only: Logistic,
     pub with_edge: Logistic,
+    /// Absent where the model was trained without the edge model's states.
+    #[serde(default)]
+    pub with_state: Option<StateProbe>,
+}
+
+/// What entered an estimate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Inputs {
+    /// The turn's text alone: before prefill, or for an edge model the quality model does
+    /// not know.
+    Text,
+    /// The text and the first token's confidence.
+    FirstToken,
+    /// The text, the first token's confidence and the edge model's hidden state.
+    State,
 }
 
 /// A quality estimate and what drove it.
@@ -101,19 +146,35 @@ pub struct QualityModel {
 pub struct Estimate {
     /// P(the edge answer is acceptable).
     pub p_edge_ok: f64,
-    /// Whether the edge model's first-token signals entered it.
-    pub edge_signals: bool,
-    /// The largest contributions to the log-odds, largest first: (feature, contribution).
+    /// What the estimate read.
+    pub inputs: Inputs,
+    /// The largest contributions to the log-odds, largest first: (feature, contribution);
+    /// the hidden state counts as one, `edge_state`.
     pub drivers: Vec<(String, f64)>,
 }
 
-/// The model bundled with this build, parsed once.
-pub fn bundled() -> Result<&'static QualityModel, QualityError> {
-    static MODEL: OnceLock<Result<QualityModel, QualityError>> = OnceLock::new();
-    MODEL
-        .get_or_init(|| QualityModel::from_json(BUNDLED_JSON))
-        .as_ref()
+/// The models bundled with this build, parsed once, the default edge model's first.
+pub fn bundled_all() -> Result<&'static [QualityModel], QualityError> {
+    static MODELS: OnceLock<Result<Vec<QualityModel>, QualityError>> = OnceLock::new();
+    MODELS
+        .get_or_init(|| {
+            BUNDLED_JSON
+                .iter()
+                .map(|j| QualityModel::from_json(j))
+                .collect()
+        })
+        .as_deref()
         .map_err(Clone::clone)
+}
+
+/// The bundled model for the edge model with this SHA-256: the one trained for it, else the
+/// default edge model's (whose text-only part then applies).
+pub fn bundled_for(edge_sha256: Option<&str>) -> Result<&'static QualityModel, QualityError> {
+    let all = bundled_all()?;
+    let known = all.iter().find(|m| m.knows_edge(edge_sha256));
+    known
+        .or_else(|| all.first())
+        .ok_or(QualityError::Weights("no model is bundled".into()))
 }
 
 impl QualityModel {
@@ -128,25 +189,24 @@ impl QualityModel {
         if m.features != FEATURE_NAMES {
             return Err(QualityError::Features(m.features.join(", ")));
         }
-        let lengths = [
-            ("mean", m.mean.len(), DIM),
-            ("scale", m.scale.len(), DIM),
-            ("text_only", m.text_only.weights.len(), TEXT_DIM),
-            ("with_edge", m.with_edge.weights.len(), DIM),
-        ];
-        if let Some((name, got, want)) = lengths.iter().find(|(_, got, want)| got != want) {
-            return Err(QualityError::Weights(format!(
-                "{name} has {got} values, expected {want}"
-            )));
-        }
+        m.check_lengths()?;
+        let state_values = m
+            .with_state
+            .iter()
+            .flat_map(|p| p.mean.iter().chain(&p.model.weights).chain([&p.model.bias]));
         let values = m
             .mean
             .iter()
             .chain(&m.text_only.weights)
-            .chain(&m.with_edge.weights);
-        let biases = [m.text_only.bias, m.with_edge.bias];
-        if values.chain(&biases).any(|v| !v.is_finite())
-            || m.scale.iter().any(|s| !s.is_finite() || *s <= 0.0)
+            .chain(&m.with_edge.weights)
+            .chain([&m.text_only.bias, &m.with_edge.bias])
+            .chain(state_values);
+        let scales = m
+            .scale
+            .iter()
+            .chain(m.with_state.iter().flat_map(|p| &p.scale));
+        if values.into_iter().any(|v| !v.is_finite())
+            || scales.into_iter().any(|s| !s.is_finite() || *s <= 0.0)
         {
             return Err(QualityError::Weights(
                 "values must be finite, scales positive".into(),
@@ -155,21 +215,62 @@ impl QualityModel {
         Ok(m)
     }
 
-    /// Whether the edge signals of the model with this SHA-256 are the ones `with_edge` knows.
+    fn check_lengths(&self) -> Result<(), QualityError> {
+        let mut lengths = vec![
+            ("mean", self.mean.len(), DIM),
+            ("scale", self.scale.len(), DIM),
+            ("text_only", self.text_only.weights.len(), TEXT_DIM),
+            ("with_edge", self.with_edge.weights.len(), DIM),
+        ];
+        if let Some(p) = &self.with_state {
+            lengths.extend([
+                ("with_state.mean", p.mean.len(), p.width),
+                ("with_state.scale", p.scale.len(), p.width),
+                ("with_state.model", p.model.weights.len(), DIM + p.width),
+            ]);
+        }
+        match lengths.iter().find(|(_, got, want)| got != want) {
+            Some((name, got, want)) => Err(QualityError::Weights(format!(
+                "{name} has {got} values, expected {want}"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the edge signals of the model with this SHA-256 are the ones it was fitted to.
     pub fn knows_edge(&self, sha256: Option<&str>) -> bool {
         sha256.is_some_and(|s| s.eq_ignore_ascii_case(&self.edge_model_sha256))
     }
 
-    /// The estimate from the text features alone, or with the edge's first-token signals.
-    pub fn estimate(&self, text: &[f32; TEXT_DIM], edge: Option<EdgeSignals>) -> Estimate {
+    /// The estimate from the text features alone, with the first token's confidence, or with
+    /// that and the hidden state (where the model has a probe of the state's width).
+    pub fn estimate(
+        &self,
+        text: &[f32; TEXT_DIM],
+        edge: Option<EdgeSignals>,
+        state: Option<&[f32]>,
+    ) -> Estimate {
         let mut x = text.to_vec();
-        let model = match edge {
-            Some(e) => {
-                x.extend(edge_features(e));
-                &self.with_edge
-            }
-            None => &self.text_only,
+        let Some(e) = edge else {
+            return self.scored(&x, &self.text_only, None, Inputs::Text);
         };
+        x.extend(edge_features(e));
+        match (&self.with_state, state) {
+            (Some(p), Some(h)) if h.len() == p.width => {
+                self.scored(&x, &p.model, Some((p, h)), Inputs::State)
+            }
+            _ => self.scored(&x, &self.with_edge, None, Inputs::FirstToken),
+        }
+    }
+
+    /// `model` over the scalar features `x` (and the standardised state, when given).
+    fn scored(
+        &self,
+        x: &[f32],
+        model: &Logistic,
+        state: Option<(&StateProbe, &[f32])>,
+        inputs: Inputs,
+    ) -> Estimate {
         let mut drivers: Vec<(String, f64)> = x
             .iter()
             .enumerate()
@@ -181,20 +282,35 @@ impl QualityModel {
                 )
             })
             .collect();
+        if let Some((p, h)) = state {
+            let w = &model.weights[DIM..];
+            let dot: f64 = (0..p.width)
+                .map(|i| {
+                    f64::from(w[i] * finite_or(h[i], p.mean[i]) - w[i] * p.mean[i])
+                        / f64::from(p.scale[i])
+                })
+                .sum();
+            drivers.push(("edge_state".into(), dot));
+        }
         let logit = f64::from(model.bias) + drivers.iter().map(|(_, c)| c).sum::<f64>();
         drivers.sort_by(|a, b| b.1.abs().total_cmp(&a.1.abs()));
         drivers.truncate(3);
         Estimate {
             p_edge_ok: sigmoid(logit),
-            edge_signals: edge.is_some(),
+            inputs,
             drivers,
         }
     }
 }
 
 /// The edge signals as features: a NaN or infinite statistic reads as no confidence at all.
-fn edge_features(e: EdgeSignals) -> [f32; 2] {
-    [finite_or(e.entropy, 12.0), finite_or(e.logprob, -30.0)]
+fn edge_features(e: EdgeSignals) -> [f32; 3] {
+    [
+        finite_or(e.entropy, 12.0),
+        finite_or(e.logprob, -30.0),
+        // One finite logit (a grammar that allows one token) is all the margin there is.
+        finite_or(e.margin, 30.0).min(30.0),
+    ]
 }
 
 fn finite_or(v: f32, fallback: f32) -> f32 {
@@ -282,107 +398,6 @@ fn multiple_choice(text: &str) -> bool {
     options >= 2
 }
 
-/// One training example: the features of a request and whether the edge answered it well.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Example {
-    pub text: [f32; TEXT_DIM],
-    pub edge: EdgeSignals,
-    pub edge_ok: bool,
-}
-
-/// Fits both regressions (L2-penalised logistic loss, full-batch gradient descent from zero,
-/// so the same examples give the same model) and names the edge model they were fitted for.
-pub fn train(
-    examples: &[Example],
-    edge_model_sha256: &str,
-    provenance: &str,
-) -> Result<QualityModel, QualityError> {
-    let positives = examples.iter().filter(|e| e.edge_ok).count();
-    if positives == 0 || positives == examples.len() {
-        return Err(QualityError::OneSidedLabels);
-    }
-    let rows: Vec<[f32; DIM]> = examples.iter().map(full_vector).collect();
-    let (mean, scale) = standardisation(&rows);
-    let z: Vec<Vec<f32>> = rows
-        .iter()
-        .map(|r| (0..DIM).map(|i| (r[i] - mean[i]) / scale[i]).collect())
-        .collect();
-    let y: Vec<f32> = examples
-        .iter()
-        .map(|e| f32::from(u8::from(e.edge_ok)))
-        .collect();
-    let text_rows: Vec<&[f32]> = z.iter().map(|r| &r[..TEXT_DIM]).collect();
-    let all_rows: Vec<&[f32]> = z.iter().map(|r| &r[..]).collect();
-    let mut fingerprint = 0xcbf2_9ce4_8422_2325u64;
-    let text_only = fit(&text_rows, &y);
-    let with_edge = fit(&all_rows, &y);
-    for v in text_only.weights.iter().chain(&with_edge.weights) {
-        fingerprint = (fingerprint ^ u64::from(v.to_bits())).wrapping_mul(0x0100_0000_01b3);
-    }
-    let short_sha: String = edge_model_sha256.chars().take(12).collect();
-    Ok(QualityModel {
-        format: FORMAT.into(),
-        version: format!("quality-{short_sha}-{:08x}", fingerprint as u32),
-        edge_model_sha256: edge_model_sha256.to_ascii_lowercase(),
-        provenance: provenance.into(),
-        features: FEATURE_NAMES.iter().map(|s| s.to_string()).collect(),
-        mean: mean.to_vec(),
-        scale: scale.to_vec(),
-        text_only,
-        with_edge,
-    })
-}
-
-fn full_vector(e: &Example) -> [f32; DIM] {
-    let mut v = [0f32; DIM];
-    v[..TEXT_DIM].copy_from_slice(&e.text);
-    v[TEXT_DIM..].copy_from_slice(&edge_features(e.edge));
-    v
-}
-
-fn standardisation(rows: &[[f32; DIM]]) -> ([f32; DIM], [f32; DIM]) {
-    let n = rows.len().max(1) as f32;
-    let mut mean = [0f32; DIM];
-    let mut scale = [0f32; DIM];
-    for i in 0..DIM {
-        mean[i] = rows.iter().map(|r| r[i]).sum::<f32>() / n;
-        let var = rows.iter().map(|r| (r[i] - mean[i]).powi(2)).sum::<f32>() / n;
-        // A constant feature carries nothing; a unit scale keeps it harmless.
-        scale[i] = if var > 1e-8 { var.sqrt() } else { 1.0 };
-    }
-    (mean, scale)
-}
-
-/// The L2 penalty, per example: strong enough that a handful of features cannot overfit a
-/// few hundred examples, weak enough to leave the real effects.
-const L2: f32 = 0.02;
-
-fn fit(rows: &[&[f32]], y: &[f32]) -> Logistic {
-    let dim = rows.first().map_or(0, |r| r.len());
-    let n = rows.len().max(1) as f32;
-    let (mut w, mut b) = (vec![0f32; dim], 0f32);
-    for _ in 0..3000 {
-        let mut gw = vec![0f32; dim];
-        let mut gb = 0f32;
-        for (r, &t) in rows.iter().zip(y) {
-            let z = b + r.iter().zip(&w).map(|(x, w)| x * w).sum::<f32>();
-            let err = sigmoid(f64::from(z)) as f32 - t;
-            gb += err;
-            for (g, x) in gw.iter_mut().zip(r.iter()) {
-                *g += err * x;
-            }
-        }
-        b -= 0.5 * gb / n;
-        for (wi, g) in w.iter_mut().zip(&gw) {
-            *wi -= 0.5 * (g / n + L2 * *wi);
-        }
-    }
-    Logistic {
-        bias: b,
-        weights: w,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -394,7 +409,22 @@ mod tests {
         }
     }
 
-    fn example(hard: bool, entropy: f32, edge_ok: bool) -> Example {
+    fn signals(entropy: f32) -> EdgeSignals {
+        EdgeSignals {
+            entropy,
+            logprob: -entropy / 2.0,
+            margin: 2.0 / entropy,
+        }
+    }
+
+    /// A four-element "hidden state" whose third element says whether the edge knows the
+    /// answer, the others noise.
+    fn state(knows: bool, i: usize) -> Vec<f32> {
+        let noise = |k: usize| ((i * 7 + k * 13) % 11) as f32 / 11.0;
+        vec![noise(1), noise(2), if knows { 1.0 } else { -1.0 }, noise(3)]
+    }
+
+    fn example(hard: bool, entropy: f32, knows: bool, i: usize) -> Example {
         let text = if hard {
             text_features("What is 37 * 24 + 19 / 3?", guess(TaskType::Math), 250)
         } else {
@@ -406,26 +436,27 @@ mod tests {
         };
         Example {
             text,
-            edge: EdgeSignals {
-                entropy,
-                logprob: -entropy / 2.0,
-            },
-            edge_ok,
+            edge: signals(entropy),
+            state: state(knows, i),
+            edge_ok: knows,
         }
     }
 
+    /// Easy prompts and a sure first token go with right answers, but one in five answers
+    /// goes the other way, which only the state's third element knows.
     fn toy() -> Vec<Example> {
-        (0..40)
+        (0..200)
             .map(|i| {
                 let hard = i % 2 == 0;
                 let entropy = if i % 4 < 2 { 0.5 } else { 3.0 };
-                example(hard, entropy, !hard && entropy < 1.0 || i % 8 == 1)
+                let knows = (!hard && entropy < 1.0) ^ (i % 5 == 0);
+                example(hard, entropy, knows, i)
             })
             .collect()
     }
 
     #[test]
-    fn training_learns_the_direction_of_text_and_edge_signals() {
+    fn training_learns_the_direction_of_text_first_token_and_state() {
         let m = train(&toy(), &"ab".repeat(32), "toy").expect("trains");
         let easy = text_features(
             "Is this review positive? Great phone.",
@@ -433,26 +464,30 @@ mod tests {
             16,
         );
         let hard = text_features("What is 37 * 24 + 19 / 3?", guess(TaskType::Math), 250);
-        assert!(m.estimate(&easy, None).p_edge_ok > m.estimate(&hard, None).p_edge_ok);
-        let sure = EdgeSignals {
-            entropy: 0.5,
-            logprob: -0.25,
-        };
-        let unsure = EdgeSignals {
-            entropy: 3.0,
-            logprob: -1.5,
-        };
-        let (a, b) = (
-            m.estimate(&easy, Some(sure)),
-            m.estimate(&easy, Some(unsure)),
+        let p = |text, edge, state: Option<&[f32]>| m.estimate(text, edge, state).p_edge_ok;
+        assert!(p(&easy, None, None) > p(&hard, None, None));
+        assert!(p(&easy, Some(signals(0.5)), None) > p(&easy, Some(signals(3.0)), None));
+        // The state separates what text and first token cannot.
+        let (knows, lost) = (state(true, 3), state(false, 3));
+        let sure = Some(signals(0.5));
+        for text in [&easy, &hard] {
+            let (a, b) = (p(text, sure, Some(&knows)), p(text, sure, Some(&lost)));
+            assert!(a > b + 0.2, "{a} vs {b}");
+        }
+        let e = m.estimate(&easy, sure, Some(&knows));
+        assert_eq!(e.inputs, Inputs::State);
+        assert!(
+            e.drivers.iter().any(|(name, _)| name == "edge_state"),
+            "{e:?}"
         );
-        assert!(a.p_edge_ok > b.p_edge_ok, "{a:?} {b:?}");
-        assert!(a.edge_signals && a.drivers.len() == 3);
+        // A state of another width (another model's) is not read.
         assert_eq!(
-            train(&toy(), &"ab".repeat(32), "toy").expect("again"),
-            m,
-            "deterministic"
+            m.estimate(&easy, sure, Some(&[1.0])).inputs,
+            Inputs::FirstToken
         );
+        assert_eq!(m.estimate(&easy, None, Some(&knows)).inputs, Inputs::Text);
+        let again = train(&toy(), &"ab".repeat(32), "toy").expect("again");
+        assert_eq!(again, m, "deterministic");
         assert!(m.version.starts_with("quality-abababababab-"));
     }
 
@@ -474,6 +509,14 @@ mod tests {
         short.with_edge.weights.pop();
         let e = QualityModel::from_json(&serde_json::to_string(&short).expect("ser"));
         assert!(matches!(e, Err(QualityError::Weights(w)) if w.contains("with_edge")));
+        let mut narrow = m.clone();
+        if let Some(p) = narrow.with_state.as_mut() {
+            p.scale.pop();
+        }
+        let e = QualityModel::from_json(&serde_json::to_string(&narrow).expect("ser"));
+        assert!(matches!(e, Err(QualityError::Weights(w)) if w.contains("with_state.scale")));
+        let nan = json.replacen("\"bias\":", "\"bias\":1e999,\"x\":", 1);
+        assert!(QualityModel::from_json(&nan).is_err());
         assert!(m.knows_edge(Some(&"CD".repeat(32))) && !m.knows_edge(None));
         let one_sided: Vec<Example> = toy()
             .into_iter()
@@ -496,17 +539,33 @@ mod tests {
     }
 
     #[test]
-    fn the_bundled_model_is_versioned_and_names_the_default_edge_model() {
-        let m = bundled().expect("the bundled quality model loads");
-        assert_eq!(m.features, FEATURE_NAMES);
-        // SmolLM2-135M-Instruct Q4_1, the default model `cargo xtask setup` verifies.
-        let default = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
-        assert_eq!(m.edge_model_sha256, default);
+    fn each_edge_model_gets_its_own_bundled_model_and_others_the_default_text_only() {
+        let all = bundled_all().expect("the bundled quality models load");
+        let qwen = straddle_testkit::QWEN_EDGE.sha256;
+        let smol = straddle_testkit::SMOLLM2.sha256;
+        let for_qwen = bundled_for(Some(qwen)).expect("qwen");
+        assert!(for_qwen.knows_edge(Some(qwen)) && std::ptr::eq(for_qwen, &all[0]));
         assert!(
-            m.version.starts_with("quality-b179c9523d0e-"),
-            "{}",
-            m.version
+            for_qwen.with_state.is_some(),
+            "the default edge model's probe reads its state"
         );
-        assert!(m.provenance.contains("graded prompts"));
+        assert!(
+            bundled_for(Some(smol))
+                .expect("smollm2")
+                .knows_edge(Some(smol))
+        );
+        let other = bundled_for(Some(&"0".repeat(64))).expect("another model");
+        assert!(
+            std::ptr::eq(other, &all[0]),
+            "the default's text-only part stands in"
+        );
+        for m in all {
+            assert_eq!(m.features, FEATURE_NAMES);
+            assert!(
+                m.version
+                    .starts_with(&format!("quality-{}-", &m.edge_model_sha256[..12]))
+            );
+            assert!(m.provenance.contains("graded prompts"), "{}", m.provenance);
+        }
     }
 }

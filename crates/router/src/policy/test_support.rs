@@ -1,0 +1,54 @@
+//! What the policy's tests share: a connected page and helpers to read decisions.
+
+use super::config::{Policy, Weights};
+use super::context::Context;
+use super::decide_with;
+use super::trace::Decision;
+use crate::quality::QualityError;
+
+pub(super) fn ctx() -> Context {
+    Context {
+        online: true,
+        edge_available: true,
+        edge_tokens_per_s: 40.0,
+        rtt_ms: 60.0,
+        edge_languages: vec!["en".into()],
+        ..Context::default()
+    }
+}
+
+/// A price-weighted tenant with an expensive cloud model, for whom speculation pays.
+pub(super) fn thrifty() -> Policy {
+    Policy {
+        weights: Weights {
+            latency: 0.01,
+            cost: 8.0,
+            quality: 4.0,
+            energy: 0.0,
+        },
+        cloud_price_out_per_1k: 0.015,
+        ..Policy::default()
+    }
+}
+
+/// The composite score over the task priors (no quality model), whose latency and cost
+/// terms these tests check.
+pub(super) fn priors(
+    prompt: &str,
+    max_tokens: Option<u32>,
+    ctx: &Context,
+    policy: &Policy,
+) -> Decision {
+    let none = Err(QualityError::Disabled("the priors' cost model under test"));
+    decide_with(&[prompt], max_tokens, ctx, policy, none)
+}
+
+/// The value of the trace's signal `name`, which must be there.
+pub(super) fn signal<'a>(d: &'a Decision, name: &str) -> &'a serde_json::Value {
+    &d.trace
+        .signals
+        .iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("no signal {name}"))
+        .value
+}
