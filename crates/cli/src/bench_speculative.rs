@@ -9,7 +9,6 @@ use anyhow::Context;
 use straddle_engine::speculative::DraftLength;
 use straddle_engine::{ChatMessage, Engine, GenerateParams};
 
-use crate::chat;
 use crate::cloud_client;
 use crate::delay_proxy::DelayProxy;
 use crate::speculative::{self, RemoteVerifier};
@@ -100,8 +99,8 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<String> {
     let model = args
         .model
         .clone()
-        .unwrap_or_else(straddle_engine::default_model_path);
-    let engine = chat::load_engine(&model)?;
+        .unwrap_or_else(|| straddle_models::DEFAULT_EDGE.path());
+    let engine = crate::model_file::load_engine(&model)?;
     let upstream = resolve_upstream(&args.cloud)?;
     let bench = Bench {
         args,

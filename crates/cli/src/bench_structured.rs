@@ -55,7 +55,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<String> {
     let model = args
         .model
         .clone()
-        .unwrap_or_else(straddle_engine::default_model_path);
+        .unwrap_or_else(|| straddle_models::DEFAULT_EDGE.path());
     let engine = Engine::load(FileSource::open(&model)?, 2048)
         .with_context(|| format!("loading {}", model.display()))?;
     let cases = spread(read_cases(&args.schemas)?, args.limit);

@@ -13,6 +13,7 @@ use straddle_router::policy::{self, Context as RouteContext, Policy, Target};
 use straddle_router::quality::EdgeSignals;
 
 use crate::cloud_client::stream_cloud;
+use crate::model_file::load_engine;
 use crate::speculative::{self, RemoteVerifier};
 
 /// Where the answer comes from.
@@ -71,18 +72,6 @@ pub struct ChatArgs {
     pub hand_off_below: f32,
 }
 
-/// Loads the edge model from `path`.
-pub fn load_engine(path: &Path) -> anyhow::Result<Engine> {
-    let source = straddle_engine::gguf::FileSource::open(path).with_context(|| {
-        format!(
-            "opening model {} (run `cargo xtask setup`, or pass --model)",
-            path.display()
-        )
-    })?;
-    Engine::load(source, straddle_engine::DEFAULT_CONTEXT)
-        .with_context(|| format!("loading model {}", path.display()))
-}
-
 /// Answers `prompt` (or standard input when it is absent), streaming to standard output and
 /// a summary to standard error.
 pub fn run(args: &ChatArgs) -> anyhow::Result<()> {
@@ -97,7 +86,7 @@ pub fn run(args: &ChatArgs) -> anyhow::Result<()> {
     let model = args
         .model
         .clone()
-        .unwrap_or_else(straddle_engine::default_model_path);
+        .unwrap_or_else(|| straddle_models::DEFAULT_EDGE.path());
     match args.mode() {
         Mode::Edge => answer_on_edge(&load_engine(&model)?, &messages, &params, print),
         Mode::Cloud => answer_in_cloud(args, &messages, &params, print),
@@ -192,7 +181,7 @@ fn answer_auto(
     mut print: impl FnMut(&str),
 ) -> anyhow::Result<()> {
     let engine = load_engine(model)?;
-    let sha256 = crate::edge_answers::file_sha256(model)?;
+    let sha256 = crate::model_file::sha256(model)?;
     if !answer_routed(args, &engine, &sha256, messages, params, &mut print)? {
         answer_in_cloud(args, messages, params, print)?;
     }
@@ -344,18 +333,18 @@ fn answer_routed(
         return Ok(false);
     }
     let mut seq = engine.start(Prompt::Messages(messages), params)?;
-    let mut first = true;
+    let look = engine.look(&seq)?;
+    let signals = EdgeSignals {
+        entropy: look.confidence.entropy,
+        logprob: look.confidence.logprob,
+        margin: look.confidence.margin,
+    };
+    let check = policy::at_first_token(&decision, signals, look.state.as_deref());
+    if let Some(why) = check.escalate {
+        eprintln!("route: cloud ({why})");
+        return Ok(false);
+    }
     while let Some(ev) = engine.next_token(&mut seq)? {
-        if std::mem::take(&mut first) {
-            let signals = EdgeSignals {
-                entropy: ev.entropy,
-                logprob: ev.logprob,
-            };
-            if let Some(why) = policy::at_first_token(&decision, signals).escalate {
-                eprintln!("route: cloud ({why})");
-                return Ok(false);
-            }
-        }
         print(&ev.text);
         engine.advance(&mut [&mut seq])?;
     }

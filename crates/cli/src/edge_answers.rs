@@ -1,23 +1,31 @@
-//! The edge model's answers to graded prompts, with the first-token signals the router sees
-//! after prefill: multiple choice by the letter logits, routine choices by log-likelihood,
-//! arithmetic by generating and reading the final number. Answers are cached on disk, keyed
-//! by the model's SHA-256 and the prompt, so a re-run costs seconds.
+//! A model's answers to graded prompts, read the way the product would show them: each
+//! prompt goes through the chat template, the model answers greedily, and the answer is parsed
+//! (a letter, a choice, a final number, a program run against its tests). Choice-shaped
+//! questions are also scored the older way (the letters' logits, each choice's
+//! log-likelihood), for comparison. Beside each grade, what the router reads after prefill:
+//! the first token's confidence and the final hidden state at the prompt's last position.
+//! Answers are cached on disk, keyed by the model's SHA-256 and the question, so a re-run
+//! costs seconds.
 
 use std::collections::HashMap;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use straddle_engine::sample::{self, Rng, SamplingParams};
-use straddle_engine::{ChatMessage, Engine, Flow, GenerateParams, Prompt};
+use straddle_engine::sample;
+use straddle_engine::{ChatMessage, Engine, GenerateParams, KvCache, Prompt};
 use straddle_router::quality::EdgeSignals;
+
+use crate::code_grade;
+use crate::model_file;
 
 /// What is asked and how an answer is graded.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Question {
-    /// An MMLU-style prompt ending in `Answer:`; the key is the letter.
+    /// A multiple-choice prompt whose options are lettered (`A. …`); the key is the letter.
     Letter { prompt: String, key: char },
     /// A routine prompt with fixed answers; the key is the right one's index.
     Choice {
@@ -29,6 +37,12 @@ pub enum Question {
     Number { prompt: String, key: f64 },
     /// A short free-form question; right when the answer names one of the keys.
     Contains { prompt: String, keys: Vec<String> },
+    /// A programming task; right when the answer's code passes `tests` after `setup`.
+    Code {
+        prompt: String,
+        setup: String,
+        tests: Vec<String>,
+    },
 }
 
 impl Question {
@@ -38,12 +52,18 @@ impl Question {
             Question::Letter { prompt, .. }
             | Question::Choice { prompt, .. }
             | Question::Number { prompt, .. }
-            | Question::Contains { prompt, .. } => prompt,
+            | Question::Contains { prompt, .. }
+            | Question::Code { prompt, .. } => prompt,
         }
     }
 
     fn cache_key(&self) -> String {
         let mut h = Sha256::new();
+        h.update(format!("{CACHE_VERSION}\0"));
+        // Answers of another length are other answers.
+        if let Question::Letter { .. } = self {
+            h.update(format!("max_tokens {}\0", self.max_tokens()));
+        }
         match self {
             Question::Letter { prompt, key } => h.update(format!("letter\0{prompt}\0{key}")),
             Question::Choice {
@@ -55,17 +75,57 @@ impl Question {
             Question::Contains { prompt, keys } => {
                 h.update(format!("contains\0{prompt}\0{}", keys.join("\0")))
             }
+            Question::Code {
+                prompt,
+                setup,
+                tests,
+            } => h.update(format!("code\0{prompt}\0{setup}\0{}", tests.join("\0"))),
         }
         hex::encode(h.finalize())
     }
+
+    /// Most tokens the answer may take: room for what this kind of answer needs.
+    fn max_tokens(&self) -> usize {
+        match self {
+            // A chat model often reasons before it names the letter.
+            Question::Letter { .. } => 96,
+            Question::Contains { .. } => 32,
+            Question::Choice { .. } => 24,
+            Question::Number { .. } => 320,
+            Question::Code { .. } => 512,
+        }
+    }
 }
 
-/// The edge's graded answer and its first-token signals.
+/// Most choices a question may have for the older, log-likelihood reading.
+const MAX_SCORED_CHOICES: usize = 16;
+
+/// Changes when what an answer records changes, so an older cache line is recomputed.
+const CACHE_VERSION: &str = "answers/2";
+
+/// A model's graded answer and what the router reads after its prefill. The cache keeps the
+/// answer, not its grade: a better reading of answers costs no model run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EdgeAnswer {
+    /// Whether the answer the product would show (generated, then parsed) is right.
+    #[serde(skip)]
     pub correct: bool,
+    /// For choice-shaped questions, the older reading: the letters' logits at the first
+    /// position, or each choice's log-likelihood.
+    #[serde(default)]
+    pub scored_correct: Option<bool>,
+    /// The generated answer.
     pub answer: String,
+    /// The first token's confidence.
     pub signals: EdgeSignals,
+    /// The final hidden state at the prompt's last position.
+    #[serde(default)]
+    pub state: Vec<f32>,
+    /// Prompt tokens and the seconds their prefill took.
+    #[serde(default)]
+    pub prompt_tokens: usize,
+    #[serde(default)]
+    pub prefill_s: f64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -75,24 +135,20 @@ struct CacheLine {
     answer: EdgeAnswer,
 }
 
-/// Longest generation for a word problem: room for a short worked answer.
-const MAX_SOLUTION_TOKENS: usize = 256;
-/// Longest generation for a short free-form question: the answer comes in its first words.
-const MAX_SHORT_ANSWER_TOKENS: usize = 32;
-
-/// Runs one edge model over questions, through its on-disk cache.
+/// Runs one model over questions, through its on-disk cache.
 pub struct EdgeGrader {
     engine: Engine,
     sha256: String,
     cache: HashMap<String, EdgeAnswer>,
     cache_file: std::fs::File,
+    python: Option<PathBuf>,
 }
 
 impl EdgeGrader {
     /// Loads the model and the cache kept for it under `cache_dir`.
     pub fn open(model: &Path, cache_dir: &Path) -> anyhow::Result<Self> {
-        let sha256 = file_sha256(model)?;
-        let engine = crate::chat::load_engine(model)?;
+        let sha256 = model_file::sha256(model)?;
+        let engine = model_file::load_engine(model)?;
         std::fs::create_dir_all(cache_dir)
             .with_context(|| format!("creating {}", cache_dir.display()))?;
         let path = cache_dir.join(format!("{}.jsonl", &sha256[..16]));
@@ -107,6 +163,7 @@ impl EdgeGrader {
             sha256,
             cache,
             cache_file,
+            python: None,
         })
     }
 
@@ -120,48 +177,116 @@ impl EdgeGrader {
         self.cache.contains_key(&q.cache_key())
     }
 
-    /// The edge's graded answer to `q`, from the cache or by running the model.
+    /// The graded answer to `q`, from the cache or by running the model.
     pub fn answer(&mut self, q: &Question) -> anyhow::Result<EdgeAnswer> {
         let key = q.cache_key();
-        if let Some(a) = self.cache.get(&key) {
-            return Ok(a.clone());
+        if let Some(a) = self.cache.get(&key).cloned() {
+            let correct = self.grade(q, &a.answer)?;
+            return Ok(EdgeAnswer { correct, ..a });
         }
         let answer = self.run(q)?;
         let line = serde_json::to_string(&CacheLine {
             key: key.clone(),
             answer: answer.clone(),
         })?;
-        writeln!(self.cache_file, "{line}").context("writing the answer cache")?;
+        // One write a line: two runs may append to one cache, and a single appended write is
+        // not interleaved with another's.
+        self.cache_file
+            .write_all(format!("{line}\n").as_bytes())
+            .context("writing the answer cache")?;
         self.cache.insert(key, answer.clone());
         Ok(answer)
     }
 
-    fn run(&self, q: &Question) -> anyhow::Result<EdgeAnswer> {
+    /// Prefills the question as a chat turn, reads what the router would, scores a
+    /// choice-shaped question the older way, then generates the answer and grades it.
+    fn run(&mut self, q: &Question) -> anyhow::Result<EdgeAnswer> {
         let messages = [ChatMessage::new("user", q.prompt())];
-        match q {
-            Question::Letter { key, .. } => self.letter(&messages, *key),
-            Question::Choice { choices, key, .. } => self.choice(&messages, choices, *key),
-            Question::Number { key, .. } => self.number(&messages, *key),
-            Question::Contains { keys, .. } => self.contains(&messages, keys),
-        }
+        let ids = self.engine.prompt_tokens(Prompt::Messages(&messages))?;
+        let started = Instant::now();
+        let room = ids.len() + q.max_tokens() + 1;
+        let (ids, cache, logits) = self.engine.prefill(Prompt::Tokens(&ids), room)?;
+        let prefill_s = started.elapsed().as_secs_f64();
+        let c = sample::confidence(&logits);
+        let signals = EdgeSignals {
+            entropy: c.entropy,
+            logprob: c.logprob,
+            margin: c.margin,
+        };
+        let state = cache.last_state().map(<[f32]>::to_vec).unwrap_or_default();
+        let scored_correct = self.scored(q, &cache, &logits)?;
+        let prompt_tokens = ids.len();
+        let answer = self.generate((ids, cache, logits), q.max_tokens())?;
+        Ok(EdgeAnswer {
+            correct: self.grade(q, &answer)?,
+            scored_correct,
+            answer,
+            signals,
+            state,
+            prompt_tokens,
+            prefill_s,
+        })
     }
 
-    /// Prefills the conversation: its cache and the first-token logits and signals.
-    fn prefill(
+    /// The greedy answer from a prefilled prompt.
+    fn generate(
         &self,
-        messages: &[ChatMessage],
-        room: usize,
-    ) -> anyhow::Result<(straddle_engine::KvCache, Vec<f32>, EdgeSignals)> {
-        let ids = self.engine.prompt_tokens(Prompt::Messages(messages))?;
-        let (_, cache, logits) = self
-            .engine
-            .prefill(Prompt::Tokens(&ids), ids.len() + room)?;
-        let signals = first_token_signals(&logits);
-        Ok((cache, logits, signals))
+        prefilled: straddle_engine::Prefilled<KvCache>,
+        max_tokens: usize,
+    ) -> anyhow::Result<String> {
+        let params = GenerateParams {
+            max_tokens,
+            ..GenerateParams::default()
+        };
+        let mut seq = self.engine.resume(prefilled, &params);
+        while self.engine.next_token(&mut seq)?.is_some() {
+            self.engine.advance(&mut [&mut seq])?;
+        }
+        Ok(seq.into_completion().text)
     }
 
-    fn letter(&self, messages: &[ChatMessage], key: char) -> anyhow::Result<EdgeAnswer> {
-        let (_, logits, signals) = self.prefill(messages, 1)?;
+    /// Whether the shown answer is right.
+    fn grade(&mut self, q: &Question, answer: &str) -> anyhow::Result<bool> {
+        Ok(match q {
+            Question::Letter { prompt, key } => parse_letter(answer, prompt) == Some(*key),
+            Question::Choice { choices, key, .. } => parse_choice(answer, choices) == Some(*key),
+            Question::Number { key, .. } => {
+                final_number(answer).is_some_and(|g| (g - key).abs() < 1e-6)
+            }
+            Question::Contains { keys, .. } => {
+                let lower = answer.to_lowercase();
+                keys.iter().any(|k| lower.contains(&k.to_lowercase()))
+            }
+            Question::Code { setup, tests, .. } => {
+                if self.python.is_none() {
+                    self.python = Some(code_grade::python()?);
+                }
+                let python = self.python.as_deref().unwrap_or(Path::new("python3"));
+                code_grade::passes(python, answer, setup, tests)?
+            }
+        })
+    }
+
+    /// The older reading of a choice-shaped question, from the prompt's logits and cache.
+    fn scored(
+        &self,
+        q: &Question,
+        cache: &KvCache,
+        logits: &[f32],
+    ) -> anyhow::Result<Option<bool>> {
+        Ok(match q {
+            Question::Letter { key, .. } => Some(self.letter_logit(logits)? == *key),
+            // A pass per choice: beyond a handful (Banking77's 77 topics) the older reading
+            // costs more than the answer, and only routine sets are compared on it.
+            Question::Choice { choices, key, .. } if choices.len() <= MAX_SCORED_CHOICES => {
+                Some(self.likeliest_choice(cache, logits, choices)? == *key)
+            }
+            _ => None,
+        })
+    }
+
+    /// The letter A–D whose token (bare or after a space) has the largest first logit.
+    fn letter_logit(&self, logits: &[f32]) -> anyhow::Result<char> {
         let mut best = ('?', f32::NEG_INFINITY);
         for letter in ['A', 'B', 'C', 'D'] {
             for spelling in [letter.to_string(), format!(" {letter}")] {
@@ -174,46 +299,36 @@ impl EdgeGrader {
                 }
             }
         }
-        Ok(EdgeAnswer {
-            correct: best.0 == key,
-            answer: best.0.to_string(),
-            signals,
-        })
+        Ok(best.0)
     }
 
-    fn choice(
+    /// The choice with the largest log-likelihood after the prompt.
+    fn likeliest_choice(
         &self,
-        messages: &[ChatMessage],
+        cache: &KvCache,
+        logits: &[f32],
         choices: &[String],
-        key: usize,
-    ) -> anyhow::Result<EdgeAnswer> {
-        let encoded: Vec<Vec<u32>> = choices
-            .iter()
-            .map(|c| self.engine.tokenizer.encode(c))
-            .collect::<Result<_, _>>()?;
-        let room = encoded.iter().map(Vec::len).max().unwrap_or(0) + 1;
-        let (mut cache, logits, signals) = self.prefill(messages, room)?;
-        let start = cache.len();
+    ) -> anyhow::Result<usize> {
         let mut best = (0, f32::NEG_INFINITY);
-        for (i, ids) in encoded.iter().enumerate() {
-            let score = self.choice_logprob(&mut cache, &logits, ids)?;
-            cache.truncate(start);
+        for (i, choice) in choices.iter().enumerate() {
+            let ids = self.engine.tokenizer.encode(choice)?;
+            let mut scratch = cache
+                .prefix(cache.len())
+                .context("copying the prompt's cache")?;
+            scratch.reserve(cache.len() + ids.len() + 1);
+            let score = self.choice_logprob(&mut scratch, logits, &ids)?;
             if score > best.1 {
                 best = (i, score);
             }
         }
-        Ok(EdgeAnswer {
-            correct: best.0 == key,
-            answer: choices.get(best.0).cloned().unwrap_or_default(),
-            signals,
-        })
+        Ok(best.0)
     }
 
     /// log p(choice | prompt): the first token from the prompt's logits, the rest from one
     /// pass over the choice on the prompt's cache.
     fn choice_logprob(
         &self,
-        cache: &mut straddle_engine::KvCache,
+        cache: &mut KvCache,
         first_logits: &[f32],
         ids: &[u32],
     ) -> anyhow::Result<f32> {
@@ -232,56 +347,111 @@ impl EdgeGrader {
         }
         Ok(total)
     }
+}
 
-    fn number(&self, messages: &[ChatMessage], key: f64) -> anyhow::Result<EdgeAnswer> {
-        let (text, signals) = self.generate(messages, MAX_SOLUTION_TOKENS)?;
-        let got = final_number(&text);
-        Ok(EdgeAnswer {
-            correct: got.is_some_and(|g| (g - key).abs() < 1e-6),
-            answer: got.map(|g| g.to_string()).unwrap_or_default(),
-            signals,
-        })
-    }
-
-    fn contains(&self, messages: &[ChatMessage], keys: &[String]) -> anyhow::Result<EdgeAnswer> {
-        let (text, signals) = self.generate(messages, MAX_SHORT_ANSWER_TOKENS)?;
-        let lower = text.to_lowercase();
-        Ok(EdgeAnswer {
-            correct: keys.iter().any(|k| lower.contains(&k.to_lowercase())),
-            answer: text,
-            signals,
-        })
-    }
-
-    /// A greedy answer and the signals of its first token.
-    fn generate(
-        &self,
-        messages: &[ChatMessage],
-        max_tokens: usize,
-    ) -> anyhow::Result<(String, EdgeSignals)> {
-        let params = GenerateParams {
-            max_tokens,
-            ..GenerateParams::default()
+/// The option letter a chat answer gives for a multiple-choice prompt: "B", "B.", "(B)",
+/// "**B**", "The answer is B", or the text of exactly one of the prompt's options.
+pub fn parse_letter(answer: &str, prompt: &str) -> Option<char> {
+    let letters = option_letters(prompt);
+    // An option letter alone; "A" before a space is the article.
+    let leading = |text: &str| -> Option<char> {
+        let mut chars = text.trim_start_matches([' ', ':', '*', '(', '[']).chars();
+        let (c, next) = (chars.next()?, chars.next());
+        let ends = match next {
+            None => true,
+            Some(' ') => c != 'A',
+            Some(n) => !n.is_alphanumeric(),
         };
-        let done = self
-            .engine
-            .generate(Prompt::Messages(messages), &params, |_| Flow::Continue)?;
-        let signals = EdgeSignals {
-            entropy: done.entropies.first().copied().unwrap_or(f32::NAN),
-            logprob: done.logprobs.first().copied().unwrap_or(f32::NAN),
-        };
-        Ok((done.text, signals))
+        (letters.contains(&c) && ends).then_some(c)
+    };
+    if let Some(c) = leading(answer.trim()) {
+        return Some(c);
+    }
+    let lower = answer.to_lowercase();
+    for cue in ["answer is", "answer:", "option", "choice"] {
+        // Lower-casing may move a non-ASCII answer's offsets: then the cue reads nothing.
+        let rest = lower.find(cue).and_then(|at| answer.get(at + cue.len()..));
+        if let Some(c) = rest.and_then(leading) {
+            return Some(c);
+        }
+    }
+    // The text of one option, and no other, named in the answer.
+    let named: Vec<char> = option_texts(prompt)
+        .into_iter()
+        .filter(|(_, text)| text.len() > 1 && lower.contains(&text.to_lowercase()))
+        .map(|(c, _)| c)
+        .collect();
+    match named[..] {
+        [c] => Some(c),
+        _ => None,
     }
 }
 
-/// The signals of the distribution the first answer token is drawn from, as the engine
-/// reports them for every token it streams (greedy choice).
-fn first_token_signals(logits: &[f32]) -> EdgeSignals {
-    let s = sample::sample(logits, &SamplingParams::default(), &[], &mut Rng::new(0));
-    EdgeSignals {
-        entropy: s.entropy,
-        logprob: s.logprob,
+/// The letters of the prompt's options (`A. …` at a line's start).
+fn option_letters(prompt: &str) -> Vec<char> {
+    option_texts(prompt).into_iter().map(|(c, _)| c).collect()
+}
+
+/// Each option line's letter and text.
+fn option_texts(prompt: &str) -> Vec<(char, String)> {
+    prompt
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim_start().trim_start_matches('(');
+            let mut chars = l.chars();
+            let (c, sep) = (chars.next()?, chars.next()?);
+            (c.is_ascii_uppercase() && matches!(sep, '.' | ')' | ':'))
+                .then(|| (c, chars.as_str().trim().to_string()))
+        })
+        .collect()
+}
+
+/// The choice a chat answer names: the one that appears first as a whole word or phrase
+/// (case aside); else the one whose first word the answer's first word begins, or is begun
+/// by ("Sad" for "sadness"), when exactly one is; `None` when none does.
+pub fn parse_choice(answer: &str, choices: &[String]) -> Option<usize> {
+    let lower = answer.to_lowercase();
+    let whole = choices
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| Some((first_whole(&lower, &c.to_lowercase())?, i)))
+        .min_by_key(|&(at, i)| (at, std::cmp::Reverse(choices[i].len())))
+        .map(|(_, i)| i);
+    whole.or_else(|| same_stem(&lower, choices))
+}
+
+/// The one choice whose first word shares a stem of three or more letters with the answer's
+/// first word: the first as a prefix of the other.
+fn same_stem(lower: &str, choices: &[String]) -> Option<usize> {
+    let first_word = |s: &str| -> String {
+        let s = s.trim_start_matches(|c: char| !c.is_alphanumeric());
+        s.chars().take_while(|c| c.is_alphanumeric()).collect()
+    };
+    let word = first_word(lower);
+    if word.chars().count() < 3 {
+        return None;
     }
+    let stems: Vec<usize> = (0..choices.len())
+        .filter(|&i| {
+            let c = first_word(&choices[i].to_lowercase());
+            c.chars().count() >= 3 && (c.starts_with(&word) || word.starts_with(&c))
+        })
+        .collect();
+    match stems[..] {
+        [i] => Some(i),
+        _ => None,
+    }
+}
+
+/// Where `needle` first stands in `hay` as a whole word or phrase.
+fn first_whole(hay: &str, needle: &str) -> Option<usize> {
+    if needle.is_empty() {
+        return None;
+    }
+    let is_word = |c: Option<char>| c.is_some_and(char::is_alphanumeric);
+    hay.match_indices(needle).map(|(at, _)| at).find(|&at| {
+        !is_word(hay[..at].chars().next_back()) && !is_word(hay[at + needle.len()..].chars().next())
+    })
 }
 
 /// The last number in a text (`1,234.5` reads as 1234.5), the usual GSM8K grading.
@@ -303,14 +473,6 @@ pub fn final_number(text: &str) -> Option<f64> {
     last
 }
 
-/// SHA-256 of a file, hex.
-pub fn file_sha256(path: &Path) -> anyhow::Result<String> {
-    let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut h = Sha256::new();
-    std::io::copy(&mut f, &mut h).with_context(|| format!("reading {}", path.display()))?;
-    Ok(hex::encode(h.finalize()))
-}
-
 fn read_cache(path: &Path) -> anyhow::Result<HashMap<String, EdgeAnswer>> {
     let mut out = HashMap::new();
     let Ok(f) = std::fs::File::open(path) else {
@@ -328,11 +490,7 @@ fn read_cache(path: &Path) -> anyhow::Result<HashMap<String, EdgeAnswer>> {
 
 /// Where answers are cached: `$STRADDLE_CACHE/edge-answers` (default `~/.cache/straddle`).
 pub fn default_cache_dir() -> PathBuf {
-    straddle_engine::default_model_path()
-        .parent()
-        .and_then(Path::parent)
-        .map_or_else(|| PathBuf::from(".cache/straddle"), Path::to_path_buf)
-        .join("edge-answers")
+    straddle_models::cache_dir().join("edge-answers")
 }
 
 #[cfg(test)]
@@ -345,5 +503,61 @@ mod tests {
         assert_eq!(final_number("The answer is 1,234.5 dollars"), Some(1234.5));
         assert_eq!(final_number("no digits"), None);
         assert_eq!(final_number("3 apples and 12."), Some(12.0));
+    }
+
+    #[test]
+    fn a_chat_answer_to_a_lettered_question_is_read_as_a_person_would() {
+        let prompt = "Which is a prime?\nA. 4\nB. 6\nC. 7 (seven)\nD. 9\nAnswer:";
+        assert_eq!(parse_letter("C", prompt), Some('C'));
+        assert_eq!(parse_letter("(C) 7", prompt), Some('C'));
+        assert_eq!(parse_letter("**C. 7 (seven)**", prompt), Some('C'));
+        assert_eq!(parse_letter("The answer is C.", prompt), Some('C'));
+        assert_eq!(
+            parse_letter("It is 7 (seven), the only prime.", prompt),
+            Some('C')
+        );
+        // An article is not an option, and naming two options answers neither.
+        assert_eq!(parse_letter("A prime has two divisors.", prompt), None);
+        assert_eq!(
+            parse_letter("Both 4 (even) and 7 (seven)", prompt),
+            Some('C')
+        );
+        assert_eq!(parse_letter("E", prompt), None);
+    }
+
+    #[test]
+    fn a_chat_answer_names_the_choice_it_gives_first() {
+        let choices: Vec<String> = ["negative", "neutral", "positive"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(parse_choice("Positive", &choices), Some(2));
+        assert_eq!(parse_choice("The sentiment is neutral.", &choices), Some(1));
+        assert_eq!(
+            parse_choice("negative, not positive", &choices),
+            Some(0),
+            "the first named"
+        );
+        assert_eq!(
+            parse_choice("nonnegative", &choices),
+            None,
+            "whole words only"
+        );
+        assert_eq!(
+            parse_choice("Positively so.", &choices),
+            Some(2),
+            "a shared stem"
+        );
+        let emotions: Vec<String> = ["anger", "joy", "optimism", "sadness"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(parse_choice("Sad.", &emotions), Some(3));
+        assert_eq!(parse_choice("So", &emotions), None, "too short to say");
+        assert_eq!(parse_choice("I cannot tell.", &choices), None);
+        let topics: Vec<String> = ["card", "card arrival"].map(String::from).to_vec();
+        assert_eq!(
+            parse_choice("Card arrival", &topics),
+            Some(1),
+            "the longer at a tie"
+        );
     }
 }

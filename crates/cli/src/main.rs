@@ -4,12 +4,15 @@ mod bench_speculative;
 mod bench_structured;
 mod chat;
 mod cloud_client;
+mod code_grade;
 mod delay_proxy;
 mod edge_answers;
 mod eval;
+mod model_file;
 mod pii;
 mod progress;
 mod requant;
+mod route_data;
 mod route_eval;
 mod routellm;
 mod sim;
@@ -87,16 +90,27 @@ enum Command {
         /// Where the trained model goes (the router bundles this file).
         #[arg(long, default_value = "crates/router/data/task-model.bin")]
         out: PathBuf,
-        /// Train the quality model instead, from the graded prompts under this directory
-        /// (`classify/`, `short/`, `letter/` and `number/` JSON lines), answered by `--edge`.
+        /// Train the quality model instead, from the graded prompts under these directories
+        /// (the training splits' layout of `../shared/data/train`, or our own generated
+        /// prompts' `classify/`, `short/`, `letter/`, `number/` and `code/`), answered by
+        /// `--edge` as the product would show the answers.
         #[arg(long)]
-        quality_data: Option<PathBuf>,
+        quality_data: Vec<PathBuf>,
+        /// At most this many prompts from each training file (a fixed-seed draw).
+        #[arg(long)]
+        limit_per_file: Option<usize>,
+        /// Also write the examples the quality model is fitted on (JSON lines), for study.
+        #[arg(long)]
+        examples_out: Option<PathBuf>,
         /// The edge model the quality model is trained for (default: the model `cargo xtask
         /// setup` fetched).
         #[arg(long, env = "STRADDLE_MODEL")]
         edge: Option<PathBuf>,
-        /// Where the quality model goes (the router bundles this file).
-        #[arg(long, default_value = "crates/router/data/quality-model.json")]
+        /// Where the quality model goes (the router bundles the files of this folder).
+        #[arg(
+            long,
+            default_value = "crates/router/data/quality-models/qwen2.5-coder-0.5b.json"
+        )]
         quality_out: PathBuf,
     },
     /// Compare routing policies (the seed-1 EdgeRouter baseline, the fixed policy with and
@@ -195,18 +209,33 @@ enum Eval {
         #[arg(long)]
         curves: bool,
     },
-    /// The shipped router with the real edge model: MMLU, GSM8K and routine prompts answered
-    /// on the edge, graded, and routed as the page routes them.
+    /// The shipped router with the real edge model: MMLU, GSM8K, routine prompts and code
+    /// answered on the edge as the product shows them, graded, and routed as the page routes
+    /// them, beside the cloud model's own answers.
     Route {
-        /// A directory in the layout of `../shared/data`.
+        /// A directory in the layout of `../shared/data` (`routellm/`, `mmlu-answers/`,
+        /// `gsm8k/`, `classify/*.jsonl`, `code/*.jsonl`).
         #[arg(long)]
         data: PathBuf,
         /// The edge model (any GGUF the engine loads).
         #[arg(long, env = "STRADDLE_MODEL")]
         edge: Option<PathBuf>,
+        /// The cloud model that answers the routine and code prompts (run once, cached);
+        /// MMLU and GSM8K use GPT-4's answers as RouteLLM recorded them.
+        #[arg(long)]
+        cloud_model: Option<PathBuf>,
+        /// Count the cloud right on every routine and code prompt instead (an upper bound).
+        #[arg(long, conflicts_with = "cloud_model")]
+        cloud_upper_bound: bool,
+        /// Also write every graded prompt's features, edge state and grades (JSON lines).
+        #[arg(long)]
+        examples_out: Option<PathBuf>,
         /// At most this many prompts per domain (GSM8K and each routine set count as one).
         #[arg(long)]
         limit_per_domain: Option<usize>,
+        /// At most this many per MMLU domain, where it should differ (MMLU has 28).
+        #[arg(long)]
+        mmlu_limit_per_domain: Option<usize>,
         /// Refit the quality model leaving each domain out, for development.
         #[arg(long)]
         cross_fit: bool,
@@ -287,11 +316,18 @@ fn dispatch(command: Command) -> anyhow::Result<()> {
             ttl,
         } => token(tenant, &secret, user, origin, server, ttl),
         Command::TrainRouter {
-            quality_data: Some(data),
+            quality_data,
             edge,
             quality_out,
+            limit_per_file,
+            examples_out,
             ..
-        } => train_quality(&data, edge, &quality_out),
+        } if !quality_data.is_empty() => train_quality(
+            &quality_data,
+            edge,
+            &quality_out,
+            (limit_per_file, examples_out.as_deref()),
+        ),
         Command::TrainRouter { corpus, out, .. } => train_router(&corpus, &out),
         Command::Eval { benchmark } => eval(benchmark),
     }
@@ -309,14 +345,35 @@ fn eval(benchmark: Eval) -> anyhow::Result<()> {
         Eval::Route {
             data,
             edge,
+            cloud_model,
+            cloud_upper_bound,
+            examples_out,
             limit_per_domain,
+            mmlu_limit_per_domain,
             cross_fit,
             json,
             cache,
         } => {
-            let edge = edge.unwrap_or_else(straddle_engine::default_model_path);
+            let edge = edge.unwrap_or_else(|| straddle_models::DEFAULT_EDGE.path());
+            let cloud_model = cloud_model.unwrap_or_else(|| straddle_models::DEFAULT_CLOUD.path());
             let cache = cache.unwrap_or_else(default_cache);
-            eval_route(&data, &edge, &cache, limit_per_domain, cross_fit, json)
+            let run = route_eval::Run {
+                data: &data,
+                edge_model: &edge,
+                cloud: if cloud_upper_bound {
+                    route_eval::Cloud::AlwaysRight
+                } else {
+                    route_eval::Cloud::Model(&cloud_model)
+                },
+                cache: &cache,
+                limit: route_data::Limits {
+                    per_domain: limit_per_domain,
+                    per_mmlu_domain: mmlu_limit_per_domain.or(limit_per_domain),
+                },
+                cross_fitted: cross_fit,
+                examples_out: examples_out.as_deref(),
+            };
+            eval_route(&run, json)
         }
         Eval::Routellm {
             data,
@@ -424,9 +481,15 @@ fn token(
 }
 
 /// Trains the quality model on `edge`'s graded answers to the prompts under `data`.
-fn train_quality(data: &Path, edge: Option<PathBuf>, quality_out: &Path) -> anyhow::Result<()> {
-    let edge = edge.unwrap_or_else(straddle_engine::default_model_path);
-    let model = route_eval::train_quality(data, &edge, &default_cache())?;
+fn train_quality(
+    data: &[PathBuf],
+    edge: Option<PathBuf>,
+    quality_out: &Path,
+    (limit, examples_out): (Option<usize>, Option<&Path>),
+) -> anyhow::Result<()> {
+    let edge = edge.unwrap_or_else(|| straddle_models::DEFAULT_EDGE.path());
+    let dirs: Vec<&Path> = data.iter().map(PathBuf::as_path).collect();
+    let model = route_eval::train_quality(&dirs, &edge, &default_cache(), limit, examples_out)?;
     std::fs::write(quality_out, serde_json::to_string_pretty(&model)? + "\n")
         .with_context(|| format!("writing {}", quality_out.display()))?;
     println!("wrote {} ({})", quality_out.display(), model.version);
@@ -442,16 +505,9 @@ fn train_router(corpus: &Path, out: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Routes the benchmark prompts under `data` with the edge model and prints the outcome.
-fn eval_route(
-    data: &Path,
-    edge: &Path,
-    cache: &Path,
-    limit_per_domain: Option<usize>,
-    cross_fit: bool,
-    json: bool,
-) -> anyhow::Result<()> {
-    let report = route_eval::run(data, edge, cache, limit_per_domain, cross_fit)?;
+/// Routes the benchmark prompts with the edge model and prints the outcome.
+fn eval_route(run: &route_eval::Run, json: bool) -> anyhow::Result<()> {
+    let report = route_eval::run(run)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

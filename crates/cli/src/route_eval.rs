@@ -1,200 +1,47 @@
 //! `straddle eval route`: the shipped router, measured with the real edge model. Each
-//! benchmark prompt is answered by the edge model (through [`crate::edge_answers`]), graded
-//! against its key, paired with the cloud model's recorded correctness (GPT-4's in RouteLLM's
-//! files; for the routine `classify` sets the cloud is counted correct, an upper bound), and
-//! routed with the functions the page calls: `decide_conversation` before generation and
-//! `at_first_token` after prefill. RouteLLM's metrics then sweep a threshold over the routers'
-//! scores.
+//! benchmark prompt is answered by the edge model the way the product shows it (through
+//! [`crate::edge_answers`]), graded against its key, paired with the cloud model's
+//! correctness (GPT-4's in RouteLLM's files; for routine and code sets the real cloud model,
+//! run once and cached), and routed with the functions the page calls: `decide_with` before
+//! generation and `at_first_token_with` after prefill. RouteLLM's metrics then sweep a
+//! threshold over each router's scores; the shipped policy's own operating point, the
+//! probe's AUROC, the prefill spent on what went up and the router's own time sit beside them.
 
-use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Instant;
 
-use crate::eval::{self, Outcome, Summary};
-use anyhow::{Context, bail};
-use serde::{Deserialize, Serialize};
+use anyhow::Context;
+use serde::Serialize;
 use straddle_router::policy::{self, Context as RouteContext, Decision, Policy, Target};
 use straddle_router::quality::{self, QualityError, QualityModel};
 use straddle_router::rng::SplitMix;
 
-use crate::edge_answers::{EdgeAnswer, EdgeGrader, Question};
+use crate::edge_answers::{EdgeAnswer, EdgeGrader};
+use crate::eval::{self, Outcome, Summary};
+use crate::route_data::{self, Item};
 use crate::routellm;
 
-/// One graded prompt of one benchmark.
+/// Where the cloud's correctness comes from for prompts no file records it for.
 #[derive(Debug, Clone)]
-pub struct Item {
-    pub benchmark: String,
-    /// The cross-fitting group: an MMLU domain, GSM8K, or a `classify` file.
-    pub group: String,
-    pub question: Question,
-    /// The cloud model's correctness (0 or 1).
-    pub cloud: f64,
+pub enum Cloud<'a> {
+    /// The cloud model itself (a GGUF), run once per prompt and cached.
+    Model(&'a Path),
+    /// Counted right on all of them: an upper bound for the cloud, kept for comparison.
+    AlwaysRight,
 }
 
-/// The benchmarks under `dir` (the layout of `../shared/data`), at most `limit` prompts per
-/// domain (GSM8K and each `classify` file count as one domain).
-pub fn load(dir: &Path, limit: Option<usize>) -> anyhow::Result<Vec<Item>> {
-    let mut items = Vec::new();
-    let routellm_dir = dir.join("routellm");
-    let benchmarks = routellm::load(
-        &routellm_dir,
-        routellm::DEFAULT_WEAK,
-        routellm::DEFAULT_STRONG,
-    )?;
-    let letters = mmlu_keys(&dir.join("mmlu-answers"))?;
-    let numbers = gsm8k_keys(&dir.join("gsm8k/test.jsonl"))?;
-    for b in benchmarks.iter().filter(|b| !b.graded) {
-        for p in &b.prompts {
-            let question = match b.name {
-                "mmlu" => letters.get(p.text.trim()).map(|&key| Question::Letter {
-                    prompt: p.text.clone(),
-                    key,
-                }),
-                _ => numbers.get(p.text.trim()).map(|&key| Question::Number {
-                    prompt: p.text.clone(),
-                    key,
-                }),
-            };
-            let Some(question) = question else { continue };
-            items.push(Item {
-                benchmark: b.name.to_string(),
-                // An MMLU domain is a group; GSM8K is one (RouteLLM groups it by prompt).
-                group: match b.name {
-                    "mmlu" => p.group.trim_start_matches("mmlu/").to_string(),
-                    name => name.to_string(),
-                },
-                question,
-                cloud: p.outcome.strong,
-            });
-        }
-    }
-    items.extend(classify_items(&dir.join("classify"))?);
-    if items.is_empty() {
-        bail!("no graded prompts under {}", dir.display());
-    }
-    Ok(limit_per_group(items, limit))
-}
-
-fn limit_per_group(items: Vec<Item>, limit: Option<usize>) -> Vec<Item> {
-    let Some(limit) = limit else { return items };
-    let mut seen: HashMap<String, usize> = HashMap::new();
-    items
-        .into_iter()
-        .filter(|i| {
-            let n = seen.entry(i.group.clone()).or_default();
-            *n += 1;
-            *n <= limit
-        })
-        .collect()
-}
-
-/// MMLU answer keys by the prompt RouteLLM builds from each row.
-fn mmlu_keys(dir: &Path) -> anyhow::Result<HashMap<String, char>> {
-    let mut keys = HashMap::new();
-    let files = std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))?;
-    for path in files.filter_map(|e| e.ok().map(|e| e.path())) {
-        if path.extension().is_none_or(|x| x != "csv") {
-            continue;
-        }
-        let mut reader = csv::ReaderBuilder::new()
-            .has_headers(false)
-            .from_path(&path)
-            .with_context(|| format!("opening {}", path.display()))?;
-        for (i, row) in reader.records().enumerate() {
-            let row = row.with_context(|| format!("{}: row {}", path.display(), i + 1))?;
-            let cells: Vec<&str> = row.iter().collect();
-            let [q, a, b, c, d, key] = cells[..] else {
-                bail!("{}: row {}: expected 6 columns", path.display(), i + 1);
-            };
-            let key = key
-                .trim()
-                .chars()
-                .next()
-                .filter(|k| ('A'..='D').contains(k));
-            let Some(key) = key else {
-                bail!("{}: row {}: answer must be A–D", path.display(), i + 1);
-            };
-            let prompt = format!("{q}\nA. {a}\nB. {b}\nC. {c}\nD. {d}\nAnswer:");
-            keys.insert(prompt.trim().to_string(), key);
-        }
-    }
-    Ok(keys)
-}
-
-/// GSM8K final answers (after `####`) by question.
-fn gsm8k_keys(path: &Path) -> anyhow::Result<HashMap<String, f64>> {
-    #[derive(Deserialize)]
-    struct Row {
-        question: String,
-        answer: String,
-    }
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let mut keys = HashMap::new();
-    for (i, line) in text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-    {
-        let row: Row = serde_json::from_str(line)
-            .with_context(|| format!("{}: line {}", path.display(), i + 1))?;
-        let number = row
-            .answer
-            .rsplit("####")
-            .next()
-            .map(|s| s.trim().replace(',', ""));
-        let Some(key) = number.and_then(|n| n.parse().ok()) else {
-            bail!(
-                "{}: line {}: no final answer after ####",
-                path.display(),
-                i + 1
-            );
-        };
-        keys.insert(row.question.trim().to_string(), key);
-    }
-    Ok(keys)
-}
-
-/// Every `classify/*.jsonl` file: one benchmark of `{"prompt", "choices", "answer"}` lines.
-fn classify_items(dir: &Path) -> anyhow::Result<Vec<Item>> {
-    #[derive(Deserialize)]
-    struct Row {
-        prompt: String,
-        choices: Vec<String>,
-        answer: usize,
-    }
-    let mut items = Vec::new();
-    for (path, n, line) in jsonl_lines(dir)? {
-        let at = || format!("{}: line {n}", path.display());
-        let row: Row = serde_json::from_str(&line).with_context(at)?;
-        if row.answer >= row.choices.len() {
-            bail!("{}: answer out of range", at());
-        }
-        let stem = path
-            .file_stem()
-            .map(|s| s.to_string_lossy())
-            .unwrap_or_default();
-        items.push(Item {
-            benchmark: stem.to_string(),
-            group: stem.to_string(),
-            question: Question::Choice {
-                prompt: row.prompt,
-                choices: row.choices,
-                key: row.answer,
-            },
-            cloud: 1.0,
-        });
-    }
-    Ok(items)
-}
-
-/// Answers every item on the edge, with a progress bar for the uncached ones.
-pub fn grade(items: &[Item], grader: &mut EdgeGrader) -> anyhow::Result<Vec<EdgeAnswer>> {
+/// Answers every item with `grader`, with a progress bar for the uncached ones.
+pub fn grade(
+    items: &[Item],
+    grader: &mut EdgeGrader,
+    what: &str,
+) -> anyhow::Result<Vec<EdgeAnswer>> {
     let todo = items
         .iter()
         .filter(|i| !grader.is_cached(&i.question))
         .count();
-    let bar = crate::progress::bar(todo as u64, "edge answers");
+    let bar = crate::progress::bar(todo as u64, what);
     let mut out = Vec::with_capacity(items.len());
     for item in items {
         let cached = grader.is_cached(&item.question);
@@ -205,6 +52,30 @@ pub fn grade(items: &[Item], grader: &mut EdgeGrader) -> anyhow::Result<Vec<Edge
     }
     bar.finish_and_clear();
     Ok(out)
+}
+
+/// The cloud's correctness on each item: the recorded one, else per `cloud`.
+pub fn cloud_grades(items: &[Item], cloud: &Cloud, cache: &Path) -> anyhow::Result<Vec<f64>> {
+    let unrecorded: Vec<Item> = items
+        .iter()
+        .filter(|i| i.cloud.is_none())
+        .cloned()
+        .collect();
+    let mut answered = match cloud {
+        Cloud::Model(path) if !unrecorded.is_empty() => {
+            let mut grader = EdgeGrader::open(path, cache)?;
+            grade(&unrecorded, &mut grader, "cloud answers")?
+                .into_iter()
+                .map(|a| f64::from(u8::from(a.correct)))
+                .collect()
+        }
+        _ => vec![1.0; unrecorded.len()],
+    }
+    .into_iter();
+    Ok(items
+        .iter()
+        .map(|i| i.cloud.or_else(|| answered.next()).unwrap_or(1.0))
+        .collect())
 }
 
 /// The device the evaluation routes for: online, the edge loaded and decoding at a laptop's
@@ -221,15 +92,33 @@ pub fn eval_context(edge_sha256: &str) -> RouteContext {
     }
 }
 
-/// Each router's score for one prompt: higher sends it to the cloud first.
+/// Each router's score for one prompt (higher sends it to the cloud first), and what the
+/// shipped policy did with it.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Scores {
-    /// The shipped router after prefill (`at_first_token`).
-    pub router: f64,
-    /// The shipped router before generation.
-    pub router_pre_generation: f64,
-    /// Today's prior-only policy (no quality model).
+pub struct Routed {
+    /// The shipped router: the quality model with the edge model's state after prefill.
+    pub state: f64,
+    /// The same model with the first token's confidence alone.
+    pub first_token: f64,
+    /// The same model on the text alone.
+    pub text_only: f64,
+    /// The policy without a quality model (the task priors).
     pub prior_only: f64,
+    /// What the shipped policy did.
+    pub outcome: PolicyOutcome,
+    /// Seconds the router's two calls took here.
+    pub router_s: f64,
+}
+
+/// Where the shipped policy, run as the page runs it, sent a prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicyOutcome {
+    /// Answered on the device.
+    Edge,
+    /// Sent up before any prefill (a rule, or the text alone).
+    CloudBeforePrefill,
+    /// Prefilled on the device, then sent up on the edge model's state.
+    CloudAfterPrefill,
 }
 
 /// Routes one prompt the way the page does, with `model` as the quality model.
@@ -237,25 +126,42 @@ pub fn route_one(
     item: &Item,
     edge: &EdgeAnswer,
     ctx: &RouteContext,
-    policy: &Policy,
     model: Result<&QualityModel, QualityError>,
-) -> Scores {
+) -> Routed {
+    let policy = Policy::default();
     let turns = [item.question.prompt()];
-    let d = policy::decide_with(&turns, None, ctx, policy, model.clone());
-    let first = policy::at_first_token_with(&d, edge.signals, model);
+    let started = Instant::now();
+    let d = policy::decide_with(&turns, None, ctx, &policy, model.clone());
+    let state = (!edge.state.is_empty()).then_some(&edge.state[..]);
+    let check = policy::at_first_token_with(&d, edge.signals, state, model.clone());
+    let router_s = started.elapsed().as_secs_f64();
+    let outcome = match (d.target, &check.escalate) {
+        (Target::Edge, None) => PolicyOutcome::Edge,
+        (Target::Edge, Some(_)) => PolicyOutcome::CloudAfterPrefill,
+        _ => PolicyOutcome::CloudBeforePrefill,
+    };
+    let p = |edge, state| {
+        let q = d.quality.as_ref()?;
+        let text = <[f32; quality::TEXT_DIM]>::try_from(q.text_features.as_slice()).ok()?;
+        let m = model.as_ref().ok()?;
+        Some(m.estimate(&text, edge, state).p_edge_ok)
+    };
     let prior = policy::decide_with(
         &turns,
         None,
         ctx,
-        policy,
+        &policy,
         Err(QualityError::Disabled("the prior-only baseline")),
     );
-    let pre = d.quality.as_ref().map(|q| q.estimate.p_edge_ok);
-    let post = first.estimate.as_ref().map(|e| e.p_edge_ok).or(pre);
-    Scores {
-        router: cloud_score(&d, post),
-        router_pre_generation: cloud_score(&d, pre),
+    let known = d.quality.as_ref().is_some_and(|q| q.edge_signals);
+    let edge_signals = known.then_some(edge.signals);
+    Routed {
+        state: cloud_score(&d, p(edge_signals, state.filter(|_| known))),
+        first_token: cloud_score(&d, p(edge_signals, None)),
+        text_only: cloud_score(&d, p(None, None)),
         prior_only: cloud_score(&prior, edge_quality_signal(&prior)),
+        outcome,
+        router_s,
     }
 }
 
@@ -284,36 +190,46 @@ pub struct Metrics {
     pub cpt80: Option<f64>,
     /// Share of cloud calls saved at 95 % of the cloud's quality.
     pub saved_at_95: Option<f64>,
+    /// AUROC of the score for "the edge is wrong" (the oracle and random have none).
+    pub auroc: Option<f64>,
 }
 
-impl From<&Summary> for Metrics {
-    fn from(s: &Summary) -> Self {
-        Metrics {
-            apgr: s.apgr,
-            cpt50: s.cpt50,
-            cpt80: s.cpt80,
-            saved_at_95: s.share_at_95_quality.map(|v| 1.0 - v),
-        }
-    }
+/// What the shipped policy itself did on one benchmark.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OperatingPoint {
+    /// Quality of the routed answers over quality with every prompt in the cloud.
+    pub quality_of_all_cloud: f64,
+    /// Share of prompts answered on the device (cloud calls saved).
+    pub kept_on_edge: f64,
+    /// Share sent up before any prefill.
+    pub up_before_prefill: f64,
+    /// Share prefilled on the device and then sent up.
+    pub up_after_prefill: f64,
+    /// Seconds of edge prefill (measured here) spent on prompts that then went up.
+    pub prefill_s_spent_on_escalated: f64,
+    /// The router's two calls per prompt, natively: median and 99th percentile, µs.
+    pub router_us_p50: f64,
+    pub router_us_p99: f64,
 }
 
-/// One benchmark's figures, every router beside the shipped one.
+/// One benchmark's figures.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BenchmarkReport {
     pub prompts: usize,
+    /// The edge's accuracy on the answers the product shows (generated, parsed).
     pub edge_accuracy: f64,
+    /// The older reading (letters' logits, choices' log-likelihoods), where it applies.
+    pub edge_accuracy_scored: Option<f64>,
     pub cloud_accuracy: f64,
-    pub router: Metrics,
-    pub router_pre_generation: Metrics,
-    pub random: Metrics,
-    pub prior_only: Metrics,
-    pub oracle: Metrics,
+    pub routers: BTreeMap<&'static str, Metrics>,
+    pub shipped_policy: OperatingPoint,
 }
 
 /// The whole report: `{"benchmarks": {name: …}}`, the mix included.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
     pub quality_model: String,
+    pub cloud: String,
     pub benchmarks: BTreeMap<String, BenchmarkReport>,
 }
 
@@ -321,52 +237,135 @@ pub struct Report {
 const BINS: usize = 10;
 const RANDOM_SEEDS: u64 = 20;
 
+/// One router's score of a routed prompt.
+type Score = fn(&Routed) -> f64;
+
+/// The routers in table order, each with its score.
+const ROUTERS: [(&str, Score); 4] = [
+    ("prior-only", |r| r.prior_only),
+    ("text-only", |r| r.text_only),
+    ("first token", |r| r.first_token),
+    ("state-aware (shipped)", |r| r.state),
+];
+
+/// Everything one prompt contributes.
+pub struct Graded<'a> {
+    pub item: &'a Item,
+    pub edge: &'a EdgeAnswer,
+    pub cloud: f64,
+    pub routed: Routed,
+}
+
 /// Scores one set of prompts (a benchmark, or the mix).
-pub fn report(
-    picked: &[usize],
-    edge: &[EdgeAnswer],
-    items: &[Item],
-    scores: &[Scores],
-) -> BenchmarkReport {
-    let outcomes: Vec<Outcome> = picked
+pub fn report(set: &[&Graded]) -> BenchmarkReport {
+    let outcomes: Vec<Outcome> = set
         .iter()
-        .map(|&i| Outcome {
-            weak: f64::from(u8::from(edge[i].correct)),
-            strong: items[i].cloud,
+        .map(|g| Outcome {
+            weak: f64::from(u8::from(g.edge.correct)),
+            strong: g.cloud,
         })
         .collect();
     let n = outcomes.len().max(1) as f64;
     let weak = outcomes.iter().map(|o| o.weak).sum::<f64>() / n;
     let strong = outcomes.iter().map(|o| o.strong).sum::<f64>() / n;
-    let metrics = |s: &[f64]| {
-        Metrics::from(&eval::summarize(
-            &eval::curve(s, &outcomes, BINS),
-            weak,
-            strong,
-        ))
-    };
-    let pick = |f: fn(&Scores) -> f64| picked.iter().map(|&i| f(&scores[i])).collect::<Vec<_>>();
+    let summary = |s: &[f64]| eval::summarize(&eval::curve(s, &outcomes, BINS), weak, strong);
+    let wrong: Vec<bool> = set.iter().map(|g| !g.edge.correct).collect();
+    let mut routers = BTreeMap::new();
+    for (name, score) in ROUTERS {
+        let s: Vec<f64> = set.iter().map(|g| score(&g.routed)).collect();
+        routers.insert(name, metrics(&summary(&s), auroc(&s, &wrong)));
+    }
     let random: Vec<Summary> = (0..RANDOM_SEEDS)
-        .map(|seed| {
-            let c = eval::curve(&eval::random_scores(outcomes.len(), seed), &outcomes, BINS);
-            eval::summarize(&c, weak, strong)
-        })
+        .map(|seed| summary(&eval::random_scores(outcomes.len(), seed)))
         .collect();
+    routers.insert(
+        "random (20 seeds)",
+        metrics(&routellm::mean_summary(&random), None),
+    );
     let oracle: Vec<f64> = outcomes.iter().map(|o| o.strong - o.weak).collect();
+    routers.insert("oracle", metrics(&summary(&oracle), None));
+    let scored: Vec<bool> = set.iter().filter_map(|g| g.edge.scored_correct).collect();
     BenchmarkReport {
         prompts: outcomes.len(),
         edge_accuracy: weak,
+        edge_accuracy_scored: (!scored.is_empty())
+            .then(|| scored.iter().filter(|&&c| c).count() as f64 / scored.len() as f64),
         cloud_accuracy: strong,
-        router: metrics(&pick(|s| s.router)),
-        router_pre_generation: metrics(&pick(|s| s.router_pre_generation)),
-        random: Metrics::from(&routellm::mean_summary(&random)),
-        prior_only: metrics(&pick(|s| s.prior_only)),
-        oracle: metrics(&oracle),
+        routers,
+        shipped_policy: operating_point(set, strong),
     }
 }
 
-/// The seed's traffic: 70 % routine prompts (every `classify` set) and 30 % complex ones
-/// (MMLU and GSM8K), as many as the smaller pool allows, drawn with a fixed seed.
+fn metrics(s: &Summary, auroc: Option<f64>) -> Metrics {
+    Metrics {
+        apgr: s.apgr,
+        cpt50: s.cpt50,
+        cpt80: s.cpt80,
+        saved_at_95: s.share_at_95_quality.map(|v| 1.0 - v),
+        auroc,
+    }
+}
+
+/// What the shipped policy's own decisions earned on `set`.
+fn operating_point(set: &[&Graded], all_cloud: f64) -> OperatingPoint {
+    let n = set.len().max(1) as f64;
+    let share = |o: PolicyOutcome| set.iter().filter(|g| g.routed.outcome == o).count() as f64 / n;
+    let quality = set
+        .iter()
+        .map(|g| match g.routed.outcome {
+            PolicyOutcome::Edge => f64::from(u8::from(g.edge.correct)),
+            _ => g.cloud,
+        })
+        .sum::<f64>()
+        / n;
+    let mut times: Vec<f64> = set.iter().map(|g| g.routed.router_s * 1e6).collect();
+    times.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        times
+            .get(((times.len() as f64 - 1.0) * q).round() as usize)
+            .copied()
+    };
+    OperatingPoint {
+        quality_of_all_cloud: if all_cloud > 0.0 {
+            quality / all_cloud
+        } else {
+            1.0
+        },
+        kept_on_edge: share(PolicyOutcome::Edge),
+        up_before_prefill: share(PolicyOutcome::CloudBeforePrefill),
+        up_after_prefill: share(PolicyOutcome::CloudAfterPrefill),
+        prefill_s_spent_on_escalated: set
+            .iter()
+            .filter(|g| g.routed.outcome == PolicyOutcome::CloudAfterPrefill)
+            .map(|g| g.edge.prefill_s)
+            .sum(),
+        router_us_p50: at(0.5).unwrap_or(0.0),
+        router_us_p99: at(0.99).unwrap_or(0.0),
+    }
+}
+
+/// The area under the ROC curve of `scores` for the positives in `label` (ties count half);
+/// `None` when either class is empty.
+pub fn auroc(scores: &[f64], label: &[bool]) -> Option<f64> {
+    let mut order: Vec<usize> = (0..scores.len()).collect();
+    order.sort_by(|&a, &b| scores[a].total_cmp(&scores[b]));
+    let (mut rank_sum, mut i) = (0.0, 0);
+    while i < order.len() {
+        let mut j = i;
+        while j + 1 < order.len() && scores[order[j + 1]] == scores[order[i]] {
+            j += 1;
+        }
+        let mid_rank = (i + j) as f64 / 2.0 + 1.0;
+        rank_sum += (i..=j).filter(|&k| label[order[k]]).count() as f64 * mid_rank;
+        i = j + 1;
+    }
+    let pos = label.iter().filter(|&&l| l).count() as f64;
+    let neg = label.len() as f64 - pos;
+    (pos > 0.0 && neg > 0.0).then(|| (rank_sum - pos * (pos + 1.0) / 2.0) / (pos * neg))
+}
+
+/// The seed's traffic: 70 % routine prompts and code, 30 % complex ones (MMLU and GSM8K), as
+/// many as the smaller pool allows, drawn with a fixed seed.
 pub fn bimodal_mix(items: &[Item]) -> Vec<usize> {
     let complex = |i: &&Item| i.benchmark == "mmlu" || i.benchmark == "gsm8k";
     let mut routine: Vec<usize> = (0..items.len()).filter(|&i| !complex(&&items[i])).collect();
@@ -384,29 +383,32 @@ pub fn bimodal_mix(items: &[Item]) -> Vec<usize> {
     routine
 }
 
-/// The report over every benchmark and the mix, each prompt scored by `scores`.
-pub fn evaluate(items: &[Item], edge: &[EdgeAnswer], scores: &[Scores], model: &str) -> Report {
-    let mut names: Vec<&str> = items.iter().map(|i| i.benchmark.as_str()).collect();
+/// The report over every benchmark and the mix.
+pub fn evaluate(graded: &[Graded], model: &str, cloud: &str) -> Report {
+    let mut benchmarks = BTreeMap::new();
+    let mut names: Vec<&str> = graded.iter().map(|g| g.item.benchmark.as_str()).collect();
     names.sort_unstable();
     names.dedup();
-    let mut benchmarks = BTreeMap::new();
     for name in names {
-        let picked: Vec<usize> = (0..items.len())
-            .filter(|&i| items[i].benchmark == name)
-            .collect();
-        benchmarks.insert(name.to_string(), report(&picked, edge, items, scores));
+        let set: Vec<&Graded> = graded.iter().filter(|g| g.item.benchmark == name).collect();
+        benchmarks.insert(name.to_string(), report(&set));
     }
-    let mix = bimodal_mix(items);
+    let items: Vec<Item> = graded.iter().map(|g| g.item.clone()).collect();
+    let mix: Vec<&Graded> = bimodal_mix(&items)
+        .into_iter()
+        .map(|i| &graded[i])
+        .collect();
     if !mix.is_empty() {
-        benchmarks.insert("mix".into(), report(&mix, edge, items, scores));
+        benchmarks.insert("mix".into(), report(&mix));
     }
     Report {
         quality_model: model.into(),
+        cloud: cloud.into(),
         benchmarks,
     }
 }
 
-/// The training examples the items make (their features, the edge's signals and grade).
+/// The training examples the items make (their features, the edge's state and grade).
 pub fn examples(items: &[Item], edge: &[EdgeAnswer]) -> Vec<quality::Example> {
     items
         .iter()
@@ -414,6 +416,7 @@ pub fn examples(items: &[Item], edge: &[EdgeAnswer]) -> Vec<quality::Example> {
         .map(|(item, e)| quality::Example {
             text: quality::read_turn(item.question.prompt(), None).features,
             edge: e.signals,
+            state: e.state.clone(),
             edge_ok: e.correct,
         })
         .collect()
@@ -425,12 +428,12 @@ pub fn cross_fit(
     edge: &[EdgeAnswer],
     ctx: &RouteContext,
     sha256: &str,
-) -> anyhow::Result<Vec<Scores>> {
+) -> anyhow::Result<Vec<Routed>> {
     let all = examples(items, edge);
     let mut groups: Vec<&str> = items.iter().map(|i| i.group.as_str()).collect();
     groups.sort_unstable();
     groups.dedup();
-    let mut scores = vec![None; items.len()];
+    let mut routed = vec![None; items.len()];
     for g in groups {
         let train: Vec<quality::Example> = all
             .iter()
@@ -441,201 +444,209 @@ pub fn cross_fit(
         let model = quality::train(&train, sha256, "cross-fit fold")
             .with_context(|| format!("fitting the fold without {g}"))?;
         for (i, item) in items.iter().enumerate().filter(|(_, i)| i.group == g) {
-            scores[i] = Some(route_one(
-                item,
-                &edge[i],
-                ctx,
-                &Policy::default(),
-                Ok(&model),
-            ));
+            routed[i] = Some(route_one(item, &edge[i], ctx, Ok(&model)));
         }
     }
-    Ok(scores.into_iter().flatten().collect())
+    Ok(routed.into_iter().flatten().collect())
 }
 
-/// The report as a Markdown table.
-pub fn table(r: &Report) -> String {
-    let mut out = String::new();
-    let pct = |v: Option<f64>| v.map_or("—".to_owned(), |v| format!("{:.1}%", v * 100.0));
-    let _ = writeln!(out, "quality model: {}\n", r.quality_model);
-    let _ = writeln!(
-        out,
-        "| benchmark | prompts | edge acc. | cloud acc. | router | APGR | CPT(50%) | CPT(80%) | cloud calls saved @95% |"
-    );
-    let _ = writeln!(out, "|---|---:|---:|---:|---|---:|---:|---:|---:|");
-    for (name, b) in &r.benchmarks {
-        let rows = [
-            ("straddle (first token)", &b.router),
-            ("straddle (before generation)", &b.router_pre_generation),
-            ("prior-only", &b.prior_only),
-            ("random (20 seeds)", &b.random),
-            ("oracle", &b.oracle),
-        ];
-        for (router, m) in rows {
-            let _ = writeln!(
-                out,
-                "| {name} | {} | {:.3} | {:.3} | {router} | {:.3} | {} | {} | {} |",
-                b.prompts,
-                b.edge_accuracy,
-                b.cloud_accuracy,
-                m.apgr,
-                pct(m.cpt50),
-                pct(m.cpt80),
-                pct(m.saved_at_95)
-            );
-        }
+/// What `eval route` runs on.
+pub struct Run<'a> {
+    pub data: &'a Path,
+    pub edge_model: &'a Path,
+    pub cloud: Cloud<'a>,
+    pub cache: &'a Path,
+    pub limit: route_data::Limits,
+    pub cross_fitted: bool,
+    /// Where to write the graded prompts' examples (JSON lines), if anywhere.
+    pub examples_out: Option<&'a Path>,
+}
+
+/// Runs the whole evaluation: load, answer on the edge and in the cloud, route, report.
+pub fn run(r: &Run) -> anyhow::Result<Report> {
+    let items = route_data::load_benchmarks(r.data, r.limit)?;
+    let mut grader = EdgeGrader::open(r.edge_model, r.cache)?;
+    let answers = grade(&items, &mut grader, "edge answers")?;
+    let sha = grader.sha256().to_string();
+    drop(grader);
+    let clouds = cloud_grades(&items, &r.cloud, r.cache)?;
+    if let Some(path) = r.examples_out {
+        write_examples(path, &items, &answers, Some(&clouds))?;
     }
-    out
-}
-
-/// Runs the whole evaluation: load, answer on the edge, route, report.
-pub fn run(
-    data: &Path,
-    edge_model: &Path,
-    cache: &Path,
-    limit: Option<usize>,
-    cross_fitted: bool,
-) -> anyhow::Result<Report> {
-    let items = load(data, limit)?;
-    let mut grader = EdgeGrader::open(edge_model, cache)?;
-    let answers = grade(&items, &mut grader)?;
-    let ctx = eval_context(grader.sha256());
-    let (scores, model) = if cross_fitted {
-        let scores = cross_fit(&items, &answers, &ctx, grader.sha256())?;
+    let ctx = eval_context(&sha);
+    let (routed, model) = if r.cross_fitted {
+        let routed = cross_fit(&items, &answers, &ctx, &sha)?;
         (
-            scores,
+            routed,
             "cross-fitted, one domain left out per fit".to_string(),
         )
     } else {
-        let model = quality::bundled();
+        let model = quality::bundled_for(Some(&sha));
         let name = match &model {
-            Ok(m) if m.knows_edge(Some(grader.sha256())) => m.version.clone(),
+            Ok(m) if m.knows_edge(Some(&sha)) => m.version.clone(),
             Ok(m) => format!(
                 "{} (trained for another edge model: text features only)",
                 m.version
             ),
             Err(e) => format!("none ({e}): the priors stand in"),
         };
-        let scores = items
+        let routed = items
             .iter()
             .zip(&answers)
-            .map(|(item, a)| route_one(item, a, &ctx, &Policy::default(), model.clone()))
+            .map(|(item, a)| route_one(item, a, &ctx, model.clone()))
             .collect();
-        (scores, name)
+        (routed, name)
     };
-    Ok(evaluate(&items, &answers, &scores, &model))
-}
-
-/// The graded prompts a quality model is trained on: `classify/*.jsonl` (routine choices),
-/// `short/*.jsonl` (`{"prompt", "answers": ["Paris"]}`, free-form), `letter/*.jsonl`
-/// (`{"prompt", "answer": "B"}`) and `number/*.jsonl` (`{"prompt", "answer": 12}`) under
-/// `dir`.
-pub fn training_items(dir: &Path) -> anyhow::Result<Vec<Item>> {
-    #[derive(Deserialize)]
-    struct Letter {
-        prompt: String,
-        answer: char,
-    }
-    #[derive(Deserialize)]
-    struct Number {
-        prompt: String,
-        answer: f64,
-    }
-    #[derive(Deserialize)]
-    struct Short {
-        prompt: String,
-        answers: Vec<String>,
-    }
-    let mut items = classify_items(&dir.join("classify"))?;
-    for (path, n, line) in jsonl_lines(&dir.join("short"))? {
-        let q: Short =
-            serde_json::from_str(&line).with_context(|| format!("{}: line {n}", path.display()))?;
-        let question = Question::Contains {
-            prompt: q.prompt,
-            keys: q.answers,
-        };
-        items.push(training_item("short", question));
-    }
-    for (path, n, line) in jsonl_lines(&dir.join("letter"))? {
-        let l: Letter =
-            serde_json::from_str(&line).with_context(|| format!("{}: line {n}", path.display()))?;
-        items.push(training_item(
-            "letter",
-            Question::Letter {
-                prompt: l.prompt,
-                key: l.answer,
-            },
-        ));
-    }
-    for (path, n, line) in jsonl_lines(&dir.join("number"))? {
-        let n: Number =
-            serde_json::from_str(&line).with_context(|| format!("{}: line {n}", path.display()))?;
-        items.push(training_item(
-            "number",
-            Question::Number {
-                prompt: n.prompt,
-                key: n.answer,
-            },
-        ));
-    }
-    if items.is_empty() {
-        bail!("no graded prompts under {}", dir.display());
-    }
-    Ok(items)
-}
-
-fn training_item(kind: &str, question: Question) -> Item {
-    Item {
-        benchmark: kind.into(),
-        group: kind.into(),
-        question,
-        cloud: 1.0,
-    }
-}
-
-/// Every non-empty line of every `*.jsonl` file in `dir`, in file order, with its file and
-/// line number (for errors); a missing directory has none.
-fn jsonl_lines(dir: &Path) -> anyhow::Result<Vec<(PathBuf, usize, String)>> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Ok(Vec::new());
-    };
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+    let graded: Vec<Graded> = items
+        .iter()
+        .zip(&answers)
+        .zip(clouds)
+        .zip(routed)
+        .map(|(((item, edge), cloud), routed)| Graded {
+            item,
+            edge,
+            cloud,
+            routed,
+        })
         .collect();
-    files.sort();
-    let mut out = Vec::new();
-    for path in files {
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {}", path.display()))?;
-        for (i, line) in text
-            .lines()
-            .enumerate()
-            .filter(|(_, l)| !l.trim().is_empty())
-        {
-            out.push((path.clone(), i + 1, line.to_string()));
+    let cloud = match &r.cloud {
+        Cloud::Model(p) => format!(
+            "GPT-4 as RouteLLM recorded it for MMLU and GSM8K; {} elsewhere",
+            p.file_name().unwrap_or_default().to_string_lossy()
+        ),
+        Cloud::AlwaysRight => {
+            "GPT-4 as RouteLLM recorded it for MMLU and GSM8K; counted right elsewhere (an upper bound)".into()
+        }
+    };
+    Ok(evaluate(&graded, &model, &cloud))
+}
+
+/// The report as Markdown tables: one row per router per benchmark, then the shipped
+/// policy's operating point per benchmark.
+pub fn table(r: &Report) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let pct = |v: Option<f64>| v.map_or("—".to_owned(), |v| format!("{:.1}%", v * 100.0));
+    let num = |v: Option<f64>| v.map_or("—".to_owned(), |v| format!("{v:.3}"));
+    let _ = writeln!(
+        out,
+        "quality model: {}\ncloud: {}\n",
+        r.quality_model, r.cloud
+    );
+    let _ = writeln!(
+        out,
+        "| benchmark | prompts | edge acc. (shown) | edge acc. (scored) | cloud acc. | router | APGR | CPT(50%) | CPT(80%) | cloud calls saved @95% | AUROC (edge wrong) |"
+    );
+    let _ = writeln!(
+        out,
+        "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"
+    );
+    let order = [
+        "random (20 seeds)",
+        "prior-only",
+        "text-only",
+        "first token",
+        "state-aware (shipped)",
+        "oracle",
+    ];
+    for (name, b) in &r.benchmarks {
+        for router in order {
+            let Some(m) = b.routers.get(router) else {
+                continue;
+            };
+            let _ = writeln!(
+                out,
+                "| {name} | {} | {:.3} | {} | {:.3} | {router} | {:.3} | {} | {} | {} | {} |",
+                b.prompts,
+                b.edge_accuracy,
+                num(b.edge_accuracy_scored),
+                b.cloud_accuracy,
+                m.apgr,
+                pct(m.cpt50),
+                pct(m.cpt80),
+                pct(m.saved_at_95),
+                num(m.auroc)
+            );
         }
     }
-    Ok(out)
+    let _ = writeln!(
+        out,
+        "\nThe shipped policy's own decisions (balanced preset):\n\n| benchmark | quality / all-cloud | kept on the edge | up before prefill | up after prefill | edge prefill spent on what went up | router p50 / p99 (native) |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|");
+    for (name, b) in &r.benchmarks {
+        let p = &b.shipped_policy;
+        let _ = writeln!(
+            out,
+            "| {name} | {:.1}% | {:.1}% | {:.1}% | {:.1}% | {:.1} s | {:.0} / {:.0} µs |",
+            p.quality_of_all_cloud * 100.0,
+            p.kept_on_edge * 100.0,
+            p.up_before_prefill * 100.0,
+            p.up_after_prefill * 100.0,
+            p.prefill_s_spent_on_escalated,
+            p.router_us_p50,
+            p.router_us_p99
+        );
+    }
+    out
 }
 
-/// Answers the training prompts on `edge_model` and fits the quality model for it.
-pub fn train_quality(data: &Path, edge_model: &Path, cache: &Path) -> anyhow::Result<QualityModel> {
-    let items = training_items(data)?;
+/// Answers the training prompts on `edge_model` and fits the quality model for it; with
+/// `examples_out`, also writes what it was fitted on there ([`write_examples`]).
+pub fn train_quality(
+    data: &[&Path],
+    edge_model: &Path,
+    cache: &Path,
+    limit: Option<usize>,
+    examples_out: Option<&Path>,
+) -> anyhow::Result<QualityModel> {
+    let mut items = Vec::new();
+    for dir in data {
+        items.extend(route_data::load_training(dir, limit)?);
+    }
     let mut grader = EdgeGrader::open(edge_model, cache)?;
-    let answers = grade(&items, &mut grader)?;
+    let answers = grade(&items, &mut grader, "edge answers")?;
+    if let Some(path) = examples_out {
+        write_examples(path, &items, &answers, None)?;
+    }
     let right = answers.iter().filter(|a| a.correct).count();
+    let dirs: Vec<String> = data.iter().map(|d| d.display().to_string()).collect();
     let provenance = format!(
-        "{} graded prompts from {} ({right} answered right by the edge); the cloud is \
-         assumed right on all of them",
+        "{} graded prompts from {} ({right} answered right by the edge, read as the product \
+         shows them)",
         items.len(),
-        data.display()
+        dirs.join(" and ")
     );
     Ok(quality::train(
         &examples(&items, &answers),
         grader.sha256(),
         &provenance,
     )?)
+}
+
+/// The examples as JSON lines, `{benchmark, group, text, signals, state, edge_ok,
+/// cloud_ok}`: what a quality model is fitted or evaluated on, for study outside the project.
+pub fn write_examples(
+    path: &Path,
+    items: &[Item],
+    answers: &[EdgeAnswer],
+    clouds: Option<&[f64]>,
+) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::BufWriter::new(
+        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
+    );
+    let examples = examples(items, answers);
+    for (i, ((item, a), e)) in items.iter().zip(answers).zip(examples).enumerate() {
+        let line = serde_json::json!({
+            "benchmark": item.benchmark, "group": item.group, "text": e.text,
+            "signals": a.signals, "state": a.state, "edge_ok": a.correct,
+            "scored_ok": a.scored_correct, "prefill_s": a.prefill_s,
+            "cloud_ok": clouds.and_then(|c| c.get(i)),
+        });
+        writeln!(out, "{line}")?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -679,44 +690,98 @@ mod tests {
             "classify/reviews.jsonl",
             &(line("Awful, it broke.", 0) + &line("It is blue.", 1) + &line("I love it!", 2)),
         );
+        write(
+            "code/tiny.jsonl",
+            "{\"task_id\": 1, \"prompt\": \"Write a Python function double(x) that returns twice x.\", \"test_setup_code\": \"\", \"tests\": [\"assert double(2) == 4\"]}\n",
+        );
     }
 
     #[test]
-    fn the_shipped_router_is_evaluated_with_the_real_edge_model_and_its_answers_cached() {
+    fn the_shipped_router_is_evaluated_with_real_models_and_their_answers_cached() {
         let Some(model) = crate::test_support::test_model() else {
             return;
         };
         let dir = std::env::temp_dir().join(format!("route-eval-{}", std::process::id()));
         fixture(&dir);
         let cache = dir.join("cache");
-        let report = run(&dir, &model, &cache, None, false).expect("evaluates");
+        // The smallest real model stands in for both tiers here: what is tested is the
+        // evaluation's plumbing, not either model's skill.
+        let run_once = || {
+            run(&Run {
+                data: &dir,
+                edge_model: &model,
+                cloud: Cloud::Model(&model),
+                cache: &cache,
+                limit: route_data::Limits::default(),
+                cross_fitted: false,
+                examples_out: None,
+            })
+            .expect("evaluates")
+        };
+        let report = run_once();
         let json = serde_json::to_value(&report).expect("json");
-        for bench in ["mmlu", "gsm8k", "reviews", "mix"] {
+        for bench in ["mmlu", "gsm8k", "reviews", "code", "mix"] {
             let b = &json["benchmarks"][bench];
-            for router in ["router", "random", "prior_only", "oracle"] {
-                assert!(b[router]["apgr"].is_number(), "{bench}/{router}: {b}");
+            for router in [
+                "state-aware (shipped)",
+                "text-only",
+                "random (20 seeds)",
+                "prior-only",
+                "oracle",
+            ] {
+                assert!(
+                    b["routers"][router]["apgr"].is_number(),
+                    "{bench}/{router}: {b}"
+                );
             }
+            assert!(
+                b["shipped_policy"]["kept_on_edge"].is_number(),
+                "{bench}: {b}"
+            );
         }
         assert_eq!(json["benchmarks"]["mmlu"]["prompts"], 2);
-        assert_eq!(json["benchmarks"]["reviews"]["cloud_accuracy"], 1.0);
-        assert!(
-            report.quality_model.starts_with("quality-"),
-            "{}",
-            report.quality_model
-        );
+        // The cloud answered the routine prompts itself, as the edge did: the same model.
+        let reviews = &json["benchmarks"]["reviews"];
+        assert_eq!(reviews["cloud_accuracy"], reviews["edge_accuracy"]);
+        assert!(reviews["edge_accuracy_scored"].is_number());
         // A second run answers from the cache: the same report, no model runs needed.
         let mut grader = EdgeGrader::open(&model, &cache).expect("opens");
-        let items = load(&dir, None).expect("loads");
+        let items =
+            route_data::load_benchmarks(&dir, route_data::Limits::default()).expect("loads");
         assert!(items.iter().all(|i| grader.is_cached(&i.question)));
         assert_eq!(
-            grade(&items, &mut grader).expect("cached").len(),
+            grade(&items, &mut grader, "x").expect("cached").len(),
             items.len()
         );
+        let again = run_once();
         assert_eq!(
-            run(&dir, &model, &cache, None, false).expect("again"),
-            report
+            again.benchmarks["mmlu"].edge_accuracy,
+            report.benchmarks["mmlu"].edge_accuracy
+        );
+        assert_eq!(
+            again.benchmarks["mix"].routers,
+            report.benchmarks["mix"].routers
         );
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn auroc_counts_pairs_ranked_right_and_ties_as_half() {
+        assert_eq!(
+            auroc(&[0.1, 0.2, 0.8, 0.9], &[false, false, true, true]),
+            Some(1.0)
+        );
+        assert_eq!(
+            auroc(&[0.9, 0.8, 0.2, 0.1], &[false, false, true, true]),
+            Some(0.0)
+        );
+        assert_eq!(auroc(&[0.5, 0.5], &[false, true]), Some(0.5));
+        // Pairs (pos, neg): (0.7 > 0.4) yes, (0.7 > 0.8) no, (0.3 > 0.4) no, (0.3 > 0.8) no.
+        assert_eq!(
+            auroc(&[0.7, 0.3, 0.4, 0.8], &[true, true, false, false]),
+            Some(0.25)
+        );
+        assert_eq!(auroc(&[0.1], &[true]), None);
     }
 
     #[test]
@@ -724,11 +789,18 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("route-eval-bad-{}", std::process::id()));
         fixture(&dir);
         std::fs::write(dir.join("classify/reviews.jsonl"), "{\"prompt\": 1}\n").expect("write");
-        let err = format!("{:#}", load(&dir, None).expect_err("malformed"));
+        let err = format!(
+            "{:#}",
+            route_data::load_benchmarks(&dir, route_data::Limits::default())
+                .expect_err("malformed")
+        );
         assert!(err.contains("reviews.jsonl: line 1"), "{err}");
         std::fs::write(dir.join("classify/reviews.jsonl"), "").expect("write");
         std::fs::write(dir.join("mmlu-answers/geography_test.csv"), "q,a,b,c,d,E\n").expect("w");
-        let err = format!("{:#}", load(&dir, None).expect_err("bad key"));
+        let err = format!(
+            "{:#}",
+            route_data::load_benchmarks(&dir, route_data::Limits::default()).expect_err("bad key")
+        );
         assert!(err.contains("answer must be A–D"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -11,18 +11,7 @@ pub fn manifest_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }
 
-/// The real model for tests: `STRADDLE_TEST_MODEL` (which `cargo xtask test` sets, and where
-/// a missing file is a failure), else the model setup fetched when it is there.
+/// SmolLM2-135M, the smallest real model, for tests that need speed.
 pub fn test_model() -> Option<PathBuf> {
-    let path = std::env::var_os("STRADDLE_TEST_MODEL")
-        .map_or_else(straddle_engine::default_model_path, PathBuf::from);
-    if path.is_file() {
-        return Some(path);
-    }
-    assert!(
-        std::env::var_os("STRADDLE_TEST_MODEL").is_none(),
-        "no model at {}",
-        path.display()
-    );
-    None
+    straddle_testkit::model(straddle_testkit::SMOLLM2)
 }

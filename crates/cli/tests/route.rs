@@ -7,22 +7,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn model() -> Option<PathBuf> {
-    let path = std::env::var_os("STRADDLE_TEST_MODEL")
-        .map_or_else(straddle_engine::default_model_path, PathBuf::from);
-    if path.is_file() {
-        return Some(path);
-    }
-    // Under `cargo xtask test` (which names the model) a missing model is a failure.
-    assert!(
-        std::env::var_os("STRADDLE_TEST_MODEL").is_none(),
-        "no model at {}",
-        path.display()
-    );
-    eprintln!(
-        "skipping: no model at {} (run `cargo xtask setup`)",
-        path.display()
-    );
-    None
+    straddle_testkit::model(straddle_testkit::SMOLLM2)
 }
 
 fn chat(model: &PathBuf, prompt: &str) -> Output {

@@ -11,16 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 fn model() -> Option<PathBuf> {
-    let path = std::env::var_os("STRADDLE_TEST_MODEL")
-        .map_or_else(straddle_engine::default_model_path, PathBuf::from);
-    if path.is_file() {
-        return Some(path);
-    }
-    eprintln!(
-        "skipping: no model at {} (run `cargo xtask setup`)",
-        path.display()
-    );
-    None
+    straddle_testkit::model(straddle_testkit::SMOLLM2)
 }
 
 /// The cloud server binary: `STRADDLE_CLOUD_BIN`, else beside this test's binary directory
@@ -35,15 +26,7 @@ fn cloud_bin() -> Option<PathBuf> {
     if path.is_file() {
         return Some(path);
     }
-    // Under `cargo xtask test` (which names the model) a missing server is a failure, not a
-    // reason to skip.
-    assert!(
-        std::env::var_os("STRADDLE_TEST_MODEL").is_none(),
-        "no straddle-cloud binary at {}",
-        path.display()
-    );
-    eprintln!("skipping: no straddle-cloud binary at {}", path.display());
-    None
+    straddle_testkit::missing(&format!("no straddle-cloud binary at {}", path.display()))
 }
 
 struct Cloud {
