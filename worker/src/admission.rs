@@ -8,6 +8,7 @@ use straddle_router::price::Price;
 use worker::{Env, Request, Stub};
 
 use crate::budget::{self, BudgetCall, Hold, HoldAnswer, Record};
+use crate::clock::now_ms;
 use crate::error::Refusal;
 use crate::forward::Answered;
 use crate::tenant::{Tenant, deployment_origins};
@@ -18,10 +19,6 @@ const MAX_BODY: usize = 1 << 20;
 /// An unsettled hold (of a worker that died mid-request) is reclaimed this long after its
 /// upstreams' longest total timeout, unless the deployment's `HOLD_TTL_MS` says otherwise.
 const HOLD_MARGIN_MS: i64 = 60_000;
-
-pub(crate) fn now_ms() -> i64 {
-    js_sys::Date::now() as i64
-}
 
 /// The longest a growing-hold request waits for holds in flight to settle, and how often it
 /// asks again meanwhile.

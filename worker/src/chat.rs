@@ -13,17 +13,16 @@ use straddle_protocol::sse::{self, Parser};
 use straddle_protocol::{ApiError, ChatChunk, ChatRequest, ChatResponse, ErrorKind};
 use worker::{ByteStream, Context, Env, Headers, Request, Response, Result};
 
-use crate::admission::{
-    Bill, Caller, caller, dearest_prices, json_body, now_ms, prompt_tokens_bound,
-};
+use crate::admission::{Bill, Caller, caller, dearest_prices, json_body, prompt_tokens_bound};
 use crate::budget::{self, Hold, Record};
+use crate::clock::now_ms;
 use crate::deadline::Deadline;
 use crate::error::{Refusal, respond};
 use crate::forward::{
     Answered, Outgoing, forward, relay_failure, remaining, text_within, total_timeout,
     upstream_list,
 };
-use crate::grow::{CHUNK_TOKENS, Gated, Grown, Growth};
+use crate::grow::{CHUNK_TOKENS, Gated, Grown, Growth, content_tokens};
 use crate::upstreams::Upstream;
 
 const CHAT_PATH: &str = "/v1/chat/completions";
@@ -284,16 +283,6 @@ fn no_upstream_serves(model: &str) -> ApiError {
 /// raise an `error` field met mid-stream as an API error.
 fn timeout_event(up: &Upstream) -> Vec<u8> {
     format!("data: {}\n\n", total_timeout(up).to_body()).into_bytes()
-}
-
-/// The output tokens a chunk is counted as: one for a chunk with content (servers stream a
-/// token a chunk), when the upstream reports no usage.
-pub(crate) fn content_tokens(chunk: &ChatChunk) -> i64 {
-    let has_content = chunk
-        .choices
-        .iter()
-        .any(|c| c.delta.content.as_deref().is_some_and(|s| !s.is_empty()));
-    i64::from(has_content)
 }
 
 /// What a streamed answer held.

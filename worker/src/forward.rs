@@ -11,7 +11,7 @@ use worker::{
     AbortController, Delay, Env, Fetch, Headers, Method, Request, RequestInit, Response, Result,
 };
 
-use crate::admission::now_ms;
+use crate::clock::now_ms;
 use crate::error::error_response;
 use crate::health;
 use crate::upstreams::{self, Upstream};

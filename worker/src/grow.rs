@@ -20,8 +20,9 @@ use straddle_protocol::{ChatChunk, ChunkChoice, Cost, Delta, FinishReason, Route
 use straddle_router::price::Price;
 use worker::{Result, Stub};
 
-use crate::admission::{cost_usd, now_ms};
+use crate::admission::cost_usd;
 use crate::budget::{self, BudgetCall, Hold, HoldAnswer};
+use crate::clock::now_ms;
 
 /// Output tokens held at admission and added by each extension.
 pub const CHUNK_TOKENS: i64 = 32;
@@ -174,7 +175,7 @@ impl<S> Gated<S> {
         let chunk = (event.data != sse::DONE)
             .then(|| serde_json::from_str::<ChatChunk>(&event.data).ok())
             .flatten();
-        let tokens = chunk.as_ref().map_or(0, crate::chat::content_tokens);
+        let tokens = chunk.as_ref().map_or(0, content_tokens);
         if self.passed_tokens + tokens + CHUNK_TOKENS / 2 > self.growth.held_out {
             self.request_extension();
         }
@@ -233,4 +234,14 @@ impl<S: Stream<Item = Result<Vec<u8>>>> Stream for Gated<S> {
             }
         }
     }
+}
+
+/// The output tokens a chunk is counted as: one for a chunk with content (servers stream a
+/// token a chunk), when the upstream reports no usage.
+pub(crate) fn content_tokens(chunk: &ChatChunk) -> i64 {
+    let has_content = chunk
+        .choices
+        .iter()
+        .any(|c| c.delta.content.as_deref().is_some_and(|s| !s.is_empty()));
+    i64::from(has_content)
 }

@@ -13,7 +13,7 @@ use worker::{
     SqlStorageValue, State, durable_object,
 };
 
-use crate::admission::now_ms;
+use crate::clock::now_ms;
 use crate::sql::json_rows;
 use crate::upstreams::{Admission, Breaker, Breakers, Upstream};
 

@@ -8,6 +8,7 @@ mod admission;
 mod auth;
 pub mod budget;
 mod chat;
+mod clock;
 mod deadline;
 mod error;
 mod feedback;

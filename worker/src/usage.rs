@@ -6,8 +6,9 @@ use straddle_protocol::{EdgeAnswer, EdgeUsageReport};
 use straddle_router::price::Price;
 use worker::{Env, Request, Response, Result};
 
-use crate::admission::{Caller, caller, cost_usd, json_body, now_ms};
+use crate::admission::{Caller, caller, cost_usd, json_body};
 use crate::budget::{self, BudgetCall, Record};
+use crate::clock::now_ms;
 use crate::error::{Refusal, respond};
 use crate::forward::upstream_list;
 

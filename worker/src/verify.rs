@@ -5,8 +5,9 @@
 use straddle_protocol::{ApiError, ErrorKind, VerifyRequest, VerifyResponse};
 use worker::{Env, Request, Response, Result};
 
-use crate::admission::{Bill, caller, dearest_prices, json_body, now_ms, prompt_tokens_bound};
+use crate::admission::{Bill, caller, dearest_prices, json_body, prompt_tokens_bound};
 use crate::budget::Record;
+use crate::clock::now_ms;
 use crate::error::{Refusal, respond};
 use crate::forward::{Outgoing, forward, relay_failure, text_within, total_timeout, upstream_list};
 use crate::upstreams::Upstream;

@@ -51,11 +51,12 @@ impl std::fmt::Debug for AppState {
 }
 
 impl ModelCard {
-    /// The card of a loaded model: its GGUF `general.name` (else `fallback_id`), context
-    /// length and tokenizer, running on `backend`.
+    /// The card of a loaded model: its GGUF `general.name` (else `fallback_id`), its
+    /// `general.architecture`, context length and tokenizer, running on `backend`.
     pub fn new(
         name: Option<&str>,
         fallback_id: &str,
+        architecture: &str,
         context_length: usize,
         tokenizer_hash: &str,
         backend: &str,
@@ -63,8 +64,7 @@ impl ModelCard {
         Self {
             id: name.unwrap_or(fallback_id).to_string(),
             context_length: u32::try_from(context_length).ok(),
-            // The engine loads only `llama`-architecture files.
-            architecture: "llama".into(),
+            architecture: architecture.into(),
             tokenizer_hash: Some(tokenizer_hash.to_string()),
             backend: backend.to_string(),
         }

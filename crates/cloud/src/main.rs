@@ -57,7 +57,7 @@ async fn main() -> anyhow::Result<()> {
     let model = args
         .model
         .clone()
-        .unwrap_or_else(straddle_engine::default_model_path);
+        .unwrap_or_else(|| straddle_models::DEFAULT_CLOUD.path());
     let started = Instant::now();
     // Bound before the model loads, so a taken port fails at once, not after the weights.
     let listener = bind(args.listen).await?;
@@ -131,6 +131,7 @@ impl Loader<'_> {
         let card = straddle_cloud::ModelCard::new(
             engine.name.as_deref(),
             &self.fallback_id(),
+            engine.model.config.arch.name(),
             engine.model.config.context_length,
             &engine.tokenizer.hash,
             "cpu",
@@ -166,6 +167,7 @@ impl Loader<'_> {
         let card = straddle_cloud::ModelCard::new(
             engine.name.as_deref(),
             &self.fallback_id(),
+            engine.model.config.arch.name(),
             engine.model.config.context_length,
             &engine.tokenizer.hash,
             &format!("wgpu ({adapter})"),

@@ -20,19 +20,7 @@ impl Drop for Server {
 }
 
 fn model() -> Option<std::path::PathBuf> {
-    let path = std::env::var_os("STRADDLE_TEST_MODEL").map_or_else(
-        straddle_engine::default_model_path,
-        std::path::PathBuf::from,
-    );
-    if path.is_file() {
-        Some(path)
-    } else {
-        eprintln!(
-            "skipping: model not found at {} (run `cargo xtask setup`)",
-            path.display()
-        );
-        None
-    }
+    straddle_testkit::model(straddle_testkit::SMOLLM2)
 }
 
 fn start() -> Option<Server> {

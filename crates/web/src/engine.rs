@@ -11,8 +11,8 @@ use straddle_chat::{AnswerStream, Conversation, Defaults};
 use straddle_engine::DeviceModel;
 use straddle_engine::Model;
 use straddle_engine::{
-    CausalLm, Constraint, Engine, EngineError, GenerateParams, GrammarError, OutputFormat, Prompt,
-    Sequence, TokenEvent,
+    CausalLm, Constraint, Engine, EngineError, GenerateParams, GrammarError, Look, OutputFormat,
+    Prompt, Sequence, TokenEvent,
 };
 use straddle_protocol::ChatRequest;
 use wasm_bindgen::prelude::*;
@@ -312,6 +312,8 @@ struct Running<M: CausalLm> {
     needs_forward: bool,
     /// What of the answer is content, and the tool call it may be.
     answer: AnswerStream,
+    /// What the model's state said right after prefill, for the router's check.
+    look: Look,
 }
 
 impl<M: CausalLm> Running<M> {
@@ -323,11 +325,13 @@ impl<M: CausalLm> Running<M> {
         answer: AnswerStream,
     ) -> Result<Self, EngineError> {
         let seq = engine.start_async(prompt, params).await?;
+        let look = engine.look_async(&seq).await?;
         Ok(Self {
             engine,
             seq,
             needs_forward: false,
             answer,
+            look,
         })
     }
 
@@ -383,6 +387,33 @@ impl Generation {
                 }
             })
         })
+    }
+
+    /// What the edge model's own state said right after prefill, before any token:
+    /// `{entropy, logprob, margin, state}` (`state` the final hidden state at the prompt's
+    /// last position as a `Float32Array`, or `null`), for the router's check.
+    pub fn look(&self) -> Result<JsValue, JsError> {
+        let guard = self
+            .state
+            .try_borrow()
+            .map_err(|_| JsError::new("a step is still running"))?;
+        let Slot::Idle(reply) = &*guard else {
+            return Err(JsError::new("this reply has already finished"));
+        };
+        let look = on_backend!(Reply, &**reply, r => r.look.clone());
+        let o = js_sys::Object::new();
+        let set = |k: &str, v: JsValue| js_sys::Reflect::set(&o, &k.into(), &v);
+        let c = look.confidence;
+        set("entropy", JsValue::from_f64(c.entropy.into()))
+            .and(set("logprob", JsValue::from_f64(c.logprob.into())))
+            .and(set("margin", JsValue::from_f64(c.margin.into())))
+            .and(set(
+                "state",
+                look.state
+                    .map_or(JsValue::NULL, |s| js_sys::Float32Array::from(&s[..]).into()),
+            ))
+            .map_err(|_| JsError::new("building the look"))?;
+        Ok(o.into())
     }
 
     /// Stops the reply; `finish` then reports it as cancelled.

@@ -55,20 +55,33 @@ fn route_json(
     .map_err(|e| e.to_string())
 }
 
-/// The check at an edge answer's first token (`straddle_router::policy::at_first_token`):
-/// `decision_json` is the decision the answer started from, `logprob` and `entropy` the
-/// first token's. Returns the `FirstTokenCheck` as JSON: its `escalate` is the reason to hand
-/// the request to the cloud before any edge text is shown.
+/// The check after an edge answer's prefill (`straddle_router::policy::at_first_token`):
+/// `decision_json` is the decision the answer started from; `look` the engine's
+/// `{entropy, logprob, margin}` of the first token; `state` the edge model's final hidden state
+/// at the prompt's last position, where the engine read one. Returns the `FirstTokenCheck` as
+/// JSON: its `escalate` is the reason to hand the request to the cloud before any edge text
+/// is shown.
 #[wasm_bindgen(js_name = firstToken)]
-pub fn first_token(decision_json: &str, logprob: f32, entropy: f32) -> Result<String, JsError> {
-    first_token_json(decision_json, logprob, entropy).map_err(|e| JsError::new(&e))
+pub fn first_token(
+    decision_json: &str,
+    look_json: &str,
+    state: Option<Vec<f32>>,
+) -> Result<String, JsError> {
+    first_token_json(decision_json, look_json, state.as_deref()).map_err(|e| JsError::new(&e))
 }
 
-fn first_token_json(decision_json: &str, logprob: f32, entropy: f32) -> Result<String, String> {
+fn first_token_json(
+    decision_json: &str,
+    look_json: &str,
+    state: Option<&[f32]>,
+) -> Result<String, String> {
     let decision = parse_decision(decision_json)?;
-    let first = straddle_router::quality::EdgeSignals { entropy, logprob };
-    serde_json::to_string(&straddle_router::policy::at_first_token(&decision, first))
-        .map_err(|e| e.to_string())
+    let first: straddle_router::quality::EdgeSignals =
+        serde_json::from_str(look_json).map_err(|e| format!("invalid first-token signals: {e}"))?;
+    serde_json::to_string(&straddle_router::policy::at_first_token(
+        &decision, first, state,
+    ))
+    .map_err(|e| e.to_string())
 }
 
 /// A prompt (or a conversation's messages) with its personal data replaced by typed
