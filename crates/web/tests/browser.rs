@@ -35,7 +35,8 @@ fn routing_runs_in_the_browser_and_keeps_a_card_on_the_device() {
     assert!(json.contains(r#""target":"edge""#), "{json}");
     assert!(json.contains(r#""rule":"privacy""#), "{json}");
     // A rule's edge decision is never escalated at the first token.
-    let check = straddle_web::first_token(&json, -9.0, 9.0).expect("check");
+    let unsure = r#"{"entropy":9.0,"logprob":-9.0,"margin":0.0}"#;
+    let check = straddle_web::first_token(&json, unsure, None).expect("check");
     assert!(check.contains(r#""escalate":null"#), "{check}");
 }
 
