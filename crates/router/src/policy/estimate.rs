@@ -415,7 +415,13 @@ mod tests {
             &Policy::default(),
         );
         assert_eq!(signal(&code, "task"), "code");
-        assert_eq!(code.target, Target::Cloud);
+        let by_priors = priors(
+            "Write a Python function that merges two sorted lists.",
+            None,
+            &ctx(),
+            &Policy::default(),
+        );
+        assert_eq!(by_priors.target, Target::Cloud, "{:?}", by_priors.reasons);
         let chat = decide("hey, how's it going?", None, &ctx(), &Policy::default());
         assert_eq!(signal(&chat, "task"), "chit_chat");
         let q = |d: &Decision| signal(d, "edge_quality_prior").as_f64().expect("prior");

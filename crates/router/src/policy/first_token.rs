@@ -68,17 +68,24 @@ pub fn at_first_token_with(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::test_support::ctx;
-    use crate::policy::{Policy, decide};
+    use crate::policy::test_support::{ctx, first_token_model};
+    use crate::policy::{Context, Policy, decide_with};
 
     #[test]
     fn the_first_token_escalates_an_unsure_edge_and_keeps_a_sure_one() {
-        let mut with_sha = ctx();
-        let model = quality::bundled_for(None).expect("bundled");
-        with_sha.edge_model_sha256 = Some(model.edge_model_sha256.clone());
+        let sha = "ab".repeat(32);
+        let model = first_token_model(&sha);
+        let with_sha = Context {
+            edge_model_sha256: Some(sha.clone()),
+            ..ctx()
+        };
+        let decide = |prompt: &str, ctx: &Context| {
+            decide_with(&[prompt], None, ctx, &Policy::default(), Ok(&model))
+        };
+        let check = |d: &Decision, first| at_first_token_with(d, first, None, Ok(&model));
         let prompt = "Is the sentiment of this review negative, neutral or positive?\nReview: \
                       The pizza was wonderful!\nSentiment:";
-        let d = decide(prompt, None, &with_sha, &Policy::default());
+        let d = decide(prompt, &with_sha);
         assert_eq!(d.target, Target::Edge, "{:?}", d.reasons);
         let sure = EdgeSignals {
             entropy: 0.2,
@@ -90,23 +97,49 @@ mod tests {
             logprob: -5.0,
             margin: 0.01,
         };
-        let kept = at_first_token(&d, sure, None);
-        let sent = at_first_token(&d, unsure, None);
+        let kept = check(&d, sure);
+        let sent = check(&d, unsure);
         assert!(kept.escalate.is_none(), "{kept:?}");
         let why = sent.escalate.expect("escalates");
         assert!(why.starts_with("after prefill:"), "{why}");
         assert!(sent.estimate.expect("e").p_edge_ok < kept.estimate.expect("e").p_edge_ok);
         // A rule's edge decision (privacy) is never escalated.
-        let private = decide(
-            "my card 4111 1111 1111 1111",
+        let private = decide("my card 4111 1111 1111 1111", &with_sha);
+        assert_eq!(check(&private, unsure).escalate, None);
+        // Another edge model: its signals mean nothing to this quality model.
+        let other = decide(prompt, &ctx());
+        assert!(!other.quality.as_ref().expect("scored").edge_signals);
+        assert_eq!(check(&other, unsure).escalate, None);
+    }
+
+    #[test]
+    fn the_shipped_model_for_the_default_edge_reads_its_state() {
+        let model = quality::bundled_for(None).expect("bundled");
+        let with_sha = Context {
+            edge_model_sha256: Some(model.edge_model_sha256.clone()),
+            ..ctx()
+        };
+        let d = crate::policy::decide(
+            "What is the capital of France?",
             None,
             &with_sha,
             &Policy::default(),
         );
-        assert_eq!(at_first_token(&private, unsure, None).escalate, None);
-        // Another edge model: its signals mean nothing to this quality model.
-        let other = decide(prompt, None, &ctx(), &Policy::default());
-        assert!(!other.quality.as_ref().expect("scored").edge_signals);
-        assert_eq!(at_first_token(&other, unsure, None).escalate, None);
+        let width = model.with_state.as_ref().expect("a state probe").width;
+        let state = vec![0.0; width];
+        let sure = EdgeSignals {
+            entropy: 0.2,
+            logprob: -0.05,
+            margin: 5.0,
+        };
+        let e = at_first_token(&d, sure, Some(&state))
+            .estimate
+            .expect("estimated");
+        assert_eq!(e.inputs, quality::Inputs::State);
+        // A state of another width is not read.
+        let e = at_first_token(&d, sure, Some(&state[1..]))
+            .estimate
+            .expect("estimated");
+        assert_eq!(e.inputs, quality::Inputs::FirstToken);
     }
 }

@@ -185,7 +185,7 @@ mod tests {
     use crate::energy::Battery;
     use crate::pii::Sensitivity;
     use crate::policy::decide;
-    use crate::policy::test_support::{ctx, signal};
+    use crate::policy::test_support::{ctx, priors, signal};
     use straddle_protocol::LoadReport;
 
     #[test]
@@ -219,8 +219,9 @@ mod tests {
 
     #[test]
     fn a_queueing_cloud_sends_a_long_answer_to_the_edge_and_its_queue_is_in_the_bill() {
+        // The cost model over the task priors: the queue's seconds are what this is about.
         let essay = "Write a detailed 500-word essay on the history of the printing press.";
-        let calm = decide(essay, Some(400), &ctx(), &Policy::default());
+        let calm = priors(essay, Some(400), &ctx(), &Policy::default());
         assert_eq!(calm.target, Target::Cloud, "{:?}", calm.reasons);
         let full = Context {
             cloud_load: Some(LoadReport {
@@ -231,7 +232,7 @@ mod tests {
             }),
             ..ctx()
         };
-        let d = decide(essay, Some(400), &full, &Policy::default());
+        let d = priors(essay, Some(400), &full, &Policy::default());
         assert_eq!(d.target, Target::Edge, "{:?}", d.reasons);
         assert_eq!(d.trace.rule.as_deref(), Some("cloud_queue"));
         assert_eq!(signal(&d, "cloud_queued"), 40.0);
@@ -245,7 +246,7 @@ mod tests {
             cloud_ttft_ms: Some(120_000.0),
             ..ctx()
         };
-        let d = decide(essay, Some(400), &slow, &Policy::default());
+        let d = priors(essay, Some(400), &slow, &Policy::default());
         assert_eq!(
             d.trace.rule.as_deref(),
             Some("cloud_queue"),
@@ -263,7 +264,7 @@ mod tests {
             ..ctx()
         };
         assert_eq!(
-            decide(essay, Some(400), &idle, &Policy::default()).target,
+            priors(essay, Some(400), &idle, &Policy::default()).target,
             Target::Cloud
         );
     }

@@ -4,7 +4,7 @@ use super::config::{Policy, Weights};
 use super::context::Context;
 use super::decide_with;
 use super::trace::Decision;
-use crate::quality::QualityError;
+use crate::quality::{DIM, FEATURE_NAMES, FORMAT, Logistic, QualityError, QualityModel, TEXT_DIM};
 
 pub(super) fn ctx() -> Context {
     Context {
@@ -51,4 +51,31 @@ pub(super) fn signal<'a>(d: &'a Decision, name: &str) -> &'a serde_json::Value {
         .find(|s| s.name == name)
         .unwrap_or_else(|| panic!("no signal {name}"))
         .value
+}
+
+/// A quality model written by hand for the edge model `sha`: P = 0.5 from the text alone,
+/// and after prefill high for a probable first token and low for an improbable one. The
+/// checks of the mechanism use it, so they do not depend on what a trained model learned.
+pub(super) fn first_token_model(sha: &str) -> QualityModel {
+    let mut with_edge = vec![0.0; DIM];
+    // The first token's log-probability (standardised as itself: mean 0, scale 1).
+    with_edge[TEXT_DIM + 1] = 2.0;
+    QualityModel {
+        format: FORMAT.into(),
+        version: "quality-hand-written-for-tests".into(),
+        edge_model_sha256: sha.into(),
+        provenance: "written by hand for the policy's tests".into(),
+        features: FEATURE_NAMES.iter().map(|f| f.to_string()).collect(),
+        mean: vec![0.0; DIM],
+        scale: vec![1.0; DIM],
+        text_only: Logistic {
+            bias: 0.0,
+            weights: vec![0.0; TEXT_DIM],
+        },
+        with_edge: Logistic {
+            bias: 2.0,
+            weights: with_edge,
+        },
+        with_state: None,
+    }
 }
