@@ -1,7 +1,11 @@
 // Static server for the demo page and the browser tests: serves the package directory,
-// /models/ from the model cache (so the 98 MB file never enters the repo), and
-// /demo/config.json (where the worker is, the tenant token, the model and its SHA-256).
-// Usage: node scripts/serve.mjs --port 8080 --root <dir> [--models <dir>] [--worker URL] [--token T] [--cloud-label TEXT] [--isolated]
+// /models/ from the model cache (so no model file ever enters the repo), and
+// /demo/config.json (where the worker is, the tenant token, the models the page may load
+// with their SHA-256s, and the default one).
+// Usage: node scripts/serve.mjs --port 8080 --root <dir> [--models <dir>] [--catalog JSON]
+//   [--worker URL] [--token T] [--cloud-label TEXT] [--isolated]
+// --catalog is `[{url, title, sha256, bytes}]`, the default first (`cargo xtask demo` passes
+// the models `straddle-models` lists; `STRADDLE_MODEL_CATALOG` holds the same for tests).
 // --isolated sends COOP/COEP, which makes the page cross-origin isolated: the browser then
 // allows shared memory, and the CPU model runs on the threaded build.
 import http from "node:http";
@@ -9,7 +13,10 @@ import fs from "node:fs";
 import path from "node:path";
 import crypto from "node:crypto";
 
-export const DEFAULT_MODEL = "smollm2-135m-instruct-q4_1.gguf";
+/** The models a page may load (`[{url, title, sha256, bytes}]`), from the environment. */
+export function catalogFromEnv() {
+  return JSON.parse(process.env.STRADDLE_MODEL_CATALOG ?? "[]");
+}
 
 /** SHA-256 of a file, streamed. */
 export function sha256File(file) {
@@ -50,8 +57,10 @@ export function createServer({ root, models, config, files = {}, onRequest, isol
       return;
     }
     if (rel === "/demo/config.json") {
-      const c = { model: `/models/${DEFAULT_MODEL}`, ...config };
-      if (!c.sha256 && models && c.model.startsWith("/models/")) {
+      const catalog = config.models ?? [];
+      const c = { model: catalog[0]?.url, ...config };
+      c.sha256 ??= catalog.find((m) => m.url === c.model)?.sha256;
+      if (!c.sha256 && models && c.model?.startsWith("/models/")) {
         sha ??= sha256File(path.join(models, c.model.slice("/models/".length))).catch(() => null);
         c.sha256 = (await sha) ?? undefined;
       }
@@ -93,6 +102,7 @@ if (import.meta.url === `file://${process.argv[1]}`) {
   if (arg("--worker")) config.worker = arg("--worker");
   if (arg("--token")) config.token = arg("--token");
   if (arg("--cloud-label")) config.cloudLabel = arg("--cloud-label");
+  if (arg("--catalog")) config.models = JSON.parse(arg("--catalog"));
   const isolated = process.argv.includes("--isolated");
   createServer({ root, models, config, isolated }).listen(port, "127.0.0.1", () => {
     console.log(`serving ${root} on http://127.0.0.1:${port}/`);

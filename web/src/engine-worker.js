@@ -2,15 +2,15 @@
 // Protocol (all messages carry `type`; requests carry `id`):
 //   init {module, threads}            -> ready
 //   load {id, url, sha256, backend, cache} -> progress* then loaded | error
-//   generate {id, messages, params}   -> token* then done | error
+//   generate {id, messages, params}   -> look, token* then done | error
 //   speculate {id, messages, params, verify: {url, token, tokenizerHash, timeoutMs, handOffBelow}}
 //                                     -> (token | degraded)* then done | error
 //   cancel {id}                       (the reply ends as "cancelled")
 //   unload                            (frees the model)
 import init, * as single from "../pkg/straddle.js";
 import { StraddleError, toWire } from "./errors.js";
+import { MODEL_CACHE } from "./model-store.js";
 
-const CACHE = "straddle-models-v1";
 let engine = null;
 // The threaded build (`pkg-threads`, CPU kernels on a pool of Web Workers): started the
 // first time the CPU backend is chosen with more than one thread asked for, on a
@@ -88,7 +88,7 @@ async function load({ id, url, sha256, backend, cache: useCache }) {
   const t0 = performance.now();
   const progress = (phase, loaded, total) =>
     post({ type: "progress", id, phase, loaded, total, percent: total ? Math.min(100, (100 * loaded) / total) : null });
-  const store = useCache && "caches" in self ? await caches.open(CACHE).catch(() => null) : null;
+  const store = useCache && "caches" in self ? await caches.open(MODEL_CACHE).catch(() => null) : null;
   // A buffer lives in the memory of the build that loads it.
   const read = async (lib) => {
     let resp = store ? await store.match(url) : undefined;
@@ -182,6 +182,9 @@ async function generate({ id, messages, params }) {
   if (!engine) throw new StraddleError("edge_unavailable", "no model is loaded on this device");
   const gen = await engine.start(JSON.stringify(messages), JSON.stringify(params));
   try {
+    // What the model's own state says after prefill, before any token: the router's check.
+    const look = gen.look();
+    post({ type: "look", id, ...look }, look.state ? [look.state.buffer] : []);
     for (;;) {
       if (cancelled.delete(id)) {
         gen.cancel();

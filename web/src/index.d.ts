@@ -7,6 +7,7 @@ export type StraddleErrorCode =
   | "wasm_unavailable" // the .wasm could not be fetched or compiled
   | "model_fetch" // the model could not be downloaded
   | "model_integrity" // the model's SHA-256 did not match `sha256`
+  | "insufficient_memory" // the model is too large for this device (refused before any download)
   | "model_invalid" // the file is not a model this engine can run (truncated, hostile, unsupported)
   | "webgpu_unavailable" // backend "webgpu" was asked for and the browser has none
   | "edge_unavailable" // no on-device model, and the cloud may not answer

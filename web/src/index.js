@@ -3,6 +3,7 @@
 import init, { Cascade, Learner, cloudCostUsd, firstToken, piiKinds, policyPreset, redactAll, route as routeWasm, routerVersion, version } from "../pkg/straddle.js";
 import { escalate, measureRtt, resolveToken } from "./cloud.js";
 import { EdgeHost } from "./edge.js";
+import { checkMemory } from "./model-store.js";
 import { StraddleError } from "./errors.js";
 import { FeedbackStore, SessionStats } from "./stats.js";
 
@@ -304,8 +305,10 @@ export class Straddle {
       const cores = globalThis.navigator?.hardwareConcurrency ?? 1;
       const wanted = o.backend === "webgpu" ? 1 : o.threads === "auto" ? Math.min(cores, 8) : Math.min(o.threads, cores);
       const isolated = Boolean(globalThis.crossOriginIsolated);
+      const url = new URL(o.model, globalThis.location?.href);
+      await checkMemory(url, o.cacheModel !== false);
       const host = await EdgeHost.start(this.module, isolated ? wanted : 1);
-      const loaded = await host.load({ url: new URL(o.model, globalThis.location?.href), sha256: o.sha256, backend: o.backend, cache: o.cacheModel }, o.onProgress);
+      const loaded = await host.load({ url, sha256: o.sha256, backend: o.backend, cache: o.cacheModel }, o.onProgress);
       // The worker can only say why its pool failed; a page without isolation never asks it
       // for one, so the reason is ours to give.
       const threadsError = loaded.backend !== "cpu" ? null
@@ -702,6 +705,17 @@ export class Straddle {
     let finished = false;
     try {
       for await (const t of gen.tokens) {
+        if (t.type === "look") {
+          // After prefill, before any token: the edge model's own state may send it up.
+          const up = monitor && this.firstTokenEscalation(decision, t);
+          const handed = up && await this.handUp(ctx, decision, up, 0);
+          if (handed?.end) return handed.end;
+          if (handed) {
+            degraded = handed.degraded;
+            reasons.push(handed.reason);
+          }
+          continue;
+        }
         count += 1;
         job.done = count;
         if (!held) {
@@ -710,20 +724,12 @@ export class Straddle {
           continue;
         }
         held.push(t.text);
-        const escalateFor = (count === 1 && this.firstTokenEscalation(decision, t)) || monitor.push(t.text, t.logprob, t.entropy);
+        const escalateFor = monitor.push(t.text, t.logprob, t.entropy);
         if (escalateFor) {
-          // The edge keeps generating while the cloud is asked: its tokens are the fallback.
-          try {
-            const end = await this.runCloud(ctx, { reasons: [...decision.reasons, `cascade: ${escalateFor}`], midStream: true });
-            end.meta.escalated_mid_stream = true;
-            end.meta.edge_tokens = "discarded";
-            end.meta.edge_tokens_discarded = count;
-            return end;
-          } catch (e) {
-            if (e.code === "aborted" || ctx.emitted) throw e;
-            degraded = `the cascade asked for the cloud (${escalateFor}) but it failed (${e.code}): ${e.message}`;
-            reasons.push(`cascade: ${escalateFor}; the cloud failed, so the edge answer stands`);
-          }
+          const handed = await this.handUp(ctx, decision, escalateFor, count);
+          if (handed.end) return handed.end;
+          degraded = handed.degraded;
+          reasons.push(handed.reason);
         } else if (count < monitor.settles_after) {
           continue;
         }
@@ -786,14 +792,39 @@ export class Straddle {
   }
 
   /**
-   * The check after prefill: the quality model, now with the edge's first-token signals,
-   * may send the request to the cloud before any edge text is shown.
+   * The cascade hands a held edge answer to the cloud (`discarded` edge tokens so far): `{end}`
+   * with the cloud's answer, or, when the cloud fails, `{degraded, reason}` and the edge
+   * answer stands. The edge keeps generating while the cloud is asked: its tokens are the
+   * fallback.
    */
-  firstTokenEscalation(decision, t) {
-    const check = JSON.parse(firstToken(JSON.stringify(decision), t.logprob, t.entropy));
+  async handUp(ctx, decision, why, discarded) {
+    try {
+      const end = await this.runCloud(ctx, { reasons: [...decision.reasons, `cascade: ${why}`], midStream: true });
+      end.meta.escalated_mid_stream = true;
+      end.meta.edge_tokens = "discarded";
+      end.meta.edge_tokens_discarded = discarded;
+      return { end };
+    } catch (e) {
+      if (e.code === "aborted" || ctx.emitted) throw e;
+      return {
+        degraded: `the cascade asked for the cloud (${why}) but it failed (${e.code}): ${e.message}`,
+        reason: `cascade: ${why}; the cloud failed, so the edge answer stands`,
+      };
+    }
+  }
+
+  /**
+   * The check after prefill: the quality model, now with the edge model's own state (its
+   * first token's confidence and final hidden state), may send the request to the cloud
+   * before any edge text is shown.
+   */
+  firstTokenEscalation(decision, look) {
+    const signals = JSON.stringify({ entropy: look.entropy, logprob: look.logprob, margin: look.margin });
+    const check = JSON.parse(firstToken(JSON.stringify(decision), signals, look.state ?? undefined));
     if (check.estimate) {
-      decision.trace.signals.push({ name: "edge_quality_first_token", value: check.estimate.p_edge_ok },
-        { name: "quality_drivers_first_token", value: check.estimate.drivers });
+      decision.trace.signals.push({ name: "edge_quality_after_prefill", value: check.estimate.p_edge_ok },
+        { name: "quality_inputs_after_prefill", value: check.estimate.inputs },
+        { name: "quality_drivers_after_prefill", value: check.estimate.drivers });
     }
     return check.escalate ?? null;
   }

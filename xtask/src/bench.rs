@@ -5,6 +5,8 @@ use std::process::Command;
 
 use anyhow::{Context, bail};
 
+use straddle_models::{GEMMA3, KnownModel, QWEN_CLOUD, QWEN_EDGE, SMOLLM2};
+
 use crate::llama_cpp;
 use crate::setup;
 use crate::util::{self, root};
@@ -19,29 +21,61 @@ const DECODE_TOKENS: usize = 128;
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let which = args.first().map(String::as_str).unwrap_or("engine");
+    let model = picked_model(args);
     match which {
-        "engine" => engine(args.iter().any(|a| a == "--gemma")),
-        "cloud" => cloud(),
+        "engine" => engine(model),
+        "cloud" => cloud(args.iter().any(|a| a == "--qwen")),
         "router" => router(),
-        "web" => web(
-            args.iter().any(|a| a == "--release"),
-            args.iter().any(|a| a == "--gemma"),
-        ),
-        "speculative" => speculative(),
+        "web" => web(args.iter().any(|a| a == "--release"), model),
+        "speculative" => speculative(args.iter().any(|a| a == "--qwen")),
         "structured" => structured(),
         "pii" => pii(),
         "worker" => worker(),
         "budget" => budget(),
-        "all" => engine(false)
-            .and_then(|()| cloud())
+        "all" => engine(SMOLLM2)
+            .and_then(|()| cloud(false))
             .and_then(|()| router())
             .and_then(|()| pii())
-            .and_then(|()| web(false, false))
+            .and_then(|()| web(false, SMOLLM2))
             .and_then(|()| worker())
             .and_then(|()| budget()),
         other => bail!(
             "unknown benchmark `{other}` (known: engine, cloud, router, pii, web, speculative, structured, worker, budget, all)"
         ),
+    }
+}
+
+/// The model a bench runs on: `--gemma` (Gemma 3 270M), `--qwen` (Qwen2.5-Coder-0.5B, the
+/// edge model), `--qwen-cloud` (Qwen2.5-Coder-1.5B, the cloud model), else SmolLM2-135M.
+fn picked_model(args: &[String]) -> KnownModel {
+    let has = |flag: &str| args.iter().any(|a| a == flag);
+    if has("--gemma") {
+        GEMMA3
+    } else if has("--qwen-cloud") {
+        QWEN_CLOUD
+    } else if has("--qwen") {
+        QWEN_EDGE
+    } else {
+        SMOLLM2
+    }
+}
+
+/// How BENCHMARKS.md's section titles name `model` (Gemma's sections predate the others).
+fn section_name(model: KnownModel) -> &'static str {
+    if model == GEMMA3 {
+        "Gemma 3 270M"
+    } else {
+        model.title
+    }
+}
+
+/// The command-line flag that picks `model` (empty for the default).
+fn model_flag(model: KnownModel) -> &'static str {
+    match model.id {
+        id if id == GEMMA3.id => " --gemma",
+        id if id == QWEN_EDGE.id => " --qwen",
+        id if id == QWEN_CLOUD.id => " --qwen-cloud",
+        _ => "",
     }
 }
 
@@ -81,12 +115,11 @@ fn llama_python() -> anyhow::Result<std::path::PathBuf> {
     Ok(python)
 }
 
-/// Our CPU engine beside llama.cpp on the default model, or on Gemma 3 270M with `gemma`;
-/// then the burn model on its backends (the default model only: it runs Llama's layers).
-fn engine(gemma: bool) -> anyhow::Result<()> {
+/// Our CPU engine beside llama.cpp on `known`; then, for SmolLM2, the burn model on its
+/// backends (the larger models take minutes a token on lavapipe).
+fn engine(known: KnownModel) -> anyhow::Result<()> {
     let tools = setup::run()?;
-    let model_path = if gemma { &tools.gemma } else { &tools.model };
-    let model = model_path.to_string_lossy().into_owned();
+    let model = tools.path_of(known).to_string_lossy().into_owned();
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(2);
@@ -103,20 +136,19 @@ fn engine(gemma: bool) -> anyhow::Result<()> {
     }
     .measure()?;
     let mut table = engine_table(&rows, threads, &llama.build);
-    if !gemma {
+    if known == SMOLLM2 {
         table.push_str(&device_rows(&ours_bin, &model)?);
     }
     println!("{table}");
-    match gemma {
-        true => write_section(
-            "Engine (native CPU), Gemma 3 270M",
-            &format!("Command: `cargo xtask bench engine --gemma`\n\n{table}"),
-        ),
-        false => write_section(
-            "Engine (native CPU)",
-            &format!("Command: `cargo xtask bench engine`\n\n{table}"),
-        ),
-    }
+    let title = match known {
+        SMOLLM2 => "Engine (native CPU)".to_string(),
+        other => format!("Engine (native CPU), {}", section_name(other)),
+    };
+    let flag = model_flag(known);
+    write_section(
+        &title,
+        &format!("Command: `cargo xtask bench engine{flag}`\n\n{table}"),
+    )
 }
 
 /// The three engines of the CPU table, ready to run on one model with one thread count.
@@ -561,14 +593,13 @@ fn side_by_side(native: &str, wasm: &str) -> anyhow::Result<String> {
     Ok(out)
 }
 
-/// The edge engine in Chromium beside wllama (llama.cpp in wasm), same GGUF, same run.
-/// The page's engine beside wllama in the same Chromium, on the default model or (with
-/// `gemma`) Gemma 3 270M.
-fn web(release: bool, gemma: bool) -> anyhow::Result<()> {
+/// The page's engine beside wllama (llama.cpp in wasm) in the same Chromium, same GGUF, same
+/// run, on `known`.
+fn web(release: bool, known: KnownModel) -> anyhow::Result<()> {
     let tools = crate::setup::run()?;
     let profile = if release { "release" } else { "dev" };
     crate::build::web_with_profile(&tools, profile)?;
-    let model = if gemma { &tools.gemma } else { &tools.model };
+    let model = tools.path_of(known);
     let table = util::output(
         Command::new("node")
             .arg(root().join("web/bench/browser.mjs"))
@@ -580,14 +611,17 @@ fn web(release: bool, gemma: bool) -> anyhow::Result<()> {
     let flags = format!(
         "{}{}",
         if release { " --release" } else { "" },
-        if gemma { " --gemma" } else { "" }
+        model_flag(known)
     );
+    let title = match known {
+        SMOLLM2 => "Browser: edge engine beside wllama".to_string(),
+        other => format!(
+            "Browser: edge engine beside wllama, {}",
+            section_name(other)
+        ),
+    };
     write_section(
-        if gemma {
-            "Browser: edge engine beside wllama, Gemma 3 270M"
-        } else {
-            "Browser: edge engine beside wllama"
-        },
+        &title,
         &format!(
             "Command: `cargo xtask bench web{flags}` (Debian's Chromium, headless, SwiftShader WebGPU; \
              wasm built with the `{profile}` profile of wasm-pack.toml; wllama 3.13.0 from npm; \
@@ -821,17 +855,22 @@ fn wait_health(url: &str, child: &mut std::process::Child) -> anyhow::Result<()>
 /// Tokens each client of the cloud bench asks for.
 const CLOUD_ANSWER_TOKENS: u32 = 64;
 
-/// `cargo xtask bench cloud`: our server beside llama.cpp's own `llama-server` (continuous
-/// batching, `-np` equal to the stream count), same GGUF, same threads, same prompts,
-/// alternating level by level, two rounds.
-fn cloud() -> anyhow::Result<()> {
+/// `cargo xtask bench cloud [--qwen]`: our server beside llama.cpp's own `llama-server`
+/// (continuous batching, `-np` equal to the stream count), same GGUF, same threads, same
+/// prompts, alternating level by level, two rounds; on SmolLM2, or with `qwen` on the cloud
+/// model, Qwen2.5-Coder-1.5B.
+fn cloud(qwen: bool) -> anyhow::Result<()> {
     let tools = setup::run()?;
     util::build_fast(&["-p", "straddle-cloud"])?;
     let llama = llama_cpp::tools()?;
     let port = 18090u16;
     let base = format!("http://127.0.0.1:{port}");
+    let (model, levels): (&std::path::Path, &[usize]) = match qwen {
+        true => (&tools.qwen_cloud, &[1, 4, 16]),
+        false => (&tools.model, &[1, 4, 16, 32]),
+    };
     let mut rows: Vec<(&str, usize, Vec<Load>)> = Vec::new();
-    for n in [1usize, 4, 16, 32] {
+    for &n in levels {
         for name in ["straddle-cloud", "llama-server"] {
             rows.push((name, n, Vec::new()));
         }
@@ -840,12 +879,10 @@ fn cloud() -> anyhow::Result<()> {
         for row in rows.iter_mut() {
             let (name, n, loads) = row;
             let mut child = match *name {
-                "straddle-cloud" => spawn_cloud(
-                    &util::target_dir().join("fast/straddle-cloud"),
-                    &tools.model,
-                    port,
-                )?,
-                _ => spawn_llama_server(&llama.server, &tools.model, port, *n)?,
+                "straddle-cloud" => {
+                    spawn_cloud(&util::target_dir().join("fast/straddle-cloud"), model, port)?
+                }
+                _ => spawn_llama_server(&llama.server, model, port, *n)?,
             };
             let result = (|| -> anyhow::Result<Load> {
                 wait_health(&format!("{base}/health"), &mut child)?;
@@ -859,9 +896,13 @@ fn cloud() -> anyhow::Result<()> {
     }
     let table = cloud_table(&rows, &llama.build);
     println!("{table}");
+    let (title, flag) = match qwen {
+        true => (format!("Cloud server, {}", QWEN_CLOUD.title), " --qwen"),
+        false => ("Cloud server".to_string(), ""),
+    };
     write_section(
-        "Cloud server",
-        &format!("Command: `cargo xtask bench cloud`\n\n{table}"),
+        &title,
+        &format!("Command: `cargo xtask bench cloud{flag}`\n\n{table}"),
     )
 }
 
@@ -982,8 +1023,12 @@ fn structured() -> anyhow::Result<()> {
     )
 }
 
-/// The native engine drafting for `straddle-cloud` verifying, on drafters of two precisions.
-fn speculative() -> anyhow::Result<()> {
+/// The native engine drafting for `straddle-cloud` verifying: SmolLM2 on drafters of two
+/// precisions, or with `qwen` the real pair, Qwen2.5-Coder-0.5B drafting for the 1.5B.
+fn speculative(qwen: bool) -> anyhow::Result<()> {
+    if qwen {
+        return speculative_pair();
+    }
     let tools = setup::run()?;
     // The test profile: the engine and every dependency at opt-level 3 (as fast as the `fast`
     // profile for this workload: 40 tokens/s either way here), without a second burn build.
@@ -1021,6 +1066,63 @@ fn speculative() -> anyhow::Result<()> {
              here is a CPU verifier's, which pays for every verified token (a verify call of \
              k + 1 tokens costs about k + 1 times 17 ms), with the drafter in series on the \
              same cores; on a GPU verifier a call costs about one decode step.\n\n{body}"
+        ),
+    )
+}
+
+/// Qwen2.5-Coder-0.5B drafting for Qwen2.5-Coder-1.5B on `straddle-cloud` (one vocabulary),
+/// adaptive and fixed draft lengths, beside the 1.5B streaming alone through the same proxy.
+fn speculative_pair() -> anyhow::Result<()> {
+    let tools = setup::run()?;
+    util::run(
+        util::cargo()
+            .args(["build", "--quiet", "--workspace", "--bins"])
+            .current_dir(root()),
+    )?;
+    let straddle = util::target_dir().join("debug/straddle");
+    let port = 18093u16;
+    let mut child = spawn_cloud(
+        &util::target_dir().join("debug/straddle-cloud"),
+        &tools.qwen_cloud,
+        port,
+    )?;
+    let base = format!("http://127.0.0.1:{port}");
+    let runs = [
+        ("adaptive k", ["4", "1", "16"]),
+        ("fixed k = 4", ["4", "4", "4"]),
+    ];
+    let result = wait_health(&format!("{base}/health"), &mut child).and_then(|()| {
+        let mut body = String::new();
+        for (name, [k, min, max]) in runs {
+            let table = util::output(
+                Command::new(&straddle)
+                    .arg("bench-speculative")
+                    .arg("--model")
+                    .arg(&tools.qwen_edge)
+                    .args(["--cloud", &base, "--rtt", "0,50", "--draft", k])
+                    .args(["--min-draft", min, "--max-draft", max])
+                    .current_dir(root()),
+            )?;
+            println!("### Drafter: Qwen2.5-Coder-0.5B, {name}\n\n{table}");
+            body.push_str(&format!(
+                "### Drafter: Qwen2.5-Coder-0.5B, {name}\n\n{table}\n"
+            ));
+        }
+        Ok(body)
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    let body = result?;
+    write_section(
+        "Speculative decoding with the real pair: Qwen2.5-Coder 0.5B drafts, 1.5B verifies",
+        &format!(
+            "Command: `cargo xtask bench speculative --qwen` (20 prompts of four kinds from \
+             `crates/cli/data/speculative-prompts.jsonl`, 64 tokens each, greedy; verifier: \
+             `straddle-cloud` with {} on 127.0.0.1 behind a delay proxy adding the RTT; drafter: \
+             the native engine with {} in the client's process; plain = the 1.5B streaming \
+             `/v1/chat/completions` alone through the same proxy; all on the same 2 cores, one \
+             after the other).\n\n{body}",
+            QWEN_CLOUD.title, QWEN_EDGE.title
         ),
     )
 }

@@ -47,9 +47,8 @@ pub fn web_with_profile(tools: &Tools, profile_name: &str) -> anyhow::Result<()>
         .get(profile_name)
         .with_context(|| format!("wasm-pack.toml has no [profile.{profile_name}]"))?;
     let manifest = root().join(&cfg.build.krate).join("Cargo.toml");
-    run(util::cargo()
+    run(util::cargo_building("build")
         .args([
-            "build",
             "--quiet",
             "--lib",
             "--target",

@@ -139,8 +139,8 @@ fn wait_up(
 
 /// Where the demo's cloud tier is.
 enum CloudTier {
-    /// `straddle-cloud` on 127.0.0.1 with the edge's own small model: a stand-in, and the
-    /// page says so.
+    /// `straddle-cloud` on 127.0.0.1 serving Qwen2.5-Coder-1.5B-Instruct, a larger model of
+    /// the edge model's family: a stand-in for cloud GPUs, and the page says so.
     StandIn,
     /// `--upstream URL [--upstream-key-env VAR] [--upstream-model NAME]`: any
     /// OpenAI-compatible provider or server behind the worker.
@@ -192,13 +192,13 @@ impl CloudTier {
         }
     }
 
-    /// What the page shows for the cloud tier, so no one mistakes the stand-in for a large
-    /// model.
-    fn label(&self, edge_model: &Path) -> String {
+    /// What the page shows for the cloud tier, so no one mistakes the stand-in for a
+    /// provider's model.
+    fn label(&self) -> String {
         match self {
             Self::StandIn => format!(
-                "local stand-in: {} (the edge's own small model; `cargo xtask demo --upstream URL` puts a real one here)",
-                edge_model.file_name().unwrap_or_default().to_string_lossy()
+                "{} on straddle-cloud at 127.0.0.1: a local stand-in for cloud GPUs (`cargo xtask demo --upstream URL` puts a provider here)",
+                straddle_models::DEFAULT_CLOUD.title
             ),
             Self::External { url, model, .. } => format!(
                 "{} at {url}",
@@ -269,12 +269,13 @@ fn start_and_supervise(
             "cloud",
             Command::new(util::target_dir().join("debug/straddle-cloud"))
                 .arg("--model")
-                .arg(&tools.model)
+                .arg(&tools.qwen_cloud)
                 .arg("--listen")
                 .arg(format!("127.0.0.1:{}", ports.cloud)),
             logs,
         )?;
-        launch(services, cloud, &format!("{cloud_url}/health"), 60, stop)?;
+        // A gigabyte of weights: give the load time on a slow disk.
+        launch(services, cloud, &format!("{cloud_url}/health"), 300, stop)?;
     }
     // The demo tenant's secret lives only as long as this run; the tokens below are what a
     // tenant's backend would hand its page and its servers.
@@ -290,9 +291,10 @@ fn start_and_supervise(
             .args(["--port", &ports.web.to_string(), "--root"])
             .arg(root().join("web"))
             .arg("--models")
-            .arg(tools.model.parent().unwrap_or(Path::new(".")))
+            .arg(tools.qwen_edge.parent().unwrap_or(Path::new(".")))
+            .args(["--catalog", &straddle_models::page_catalog()])
             .args(["--worker", &worker_url, "--token", &page_token])
-            .args(["--cloud-label", &tier.label(&tools.model)])
+            .args(["--cloud-label", &tier.label()])
             // Cross-origin isolation lets the CPU model use every core (wasm threads).
             .arg("--isolated"),
         logs,
@@ -301,7 +303,11 @@ fn start_and_supervise(
     println!("\nStraddle demo is running:");
     println!("  demo page     {web_url}/demo/");
     println!("  worker        {worker_url}   (wrangler dev --local)");
-    println!("  cloud         {}", tier.label(&tools.model));
+    println!(
+        "  edge model    {} (the page's default)",
+        straddle_models::DEFAULT_EDGE.title
+    );
+    println!("  cloud         {}", tier.label());
     println!("  logs          {}", logs.display());
     let token = demo_token(&secret, None);
     println!("  tenant token  {token}");
@@ -527,6 +533,7 @@ fn check_stack(
             );
             // This check posts to the worker itself; the page routes in the browser first.
             println!("route:  cloud (worker → {cloud}; the demo page routes in the browser)");
+            println!("model:  {}", v["model"].as_str().unwrap_or("<none>"));
         }
         Ok((status, text)) => {
             let msg = serde_json::from_str::<serde_json::Value>(&text)
@@ -565,9 +572,11 @@ mod tests {
         };
         assert_eq!(url, "https://api.example.com");
         assert_eq!((key.as_deref(), model.as_deref()), (None, Some("big-1")));
-        assert_eq!(
-            tier.label(Path::new("/m/edge.gguf")),
-            "big-1 at https://api.example.com"
+        assert_eq!(tier.label(), "big-1 at https://api.example.com");
+        assert!(
+            CloudTier::StandIn
+                .label()
+                .starts_with("Qwen2.5-Coder-1.5B-Instruct")
         );
         Ok(())
     }

@@ -17,7 +17,8 @@ const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
   setup          install every tool, package and the default model (idempotent)
-  test           fmt, clippy, native, wasm (Chromium), worker (workerd), browser e2e
+  test [STEP...] fmt, clippy, native, wasm (Chromium), worker (workerd), browser e2e
+               [--timings] (cargo's per-crate compile reports beside the step times)
   demo [--check] build and start cloud + worker + demo page; --check runs one prompt and exits
                [--port-cloud N] [--port-worker N] [--port-web N]
                [--upstream URL [--upstream-key-env VAR] [--upstream-model NAME]]
@@ -25,6 +26,7 @@ commands:
   build-web      build crates/web to web/pkg with the settings of wasm-pack.toml
   build-worker   build worker/ for workerd (offline worker-build)
   bench [name]   run benchmarks and write BENCHMARKS.md
+               [--qwen | --qwen-cloud | --gemma] (engine, web, cloud, speculative)
   fuzz           run the GGUF reader's fuzz target (nightly, cargo-fuzz)
                [--seconds N] (default 600)";
 

@@ -11,12 +11,14 @@ use crate::setup::{self, Tools};
 use crate::util::{self, root};
 
 /// Tests counted from one suite's output.
-#[derive(Default, Clone, Copy)]
+#[derive(Default, Clone)]
 struct Counts {
     passed: u64,
     failed: u64,
     /// Ignored by libtest or skipped by node's runner: shown, so a skip is never silent.
     skipped: u64,
+    /// What the tests that said why they skipped said, for the summary.
+    reasons: Vec<String>,
 }
 
 struct Suite {
@@ -25,44 +27,85 @@ struct Suite {
     secs: f64,
 }
 
+/// One step of the run: its name and what it does.
+type Step = (&'static str, fn(&Tools) -> anyhow::Result<Counts>);
+
+/// Every step, in order.
+const STEPS: [Step; 6] = [
+    ("fmt", fmt),
+    ("clippy", clippy),
+    ("native", native),
+    ("wasm", wasm),
+    ("worker", worker),
+    ("browser", browser),
+];
+
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let only: Vec<&str> = args
         .iter()
         .map(String::as_str)
         .filter(|a| !a.starts_with("--"))
         .collect();
+    let with_timings = args.iter().any(|a| a == "--timings");
+    if with_timings {
+        // Cargo's own report of every crate's compile time, per build, beside the steps'.
+        util::record_build_timings();
+    }
     let started = Instant::now();
+    let mut timings = Timings::load();
     let tools = setup::run()?;
-    type Step = fn(&Tools) -> anyhow::Result<Counts>;
-    let steps: [(&str, Step); 6] = [
-        ("fmt", fmt),
-        ("clippy", clippy),
-        ("native", native),
-        ("wasm", wasm),
-        ("worker", worker),
-        ("browser", browser),
-    ];
+    timings.record("setup", started.elapsed().as_secs_f64());
+    let chosen = STEPS
+        .into_iter()
+        .filter(|(name, _)| only.is_empty() || only.contains(name));
+    let suites = run_steps(chosen, &tools, &mut timings);
+    let failed = summarize(&suites, started.elapsed().as_secs_f64());
+    timings.save();
+    eprintln!("step times: {}", Timings::path().display());
+    if with_timings {
+        let reports = util::target_dir().join("cargo-timings");
+        eprintln!("cargo's per-crate reports: {}", reports.display());
+    }
+    if failed {
+        bail!("test run failed");
+    }
+    Ok(())
+}
+
+/// Runs `steps` in order, saying which is running and how long it took here last time,
+/// until one fails.
+fn run_steps(
+    steps: impl Iterator<Item = Step>,
+    tools: &Tools,
+    timings: &mut Timings,
+) -> Vec<Suite> {
     let mut suites = Vec::new();
     for (name, step) in steps {
-        if !only.is_empty() && !only.contains(&name) {
-            continue;
-        }
-        eprintln!("\n==> {name}");
+        eprintln!("\n==> {name}{}", timings.last_time(name));
         let t = Instant::now();
-        let outcome = step(&tools).map_err(|e| format!("{e:#}"));
+        let outcome = step(tools).map_err(|e| format!("{e:#}"));
+        let secs = t.elapsed().as_secs_f64();
         let failed = outcome.is_err();
+        if !failed {
+            timings.record(name, secs);
+        }
         suites.push(Suite {
             name,
             outcome,
-            secs: t.elapsed().as_secs_f64(),
+            secs,
         });
         if failed {
             break;
         }
     }
-    println!("\nsummary ({:.0} s):", started.elapsed().as_secs_f64());
+    suites
+}
+
+/// Prints one line per suite and the totals; returns whether anything failed.
+fn summarize(suites: &[Suite], secs: f64) -> bool {
+    println!("\nsummary ({secs:.0} s):");
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
-    for s in &suites {
+    for s in suites {
         match &s.outcome {
             Ok(c) => {
                 passed += c.passed;
@@ -85,10 +128,44 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         }
     }
     println!("{passed} passed, {failed} failed, {skipped} skipped");
-    if failed > 0 || suites.iter().any(|s| s.outcome.is_err()) {
-        bail!("test run failed");
+    for why in suites.iter().filter_map(|s| s.outcome.as_ref().ok()) {
+        why.reasons.iter().for_each(|r| println!("  skipped: {r}"));
     }
-    Ok(())
+    failed > 0
+}
+
+/// How long each step took the last time it passed on this machine (in the cache, outside
+/// any checkout), so the waiting person knows what is coming.
+struct Timings(std::collections::BTreeMap<String, f64>);
+
+impl Timings {
+    fn path() -> std::path::PathBuf {
+        util::cache_dir().join("test-timings.json")
+    }
+
+    fn load() -> Self {
+        let read = std::fs::read_to_string(Self::path()).ok();
+        Timings(
+            read.and_then(|t| serde_json::from_str(&t).ok())
+                .unwrap_or_default(),
+        )
+    }
+
+    fn record(&mut self, step: &str, secs: f64) {
+        self.0.insert(step.to_string(), secs.round());
+    }
+
+    fn last_time(&self, step: &str) -> String {
+        self.0
+            .get(step)
+            .map_or(String::new(), |s| format!(" (last time here: {s:.0} s)"))
+    }
+
+    fn save(&self) {
+        if let Ok(text) = serde_json::to_string_pretty(&self.0) {
+            let _ = std::fs::write(Self::path(), text);
+        }
+    }
 }
 
 /// Runs `cmd`, echoing its output, and counts tests from cargo's and node's summary lines.
@@ -129,8 +206,9 @@ fn parse_counts(line: &str, c: &mut Counts) {
             .ok()
     };
     // A Rust test whose data is absent says so on stdout past libtest's capture.
-    if line.starts_with("skipped: ") {
+    if let Some(why) = line.strip_prefix("skipped: ") {
         c.skipped += 1;
+        c.reasons.push(why.to_string());
     } else if let Some(rest) = line.strip_prefix("test result: ") {
         c.passed += num_before(rest, " passed").unwrap_or(0);
         c.failed += num_before(rest, " failed").unwrap_or(0);
@@ -168,9 +246,8 @@ fn fmt(_: &Tools) -> anyhow::Result<Counts> {
 
 fn clippy(_: &Tools) -> anyhow::Result<Counts> {
     util::run(
-        util::cargo()
+        util::cargo_building("clippy")
             .args([
-                "clippy",
                 "--quiet",
                 "--workspace",
                 "--all-targets",
@@ -182,9 +259,8 @@ fn clippy(_: &Tools) -> anyhow::Result<Counts> {
     )?;
     // The browser and worker crates also compile for wasm32, where other code paths are live.
     util::run(
-        util::cargo()
+        util::cargo_building("clippy")
             .args([
-                "clippy",
                 "--quiet",
                 "--target",
                 "wasm32-unknown-unknown",
@@ -204,10 +280,12 @@ fn clippy(_: &Tools) -> anyhow::Result<Counts> {
 
 fn native(tools: &Tools) -> anyhow::Result<Counts> {
     let counts = counted(
-        util::cargo()
-            .args(["test", "--workspace"])
-            .env("STRADDLE_TEST_MODEL", &tools.model)
-            .env("STRADDLE_TEST_GEMMA", &tools.gemma)
+        util::cargo_building("test")
+            .args(["--workspace"])
+            .env(straddle_models::SMOLLM2.test_var, &tools.model)
+            .env(straddle_models::GEMMA3.test_var, &tools.gemma)
+            .env(straddle_models::QWEN_EDGE.test_var, &tools.qwen_edge)
+            .env(straddle_models::QWEN_CLOUD.test_var, &tools.qwen_cloud)
             // Setup installs lavapipe: a wgpu test that cannot get an adapter fails, not skips.
             .env("STRADDLE_REQUIRE_WGPU", "1")
             .current_dir(root()),
@@ -230,14 +308,8 @@ fn wasm(tools: &Tools) -> anyhow::Result<Counts> {
     let model_url = crate::file_server::serve(&tools.model)?;
     let gemma_url = crate::file_server::serve(&tools.gemma)?;
     counted(
-        util::cargo()
-            .args([
-                "test",
-                "--target",
-                "wasm32-unknown-unknown",
-                "-p",
-                "straddle-web",
-            ])
+        util::cargo_building("test")
+            .args(["--target", "wasm32-unknown-unknown", "-p", "straddle-web"])
             .env(
                 "CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER",
                 &tools.wasm_bindgen_test_runner,
@@ -257,8 +329,8 @@ pub(crate) fn worker_and_cloud_built(tools: &Tools) -> anyhow::Result<std::path:
     // resolve features for that crate alone and compile burn a second time (~25 minutes
     // here); the workspace's own test build reuses the native suite's artefacts.
     util::run(
-        util::cargo()
-            .args(["test", "--quiet", "--workspace", "--no-run"])
+        util::cargo_building("test")
+            .args(["--quiet", "--workspace", "--no-run"])
             .current_dir(root()),
     )?;
     Ok(util::target_dir().join("debug/straddle-cloud"))
@@ -291,6 +363,9 @@ fn browser(tools: &Tools) -> anyhow::Result<Counts> {
     let mut npm = Command::new("npm");
     npm.args(["test", "--silent"])
         .env("STRADDLE_TEST_MODEL", &tools.model)
+        .env(straddle_models::QWEN_EDGE.test_var, &tools.qwen_edge)
+        .env(straddle_models::QWEN_CLOUD.test_var, &tools.qwen_cloud)
+        .env("STRADDLE_MODEL_CATALOG", straddle_models::page_catalog())
         .env("STRADDLE_CLOUD_BIN", cloud)
         .current_dir(root().join("web"));
     // Where setup found a nightly, build-web made the threaded package: its test must run.
@@ -316,5 +391,10 @@ mod tests {
         parse_counts("ℹ skipped 8", &mut c);
         parse_counts("skipped: ../shared/data is absent", &mut c);
         assert_eq!((c.passed, c.failed, c.skipped), (17, 3, 10));
+        assert_eq!(
+            c.reasons,
+            ["../shared/data is absent"],
+            "a skip keeps its reason"
+        );
     }
 }
