@@ -185,17 +185,25 @@ fn tojson(value: minijinja::Value) -> Result<String, minijinja::Error> {
 /// serde_json's compact output with Python's default separators.
 struct PythonJson;
 
+/// Python's item separator, `", "`, before every item but the first.
+fn comma_unless_first<W: ?Sized + std::io::Write>(
+    writer: &mut W,
+    first: bool,
+) -> std::io::Result<()> {
+    if first {
+        Ok(())
+    } else {
+        writer.write_all(b", ")
+    }
+}
+
 impl serde_json::ser::Formatter for PythonJson {
     fn begin_array_value<W: ?Sized + std::io::Write>(
         &mut self,
         writer: &mut W,
         first: bool,
     ) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            writer.write_all(b", ")
-        }
+        comma_unless_first(writer, first)
     }
 
     fn begin_object_key<W: ?Sized + std::io::Write>(
@@ -203,11 +211,7 @@ impl serde_json::ser::Formatter for PythonJson {
         writer: &mut W,
         first: bool,
     ) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            writer.write_all(b", ")
-        }
+        comma_unless_first(writer, first)
     }
 
     fn begin_object_value<W: ?Sized + std::io::Write>(
