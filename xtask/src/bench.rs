@@ -1030,28 +1030,10 @@ fn speculative(qwen: bool) -> anyhow::Result<()> {
         return speculative_pair();
     }
     let tools = setup::run()?;
-    // The test profile: the engine and every dependency at opt-level 3 (as fast as the `fast`
-    // profile for this workload: 40 tokens/s either way here), without a second burn build.
-    util::run(
-        util::cargo()
-            .args(["build", "--quiet", "--workspace", "--bins"])
-            .current_dir(root()),
-    )?;
-    let straddle = util::target_dir().join("debug/straddle");
-    let q4_0 = q4_0_drafter(&straddle, &tools.model)?;
-    let port = 18092u16;
-    let mut child = spawn_cloud(
-        &util::target_dir().join("debug/straddle-cloud"),
-        &tools.model,
-        port,
-    )?;
-    let base = format!("http://127.0.0.1:{port}");
-    let result = wait_health(&format!("{base}/health"), &mut child)
-        .and_then(|()| speculative_tables(&straddle, &base, &q4_0, &tools.model));
-    // The verifier goes down whether the runs passed or not: it holds the port.
-    let _ = child.kill();
-    let _ = child.wait();
-    let body = result?;
+    let body = with_verifier(&tools.model, 18092, |straddle, base| {
+        let q4_0 = q4_0_drafter(straddle, &tools.model)?;
+        speculative_tables(straddle, base, &q4_0, &tools.model)
+    })?;
     write_section(
         "Speculative decoding: edge draft, cloud verify",
         &format!(
@@ -1074,32 +1056,19 @@ fn speculative(qwen: bool) -> anyhow::Result<()> {
 /// adaptive and fixed draft lengths, beside the 1.5B streaming alone through the same proxy.
 fn speculative_pair() -> anyhow::Result<()> {
     let tools = setup::run()?;
-    util::run(
-        util::cargo()
-            .args(["build", "--quiet", "--workspace", "--bins"])
-            .current_dir(root()),
-    )?;
-    let straddle = util::target_dir().join("debug/straddle");
-    let port = 18093u16;
-    let mut child = spawn_cloud(
-        &util::target_dir().join("debug/straddle-cloud"),
-        &tools.qwen_cloud,
-        port,
-    )?;
-    let base = format!("http://127.0.0.1:{port}");
     let runs = [
         ("adaptive k", ["4", "1", "16"]),
         ("fixed k = 4", ["4", "4", "4"]),
     ];
-    let result = wait_health(&format!("{base}/health"), &mut child).and_then(|()| {
+    let body = with_verifier(&tools.qwen_cloud, 18093, |straddle, base| {
         let mut body = String::new();
         for (name, [k, min, max]) in runs {
             let table = util::output(
-                Command::new(&straddle)
+                Command::new(straddle)
                     .arg("bench-speculative")
                     .arg("--model")
                     .arg(&tools.qwen_edge)
-                    .args(["--cloud", &base, "--rtt", "0,50", "--draft", k])
+                    .args(["--cloud", base, "--rtt", "0,50", "--draft", k])
                     .args(["--min-draft", min, "--max-draft", max])
                     .current_dir(root()),
             )?;
@@ -1109,10 +1078,7 @@ fn speculative_pair() -> anyhow::Result<()> {
             ));
         }
         Ok(body)
-    });
-    let _ = child.kill();
-    let _ = child.wait();
-    let body = result?;
+    })?;
     write_section(
         "Speculative decoding with the real pair: Qwen2.5-Coder 0.5B drafts, 1.5B verifies",
         &format!(
@@ -1125,6 +1091,35 @@ fn speculative_pair() -> anyhow::Result<()> {
             QWEN_CLOUD.title, QWEN_EDGE.title
         ),
     )
+}
+
+/// Builds the binaries, starts `straddle-cloud` with `model` on `port` as the verifier and
+/// runs `bench(straddle, base_url)` against it; the verifier goes down whether the run passed
+/// or not, since it holds the port.
+fn with_verifier(
+    model: &std::path::Path,
+    port: u16,
+    bench: impl FnOnce(&std::path::Path, &str) -> anyhow::Result<String>,
+) -> anyhow::Result<String> {
+    // The test profile: the engine and every dependency at opt-level 3 (as fast as the `fast`
+    // profile for this workload), without a second burn build.
+    util::run(
+        util::cargo()
+            .args(["build", "--quiet", "--workspace", "--bins"])
+            .current_dir(root()),
+    )?;
+    let straddle = util::target_dir().join("debug/straddle");
+    let mut child = spawn_cloud(
+        &util::target_dir().join("debug/straddle-cloud"),
+        model,
+        port,
+    )?;
+    let base = format!("http://127.0.0.1:{port}");
+    let result =
+        wait_health(&format!("{base}/health"), &mut child).and_then(|()| bench(&straddle, &base));
+    let _ = child.kill();
+    let _ = child.wait();
+    result
 }
 
 /// A Q4_0 copy of `model` beside it, made once: a drafter less precise than its verifier.
