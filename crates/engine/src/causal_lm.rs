@@ -123,6 +123,7 @@ macro_rules! cache_sizes {
         }
     };
 }
+pub(crate) use cache_sizes;
 
 impl ModelCache for KvCache {
     cache_sizes!();

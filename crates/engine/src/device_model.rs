@@ -1231,17 +1231,7 @@ impl DeviceModel {
 // asynchronously in a browser, and block elsewhere.
 
 impl ModelCache for DeviceCache {
-    fn filled(&self) -> usize {
-        self.len()
-    }
-
-    fn rewind(&mut self, len: usize) {
-        self.truncate(len);
-    }
-
-    fn room(&self) -> usize {
-        self.capacity()
-    }
+    crate::causal_lm::cache_sizes!();
 
     // A GPU prefills the template's few dozen tokens in about one step: not worth a copy
     // of every layer's cache.
