@@ -303,22 +303,27 @@ fn weather_and_time() -> (Vec<Value>, Vec<FunctionSpec>) {
     (offered, specs)
 }
 
+/// Greedy settings under which the answer must be a call of one of `specs`.
+fn required_call(e: &Engine, specs: &[FunctionSpec]) -> GenerateParams {
+    let format = OutputFormat::ToolCall {
+        functions: specs.to_vec(),
+        required: true,
+        answer: None,
+    };
+    GenerateParams {
+        max_tokens: 96,
+        constraint: Some(e.constrain(&format).expect("compiles")),
+        ..Default::default()
+    }
+}
+
 #[test]
 fn a_required_call_names_an_offered_function_with_valid_arguments() {
     let Some(e) = load(common::model_path()) else {
         return;
     };
     let (offered, specs) = weather_and_time();
-    let format = OutputFormat::ToolCall {
-        functions: specs.clone(),
-        required: true,
-        answer: None,
-    };
-    let params = GenerateParams {
-        max_tokens: 96,
-        constraint: Some(e.constrain(&format).expect("compiles")),
-        ..Default::default()
-    };
+    let params = required_call(&e, &specs);
     let msgs = [ChatMessage::new("user", "What is the weather in Paris?")];
     let c = e
         .generate(Prompt::WithTools(&msgs, &offered), &params, |_| {
@@ -396,16 +401,7 @@ fn qwen_renders_tools_natively_and_a_required_call_is_valid() {
         "Qwen's template renders tools"
     );
     let (offered, specs) = weather_and_time();
-    let format = OutputFormat::ToolCall {
-        functions: specs.clone(),
-        required: true,
-        answer: None,
-    };
-    let params = GenerateParams {
-        max_tokens: 96,
-        constraint: Some(e.constrain(&format).expect("compiles")),
-        ..Default::default()
-    };
+    let params = required_call(&e, &specs);
     let msgs = [ChatMessage::new(
         "user",
         "What is the weather in Paris right now?",
