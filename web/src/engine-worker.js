@@ -90,61 +90,75 @@ async function load({ id, url, sha256, backend, cache: useCache }) {
     post({ type: "progress", id, phase, loaded, total, percent: total ? Math.min(100, (100 * loaded) / total) : null });
   const store = useCache && "caches" in self ? await caches.open(MODEL_CACHE).catch(() => null) : null;
   // A buffer lives in the memory of the build that loads it.
-  const read = async (lib) => {
-    let resp = store ? await store.match(url) : undefined;
-    const fromCache = !!resp;
-    let stored = Promise.resolve();
-    if (!resp) {
-      try {
-        resp = await fetch(url);
-      } catch (e) {
-        throw new StraddleError("model_fetch", `could not download the model from ${url}: ${e.message}`);
-      }
-      if (!resp.ok) throw new StraddleError("model_fetch", `could not download the model from ${url}: HTTP ${resp.status}`);
-      // The copy for the cache streams alongside the one read below; neither is held whole in JS.
-      if (store) stored = store.put(url, resp.clone()).catch((e) => console.warn("straddle: model not cached:", e));
-    }
-    const total = Number(resp.headers.get("content-length")) || 0;
-    const buffer = new lib.ModelBuffer(total);
-    const reader = resp.body.getReader();
-    let lastReport = 0;
-    try {
-      for (;;) {
-        const { done, value } = await reader.read();
-        if (done) break;
-        buffer.push(value);
-        if (buffer.received - lastReport > 1 << 20 || buffer.received === total) {
-          lastReport = buffer.received;
-          progress(fromCache ? "cache" : "download", buffer.received, total);
-        }
-      }
-    } catch (e) {
-      buffer.free();
-      throw e instanceof StraddleError ? e : new StraddleError("model_fetch", `the model download failed: ${e.message ?? e}`);
-    }
-    await stored;
-    progress("verify", buffer.received, total);
-    const digest = buffer.sha256();
-    if (sha256 && digest !== sha256.toLowerCase()) {
-      buffer.free();
-      if (store) await store.delete(url);
-      throw new StraddleError("model_integrity", `the model's SHA-256 is ${digest}, expected ${sha256}; the cached copy was discarded`);
-    }
-    return { buffer, fromCache, digest, bytes: total || buffer.received };
-  };
-
+  const read = (lib) => readModel(lib, { url, sha256, store, progress });
   const device = await single.probeDevice();
   // On a software adapter (SwiftShader, lavapipe) GPU-shaped kernels run on the CPU, and the
   // wasm-SIMD CPU kernels are far faster: "auto" picks them there.
   const wantGpu = backend === "webgpu" || (backend === "auto" && device.webgpu && !device.software);
   if (backend === "webgpu" && !device.webgpu) throw new StraddleError("webgpu_unavailable", "this browser offers no WebGPU adapter");
-  const cpuBuild = async () => {
-    if (threadsWanted <= 1) return { pkg: single, threads: 1, error: null };
-    pool ??= startPool(threadsWanted).then(
-      (pkg) => ({ pkg, threads: threadsWanted, error: null }),
-      (e) => ({ pkg: single, threads: 1, error: String(e.message ?? e) }));
-    return pool;
-  };
+  const placed = await startEngine(read, backend, wantGpu, progress);
+  progress("ready", placed.got.bytes, placed.got.bytes);
+  return loadedReport(placed, device, t0);
+}
+
+/** Streams the model into a buffer in `lib`'s memory and checks its SHA-256. */
+async function readModel(lib, { url, sha256, store, progress }) {
+  const { resp, fromCache, stored } = await openModel(url, store);
+  const total = Number(resp.headers.get("content-length")) || 0;
+  const buffer = new lib.ModelBuffer(total);
+  const reader = resp.body.getReader();
+  let lastReport = 0;
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      buffer.push(value);
+      if (buffer.received - lastReport > 1 << 20 || buffer.received === total) {
+        lastReport = buffer.received;
+        progress(fromCache ? "cache" : "download", buffer.received, total);
+      }
+    }
+  } catch (e) {
+    buffer.free();
+    throw e instanceof StraddleError ? e : new StraddleError("model_fetch", `the model download failed: ${e.message ?? e}`);
+  }
+  await stored;
+  progress("verify", buffer.received, total);
+  const digest = buffer.sha256();
+  if (sha256 && digest !== sha256.toLowerCase()) {
+    buffer.free();
+    if (store) await store.delete(url);
+    throw new StraddleError("model_integrity", `the model's SHA-256 is ${digest}, expected ${sha256}; the cached copy was discarded`);
+  }
+  return { buffer, fromCache, digest, bytes: total || buffer.received };
+}
+
+/**
+ * The model's bytes as a response: the cached copy, else a download that is also put in the
+ * cache (`stored` settles when it is).
+ */
+async function openModel(url, store) {
+  let resp = store ? await store.match(url) : undefined;
+  const fromCache = !!resp;
+  let stored = Promise.resolve();
+  if (!resp) {
+    try {
+      resp = await fetch(url);
+    } catch (e) {
+      throw new StraddleError("model_fetch", `could not download the model from ${url}: ${e.message}`);
+    }
+    if (!resp.ok) throw new StraddleError("model_fetch", `could not download the model from ${url}: HTTP ${resp.status}`);
+    // The copy for the cache streams alongside the one read below; neither is held whole in JS.
+    if (store) stored = store.put(url, resp.clone()).catch((e) => console.warn("straddle: model not cached:", e));
+  }
+  return { resp, fromCache, stored };
+}
+
+/**
+ * Reads the model into the build that will run it and starts the engine there: WebGPU when
+ * wanted, else (or when WebGPU fails under "auto") the CPU kernels.
+ */
+async function startEngine(read, backend, wantGpu, progress) {
   let cpu = wantGpu ? null : await cpuBuild();
   let got = await read(wantGpu ? single : cpu.pkg);
   progress("compile", got.bytes, got.bytes);
@@ -168,7 +182,20 @@ async function load({ id, url, sha256, backend, cache: useCache }) {
       throw new StraddleError("model_invalid", `the model could not be loaded: ${e.message ?? e}`);
     }
   }
-  progress("ready", got.bytes, got.bytes);
+  return { got, cpu, gpuError };
+}
+
+/** The build a CPU model runs on: the threaded one when threads were asked for and it starts. */
+async function cpuBuild() {
+  if (threadsWanted <= 1) return { pkg: single, threads: 1, error: null };
+  pool ??= startPool(threadsWanted).then(
+    (pkg) => ({ pkg, threads: threadsWanted, error: null }),
+    (e) => ({ pkg: single, threads: 1, error: String(e.message ?? e) }));
+  return pool;
+}
+
+/** What the page is told of a loaded model: the `loaded` reply. */
+function loadedReport({ got, cpu, gpuError }, device, t0) {
   return {
     backend: engine.backend(), languages: engine.languages(), name: engine.name() ?? null, tokenizerHash: engine.tokenizerHash(),
     contextTokens: engine.contextTokens(), threads: engine.backend() === "cpu" ? cpu.threads : 1, threadsError: cpu?.error ?? null,
@@ -212,82 +239,91 @@ async function generate({ id, messages, params }) {
 async function speculate({ id, messages, params, verify }) {
   if (!engine) throw new StraddleError("edge_unavailable", "no model is loaded on this device");
   const spec = await engine.speculate(JSON.stringify(messages), JSON.stringify(params));
-  const session = `web-${crypto.randomUUID()}`;
-  let started = false;
-  let restarts = 0;
-  let degraded = null;
-  let wasCancelled = false;
-  let handedOff = false;
-  const call = async (draft) => {
-    const body = {
-      draft_tokens: Array.from(draft), session, tokenizer_hash: verify.tokenizerHash,
-      temperature: params.temperature ?? 0, seed: params.seed ?? 0,
-      ...(params.top_p !== undefined && { top_p: params.top_p }),
-      // The page's versions and answer id, for the worker's records.
-      ...(verify.envelope && { straddle: verify.envelope }),
-    };
-    if (started) body.session_length = spec.prompt().length + spec.tokens().length;
-    else body.prefix_tokens = [...spec.prompt(), ...spec.tokens()];
-    let resp;
-    try {
-      resp = await fetch(`${verify.url.replace(/\/$/, "")}/v1/verify`, {
-        method: "POST",
-        headers: { "content-type": "application/json", ...(verify.token && { authorization: `Bearer ${verify.token}` }) },
-        body: JSON.stringify(body),
-        signal: AbortSignal.timeout(verify.timeoutMs ?? 30000),
-      });
-    } catch (e) {
-      throw new StraddleError(e.name === "TimeoutError" ? "cloud_timeout" : "cloud_unreachable", `the verify call failed: ${e.message ?? e}`);
-    }
-    const text = await resp.text();
-    if (resp.status === 409 && started) {
-      // The cloud lost the session (restart, expiry): once more with the whole prefix.
-      started = false;
-      restarts += 1;
-      return call(draft);
-    }
-    if (!resp.ok) {
-      let error = {};
-      try { error = JSON.parse(text).error ?? {}; } catch { /* not JSON */ }
-      throw new StraddleError(error.code ?? `http_${resp.status}`, error.message ?? `the verify call answered ${resp.status}`);
-    }
-    started = true;
-    return JSON.parse(text);
-  };
+  const run = { session: `web-${crypto.randomUUID()}`, started: false, restarts: 0, degraded: null, cancelled: false, handedOff: false };
   try {
-    for (;;) {
-      if (cancelled.delete(id)) {
-        wasCancelled = true;
-        break;
-      }
-      let text;
-      if (!degraded) {
-        const draft = await spec.draft();
-        if (draft === undefined) break;
-        try {
-          const v = await call(draft);
-          text = await spec.settle(v.accepted, v.next_token);
-          // Drafts keep being rejected: the page streams the rest from the cloud instead.
-          handedOff = verify.handOffBelow > 0 && spec.shouldHandOff(verify.handOffBelow);
-        } catch (e) {
-          degraded = `verification failed (${e.code ?? "error"}): ${e.message ?? e}`;
-          post({ type: "degraded", id, reason: degraded });
-          continue;
-        }
-      } else {
-        text = await spec.stepAlone();
-        if (text === undefined) break;
-        await yieldToEvents();
-      }
-      if (text) post({ type: "token", id, text });
-      if (handedOff) break;
-    }
+    await draftAndVerify(id, spec, params, verify, run);
     const summary = JSON.parse(spec.summary());
     // A reply that ended on this very call was not handed anywhere.
-    handedOff &&= !summary.finished;
-    post({ type: "done", id, completion: { ...summary, degraded, restarts, cancelled: wasCancelled, handed_off: handedOff } });
+    run.handedOff &&= !summary.finished;
+    post({ type: "done", id, completion: { ...summary, degraded: run.degraded, restarts: run.restarts, cancelled: run.cancelled, handed_off: run.handedOff } });
   } finally {
     cancelled.delete(id);
     spec.free();
+  }
+}
+
+/**
+ * The speculation loop: draft, verify, show the settled text; after a failed call the edge
+ * steps alone. Ends when the reply does, when it is cancelled, or when it is handed off.
+ */
+async function draftAndVerify(id, spec, params, verify, run) {
+  for (;;) {
+    if (cancelled.delete(id)) {
+      run.cancelled = true;
+      break;
+    }
+    let text;
+    if (!run.degraded) {
+      const draft = await spec.draft();
+      if (draft === undefined) break;
+      try {
+        const verdict = await verifyDraft(spec, draft, params, verify, run);
+        text = await spec.settle(verdict.accepted, verdict.next_token);
+        // Drafts keep being rejected: the page streams the rest from the cloud instead.
+        run.handedOff = verify.handOffBelow > 0 && spec.shouldHandOff(verify.handOffBelow);
+      } catch (e) {
+        run.degraded = `verification failed (${e.code ?? "error"}): ${e.message ?? e}`;
+        post({ type: "degraded", id, reason: run.degraded });
+        continue;
+      }
+    } else {
+      text = await spec.stepAlone();
+      if (text === undefined) break;
+      await yieldToEvents();
+    }
+    if (text) post({ type: "token", id, text });
+    if (run.handedOff) break;
+  }
+}
+
+/** One `/v1/verify` call: the cloud's verdict on a draft (accepted count and its next token). */
+async function verifyDraft(spec, draft, params, verify, run) {
+  const body = {
+    draft_tokens: Array.from(draft), session: run.session, tokenizer_hash: verify.tokenizerHash,
+    temperature: params.temperature ?? 0, seed: params.seed ?? 0,
+    ...(params.top_p !== undefined && { top_p: params.top_p }),
+    // The page's versions and answer id, for the worker's records.
+    ...(verify.envelope && { straddle: verify.envelope }),
+  };
+  if (run.started) body.session_length = spec.prompt().length + spec.tokens().length;
+  else body.prefix_tokens = [...spec.prompt(), ...spec.tokens()];
+  const resp = await postVerify(verify, body);
+  const text = await resp.text();
+  if (resp.status === 409 && run.started) {
+    // The cloud lost the session (restart, expiry): once more with the whole prefix.
+    run.started = false;
+    run.restarts += 1;
+    return verifyDraft(spec, draft, params, verify, run);
+  }
+  if (!resp.ok) {
+    let error = {};
+    try { error = JSON.parse(text).error ?? {}; } catch { /* not JSON */ }
+    throw new StraddleError(error.code ?? `http_${resp.status}`, error.message ?? `the verify call answered ${resp.status}`);
+  }
+  run.started = true;
+  return JSON.parse(text);
+}
+
+/** Sends a verify request; a network failure or timeout is a typed cloud error. */
+async function postVerify(verify, body) {
+  try {
+    return await fetch(`${verify.url.replace(/\/$/, "")}/v1/verify`, {
+      method: "POST",
+      headers: { "content-type": "application/json", ...(verify.token && { authorization: `Bearer ${verify.token}` }) },
+      body: JSON.stringify(body),
+      signal: AbortSignal.timeout(verify.timeoutMs ?? 30000),
+    });
+  } catch (e) {
+    throw new StraddleError(e.name === "TimeoutError" ? "cloud_timeout" : "cloud_unreachable", `the verify call failed: ${e.message ?? e}`);
   }
 }

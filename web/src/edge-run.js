@@ -1,0 +1,165 @@
+// An answer from the model on this device, in its turn on the engine. When the cloud may take
+// over, the cascade holds the first tokens back and watches them (and the first-token check
+// looks after prefill); a device that fails before showing anything leaves the answer to the
+// cloud. Each answer's measured speed is what the router counts on next.
+import { Cascade } from "../pkg/straddle.js";
+import { runCloud } from "./cloud-run.js";
+import { onEdge } from "./edge-queue.js";
+import { StraddleError } from "./errors.js";
+import { edgeParams } from "./request.js";
+import { cloudUsable, expectedTokens, firstTokenEscalation } from "./routing.js";
+
+/** The edge answer, in its turn on the device. */
+export function runEdge(client, ctx, options) {
+  return onEdge(client, expectedTokens(ctx), (job) => runEdgeNow(client, ctx, options, job));
+}
+
+/** The edge answer, watched by the cascade when the cloud may take over. */
+async function runEdgeNow(client, ctx, { cascade }, job) {
+  const { req, decision, signal } = ctx;
+  const gen = client.edge.host.generate(req.messages, edgeParams(req));
+  const onAbort = () => gen.cancel();
+  signal?.addEventListener("abort", onAbort, { once: true });
+  const monitor = cascade ? new Cascade(JSON.stringify(decision.cascade)) : null;
+  const run = { held: monitor ? [] : null, count: 0, degraded: null, reasons: [...decision.reasons] };
+  let finished = false;
+  try {
+    const handed = await showTokens(client, ctx, gen, monitor, run, job);
+    if (handed) return handed;
+    finished = true;
+  } catch (e) {
+    return await edgeFailed(client, ctx, e);
+  } finally {
+    // Escalated, aborted or failed: the device stops working on this answer.
+    if (!finished) gen.cancel();
+    signal?.removeEventListener("abort", onAbort);
+    monitor?.free();
+  }
+  const c = await gen.completion;
+  if (signal?.aborted) throw new StraddleError("aborted", "the request was aborted");
+  if (c.rest) {
+    // A tool call cut short: the text it is, never passed off as a call.
+    ctx.emitted = true;
+    ctx.emit(c.rest);
+  }
+  measureSpeed(client.edge, c);
+  return edgeEnd(client.edge, c, run);
+}
+
+/**
+ * Shows the edge tokens as they come, or, under the cascade, once it has settled on them.
+ * Resolves to the cloud's answer when the cascade or the first-token check handed the
+ * request up, else to null (the edge answer stands; `run` says what happened on the way).
+ */
+async function showTokens(client, ctx, gen, monitor, run, job) {
+  for await (const t of gen.tokens) {
+    if (t.type === "look") {
+      // After prefill, before any token: the edge model's own state may send it up.
+      const up = monitor && firstTokenEscalation(ctx.decision, t);
+      const handed = up && await handUp(client, ctx, ctx.decision, up, 0);
+      if (handed?.end) return handed.end;
+      if (handed) noteHandUpFailed(run, handed);
+      continue;
+    }
+    run.count += 1;
+    job.done = run.count;
+    if (!run.held) {
+      ctx.emitted = true;
+      ctx.emit(t.text);
+      continue;
+    }
+    run.held.push(t.text);
+    const escalateFor = monitor.push(t.text, t.logprob, t.entropy);
+    if (escalateFor) {
+      const handed = await handUp(client, ctx, ctx.decision, escalateFor, run.count);
+      if (handed.end) return handed.end;
+      noteHandUpFailed(run, handed);
+    } else if (run.count < monitor.settles_after) {
+      continue;
+    }
+    ctx.emitted = true;
+    ctx.emit(run.held.join(""));
+    run.held = null;
+  }
+  if (run.held?.length) {
+    ctx.emitted = true;
+    ctx.emit(run.held.join(""));
+  }
+  return null;
+}
+
+/** The edge answer stands after a failed hand-up: it says why. */
+function noteHandUpFailed(run, handed) {
+  run.degraded = handed.degraded;
+  run.reasons.push(handed.reason);
+}
+
+/**
+ * The device failed (out of memory, device lost): the cloud's answer when it may still give
+ * one (nothing shown yet, and neither privacy nor an offline policy keeps the request here),
+ * else the failure as a StraddleError.
+ */
+async function edgeFailed(client, ctx, e) {
+  const { decision, signal } = ctx;
+  if (signal?.aborted) throw new StraddleError("aborted", "the request was aborted");
+  if (e.code === "aborted") throw e;
+  if (!ctx.emitted && cloudUsable(client) && decision.trace.rule !== "privacy" && decision.trace.rule !== "offline") {
+    const end = await runCloud(client, ctx, { reasons: [...decision.reasons, "edge failed"] });
+    end.meta.degraded = `the edge failed (${e.code ?? "edge_failed"}): ${e.message}`;
+    return end;
+  }
+  throw e instanceof StraddleError ? e : new StraddleError("edge_failed", String(e.message ?? e));
+}
+
+/**
+ * The cascade hands a held edge answer to the cloud (`discarded` edge tokens so far): `{end}`
+ * with the cloud's answer, or, when the cloud fails, `{degraded, reason}` and the edge
+ * answer stands. The edge keeps generating while the cloud is asked: its tokens are the
+ * fallback.
+ */
+async function handUp(client, ctx, decision, why, discarded) {
+  try {
+    const end = await runCloud(client, ctx, { reasons: [...decision.reasons, `cascade: ${why}`], midStream: true });
+    end.meta.escalated_mid_stream = true;
+    end.meta.edge_tokens = "discarded";
+    end.meta.edge_tokens_discarded = discarded;
+    return { end };
+  } catch (e) {
+    if (e.code === "aborted" || ctx.emitted) throw e;
+    return {
+      degraded: `the cascade asked for the cloud (${why}) but it failed (${e.code}): ${e.message}`,
+      reason: `cascade: ${why}; the cloud failed, so the edge answer stands`,
+    };
+  }
+}
+
+/** Measured speed replaces the prior; later answers smooth it. */
+function measureSpeed(edge, c) {
+  if (c.tokens > 1 && c.decode_ms > 0) {
+    const speed = c.decode_tokens_per_s;
+    edge.tokensPerS = edge.measured ? 0.7 * edge.tokensPerS + 0.3 * speed : speed;
+    edge.measured = true;
+  }
+  if (c.prompt_tokens > 0 && c.prefill_ms > 0) {
+    const prefill = c.prompt_tokens / (c.prefill_ms / 1000);
+    edge.prefillTokensPerS = edge.prefillTokensPerS ? 0.7 * edge.prefillTokensPerS + 0.3 * prefill : prefill;
+  }
+}
+
+/** A finished edge answer as the client reports it. */
+function edgeEnd(edge, c, { reasons, degraded }) {
+  return {
+    model: edge.name ?? "edge",
+    finish_reason: c.finish === "cancelled" ? "stop" : c.finish,
+    tool_calls: c.tool_calls,
+    usage: { prompt_tokens: c.prompt_tokens, completion_tokens: c.tokens, total_tokens: c.prompt_tokens + c.tokens },
+    meta: {
+      route: "edge", reasons, confidence: Math.exp(c.mean_logprob), degraded,
+      cost: { usd: 0, prompt_tokens: c.prompt_tokens, completion_tokens: c.tokens },
+      model_versions: [`edge/${edge.name ?? "model"}@${edge.sha256.slice(0, 12)}`, `backend/${edge.backend}`],
+      redacted: false, escalated_mid_stream: false, edge_tokens: null,
+      edge: { backend: edge.backend, prefill_ms: c.prefill_ms, decode_ms: c.decode_ms, grammar_ms: c.grammar_ms,
+        decode_tokens_per_s: c.decode_tokens_per_s },
+    },
+  };
+}
