@@ -159,6 +159,11 @@ mod tests {
             found("DE89370400440532013000"),
             vec![(EntityKind::Iban, "DE89370400440532013000")]
         );
+        assert_eq!(
+            found("iban: de89 3704 0044 0532 0130 00, thanks"),
+            vec![(EntityKind::Iban, "de89 3704 0044 0532 0130 00")]
+        );
+        assert!(found("ab12 cdef ghij klmn opqr st").is_empty());
     }
 
     #[test]

@@ -14,6 +14,23 @@ const PHONE_CUES: &[&str] = &[
     "whatsapp", "dial", "ring",
 ];
 
+/// Words that leave no doubt the number after them is a phone's, so shapes that are
+/// otherwise amounts ("12 345 678") or account numbers ("12 345678") count as phones.
+const STRONG_PHONE_CUES: &[&str] = &[
+    "phone", "call", "tel", "mobile", "cell", "fax", "whatsapp", "dial", "reach",
+];
+/// Words before a number that make it a card whatever its issuer range.
+const CARD_CUES: &[&str] = &[
+    "card",
+    "visa",
+    "mastercard",
+    "amex",
+    "maestro",
+    "discover",
+    "credit",
+    "debit",
+];
+
 /// One run of digit groups as written: "+1-541-754-3010 x123", "(0161) 4960066".
 #[derive(Debug, Default)]
 struct Run {
@@ -165,7 +182,8 @@ fn classify(run: &Run, text: &[u8]) -> Option<(EntityKind, f32)> {
     if national_id(run) {
         return Some((EntityKind::NationalId, 0.9));
     }
-    if card_shaped(run) && luhn_valid(d) && card_iin(d) {
+    let card_named = || cue_before(text, run.start, CARD_CUES);
+    if card_shaped(run) && luhn_valid(d) && (card_iin(d) || card_named()) {
         return Some((EntityKind::PaymentCard, 0.9));
     }
     if ssn_shaped(run) && ssn_valid(d) {
@@ -226,8 +244,11 @@ fn phone(run: &Run, text: &[u8]) -> Option<f32> {
     if run.seps.is_empty() {
         return bare_phone(run, text);
     }
-    if n > 12 || not_a_phone(run) {
+    if n > 12 {
         return None;
+    }
+    if not_a_phone(run) {
+        return national_grouping_after_cue(run, text).then_some(0.8);
     }
     if run.bracket {
         return Some(0.85);
@@ -238,11 +259,38 @@ fn phone(run: &Run, text: &[u8]) -> Option<f32> {
     }
     // Two groups: "555-0147", "0837 783533", and the 4-4 of Hungary, Brazil or Singapore.
     let local = g.len() >= 3 || d[0] == 0 || g[..] == [3, 4] || g[..] == [4, 4];
-    local.then_some(if phone_cue_before(text, run.start) {
-        0.85
-    } else {
-        0.7
-    })
+    if local {
+        return Some(if phone_cue_before(text, run.start) {
+            0.85
+        } else {
+            0.7
+        });
+    }
+    national_grouping_after_cue(run, text).then_some(0.8)
+}
+
+/// Eight to eleven digits in two or three groups without a trunk 0 ("12 345 678",
+/// "12 345678", "401 234 567") are how many countries write national numbers, and also how
+/// amounts and account numbers look; only a word that names a phone decides. Dates
+/// (a group of two after the first), a currency sign or a decimal part still say it is not
+/// one.
+fn national_grouping_after_cue(run: &Run, text: &[u8]) -> bool {
+    let n = run.digits.len();
+    let g = &run.groups;
+    let grouped = (2..=3).contains(&g.len())
+        && (2..=3).contains(&g[0])
+        && g[1..].iter().all(|&x| (3..=6).contains(&x));
+    let spaced = run.seps.iter().all(|&c| matches!(c, b' ' | b'-'));
+    // `$`, and the last bytes of `£` and `€` in UTF-8.
+    let after_currency = run.start > 0 && matches!(text[run.start - 1], b'$' | 0xa3 | 0xac);
+    let decimal =
+        text.get(run.end) == Some(&b',') && text.get(run.end + 1).is_some_and(u8::is_ascii_digit);
+    (8..=11).contains(&n)
+        && grouped
+        && spaced
+        && !after_currency
+        && !decimal
+        && cue_before(text, run.start, STRONG_PHONE_CUES)
 }
 
 /// A bare run of digits is a phone when it is a Chinese mobile, 7 to 12 digits after a word
@@ -293,6 +341,22 @@ fn phone_cue_before(text: &[u8], at: usize) -> bool {
         window
             .windows(cue.len())
             .any(|w| w.eq_ignore_ascii_case(cue.as_bytes()))
+    })
+}
+
+/// Whether a word that begins with one of `cues` ("call", "called", "Phone:") is written, in
+/// any case, within the window before `at`. Unlike `phone_cue_before`, the cue must start a
+/// word, since these cues alone turn an amount-shaped number into personal data.
+fn cue_before(text: &[u8], at: usize, cues: &[&str]) -> bool {
+    let from = at.saturating_sub(PHONE_CUE_WINDOW);
+    (from..at).any(|i| {
+        let starts_word = i == 0 || !text[i - 1].is_ascii_alphabetic();
+        starts_word
+            && cues.iter().any(|cue| {
+                text[i..at]
+                    .get(..cue.len())
+                    .is_some_and(|w| w.eq_ignore_ascii_case(cue.as_bytes()))
+            })
     })
 }
 
@@ -371,6 +435,27 @@ mod tests {
     }
 
     #[test]
+    fn national_groupings_without_a_trunk_zero_after_a_phone_word() {
+        for (text, phone) in [
+            ("Phone: 47 512 903", "47 512 903"),
+            ("you can call me on 47 512903 tonight", "47 512903"),
+            ("mobile 612-345-678", "612-345-678"),
+            ("reach the desk at 33 918 2204.", "33 918 2204"),
+        ] {
+            assert_eq!(phones(text), vec![phone.to_string()], "{text}");
+        }
+        for text in [
+            "the grant was 47 512 903 crowns",
+            "account 47 512903 is closed",
+            "call me about the $12 345 678 deal",
+            "call me on 2023-04-05",
+            "phone bill of 12 345,50",
+        ] {
+            assert!(phones(text).is_empty(), "{text}: {:?}", phones(text));
+        }
+    }
+
+    #[test]
     fn dates_amounts_versions_and_ranges_are_not_phones() {
         for text in [
             "on 2023-04-05 we met",
@@ -409,6 +494,11 @@ mod tests {
                 "{card}"
             );
         }
+        // Named as a card, any issuer range counts (Maestro's 0604 and a 12-digit number).
+        assert_eq!(
+            texts_of("my credit card is 060412345674.", EntityKind::PaymentCard),
+            vec!["060412345674"]
+        );
         // A Luhn-valid 12-digit number outside Maestro's ranges is an order number.
         assert!(texts_of("order 400000000002 shipped", EntityKind::PaymentCard).is_empty());
         // Phone-shaped groups are not a card even when the digits pass Luhn.

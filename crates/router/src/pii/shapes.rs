@@ -31,8 +31,9 @@ pub(super) fn emails(text: &str, spans: &mut Vec<Span>) {
 pub(super) fn ibans(b: &[u8], spans: &mut Vec<Span>) {
     let mut i = 0;
     while i + 4 <= b.len() {
-        let starts = b[i].is_ascii_uppercase()
-            && b[i + 1].is_ascii_uppercase()
+        // People paste IBANs in lower case too; the mod-97 check keeps words out.
+        let starts = b[i].is_ascii_alphabetic()
+            && b[i + 1].is_ascii_alphabetic()
             && b[i + 2].is_ascii_digit()
             && b[i + 3].is_ascii_digit();
         if !starts || (i > 0 && is_word(b[i - 1])) {
@@ -42,8 +43,8 @@ pub(super) fn ibans(b: &[u8], spans: &mut Vec<Span>) {
         let mut j = i;
         let mut compact = Vec::new();
         while j < b.len() && compact.len() < 34 {
-            if b[j].is_ascii_digit() || b[j].is_ascii_uppercase() {
-                compact.push(b[j]);
+            if b[j].is_ascii_alphanumeric() {
+                compact.push(b[j].to_ascii_uppercase());
                 j += 1;
             } else if b[j] == b' '
                 && b.get(j + 1).is_some_and(|c| c.is_ascii_alphanumeric())
