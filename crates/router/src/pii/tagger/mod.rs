@@ -12,13 +12,20 @@ use std::sync::OnceLock;
 use serde::{Deserialize, Serialize};
 
 use super::kinds::{EntityKind, Span};
-use crate::rng::SplitMix;
+
+mod features;
+mod train;
+
+use features::{Word, features, near_title_case, words};
+pub use train::{Dropout, Labelled, TrainConfig, train};
 
 /// The tags, in weight order: outside, then begin/inside for each entity class.
 const TAGS: [&str; 9] = [
     "O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG", "B-ADDR", "I-ADDR",
 ];
+
 const N_TAGS: usize = TAGS.len();
+
 /// The entity class of each tag pair, in tag order.
 const KINDS: [EntityKind; 4] = [
     EntityKind::PersonName,
@@ -26,9 +33,12 @@ const KINDS: [EntityKind; 4] = [
     EntityKind::Organization,
     EntityKind::StreetAddress,
 ];
+
 const MAGIC: &[u8; 8] = b"STRDPII1";
+
 /// The feature set's version: a model trained on other features is refused at load.
 const FEATURES_VERSION: u32 = 4;
+
 /// The gazetteer's classes, each a flag letter in the features.
 const GAZETTEER_CLASSES: [(&str, char); 5] = [
     ("given", 'g'),
@@ -37,12 +47,14 @@ const GAZETTEER_CLASSES: [(&str, char); 5] = [
     ("country", 'n'),
     ("word", 'w'),
 ];
+
 /// Probes per Bloom filter lookup: about 1% false positives at 10 bits an entry.
 const BLOOM_PROBES: u64 = 7;
+
 /// Longest text the tagger reads in one piece; longer prompts are tagged in windows.
 const MAX_TOKENS_PER_WINDOW: usize = 4096;
 
-const BUNDLED: &[u8] = include_bytes!("../../data/pii-tagger.bin");
+const BUNDLED: &[u8] = include_bytes!("../../../data/pii-tagger.bin");
 
 /// Why a tagger model could not be read.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -139,50 +151,6 @@ pub struct Token {
     pub start: usize,
     pub end: usize,
     pub line_start: bool,
-}
-
-/// A sentence for training: its text and the labelled entity spans (byte offsets).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Labelled {
-    pub text: String,
-    pub spans: Vec<(EntityKind, usize, usize)>,
-}
-
-/// Chances that one training pass hides a word's own features (so the tagger learns names
-/// it has never seen from their shape and context), its neighbours' (so it does not learn
-/// whole training sentences by heart) or a capitalised word's gazetteer entry (the names
-/// people bring are often in no list, and a tagger that only ever saw listed names would
-/// call every unlisted one a place or a company).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Dropout {
-    pub word: f32,
-    pub context: f32,
-    pub gazetteer: f32,
-}
-
-/// Training settings.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct TrainConfig {
-    pub epochs: usize,
-    /// Hash buckets (rounded up to a power of two).
-    pub buckets: usize,
-    pub dropout: Dropout,
-    pub seed: u64,
-}
-
-impl Default for TrainConfig {
-    fn default() -> Self {
-        TrainConfig {
-            epochs: 8,
-            buckets: 1 << 14,
-            dropout: Dropout {
-                word: 0.25,
-                context: 0.3,
-                gazetteer: 0.4,
-            },
-            seed: 0x5eed,
-        }
-    }
 }
 
 /// The bundled tagger, or why it could not be read.
@@ -509,444 +477,6 @@ fn fnv64(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
-}
-
-/// The gazetteer classes `name` belongs to, as flag letters ("gs": a given name and a
-/// surname), or "-".
-fn gazetteer_flags(gazetteer: &Bloom, name: &str) -> &'static str {
-    static NAMES: OnceLock<Vec<String>> = OnceLock::new();
-    let names = NAMES.get_or_init(|| {
-        (0..1usize << GAZETTEER_CLASSES.len())
-            .map(|mask| {
-                let flags: String = GAZETTEER_CLASSES
-                    .iter()
-                    .enumerate()
-                    .filter(|(bit, _)| mask & (1 << bit) != 0)
-                    .map(|(_, (_, flag))| *flag)
-                    .collect();
-                if flags.is_empty() { "-".into() } else { flags }
-            })
-            .collect()
-    });
-    let mask = GAZETTEER_CLASSES
-        .iter()
-        .enumerate()
-        .filter(|(_, (class, _))| gazetteer.contains(class, name))
-        .fold(0, |m, (bit, _)| m | 1 << bit);
-    &names[mask]
-}
-
-/// A word's shape: upper case → `X`, lower → `x`, digit → `d`, others kept, repeats
-/// collapsed ("Kessler" → "Xx", "O'Neil" → "X'Xx", "62704" → "d").
-fn shape(word: &str) -> String {
-    let mut out = String::new();
-    for c in word.chars() {
-        let s = if c.is_uppercase() {
-            'X'
-        } else if c.is_lowercase() || c.is_alphabetic() {
-            'x'
-        } else if c.is_numeric() {
-            'd'
-        } else {
-            c
-        };
-        if !out.ends_with(s) {
-            out.push(s);
-        }
-    }
-    out
-}
-
-/// Where the word's own identity features sit in `features`' output (after the bias).
-const IDENTITY: std::ops::Range<usize> = 1..5;
-/// Where the neighbouring words' features sit.
-const CONTEXT: std::ops::Range<usize> = 5..12;
-
-/// What the features read of one token, computed once per text.
-struct Word {
-    lower: String,
-    shape: String,
-    /// Gazetteer flags as letters, "-" when none, "l" for a lower-case word.
-    gaz: &'static str,
-    sentence_start: bool,
-    /// This word and the next name a place of two words ("New York", "Cape Town").
-    place_with_next: bool,
-    /// May carry an entity tag at all: Latin script (the tagger was trained on it; other
-    /// scripts have their own scanners).
-    may_tag: bool,
-    /// Letters or digits, not punctuation: only a word begins an entity.
-    is_word: bool,
-    /// Title case in Latin script ([`is_title_case`]): what a segment is anchored on.
-    title_case: bool,
-    /// May begin a name, place or organisation: a capitalised word, a number ("3M"), or a
-    /// short lower-case particle or title ("van der Berg", "pani Szoka"), never a longer
-    /// lower-case word ("beginner, Python", "mother-in-law Dolores").
-    may_begin_name: bool,
-    /// May continue an entity: a word, or punctuation that entities hold ("Smith & Co",
-    /// "Apt. 4", "Kessler-Wolf"), never a sentence's end.
-    may_continue: bool,
-}
-
-impl Word {
-    /// A token far from any title-case word, which decoding never reads.
-    fn unread() -> Word {
-        Word {
-            lower: String::new(),
-            shape: String::new(),
-            gaz: "-",
-            sentence_start: false,
-            place_with_next: false,
-            may_tag: false,
-            is_word: false,
-            title_case: false,
-            may_begin_name: false,
-            may_continue: false,
-        }
-    }
-}
-
-fn is_latin(c: char) -> bool {
-    !c.is_alphabetic() || (c as u32) < 0x250 || ('\u{1e00}'..='\u{1eff}').contains(&c)
-}
-
-/// Whether a word anchors a segment (see [`segments`]): title case ("Kessler", "McDonald",
-/// shape "Xx…") in Latin script, read off the raw word so that tokens far from any anchor
-/// need no other facts.
-fn is_title_case(raw: &str) -> bool {
-    let after_capitals = raw.chars().find(|c| !c.is_uppercase());
-    raw.starts_with(|c: char| c.is_uppercase() && c.is_alphanumeric())
-        && after_capitals.is_some_and(|c| c.is_lowercase() || c.is_alphabetic())
-        && raw.chars().all(is_latin)
-}
-
-/// Which tokens [`decode`](Tagger::tag) reads: those a segment holds and the neighbours its
-/// features look at (two either side, and one more for their own neighbours' facts).
-fn near_title_case(text: &str, tokens: &[Token]) -> Vec<bool> {
-    const RADIUS: usize = 2 + 3;
-    let mut near = vec![false; tokens.len()];
-    for (i, t) in tokens.iter().enumerate() {
-        if is_title_case(&text[t.start..t.end]) {
-            let end = (i + RADIUS + 1).min(tokens.len());
-            near[i.saturating_sub(RADIUS)..end].fill(true);
-        }
-    }
-    near
-}
-
-/// The per-token facts of `tokens` that the features combine. Decoding reads only the
-/// tokens `near` marks (the rest stand in as punctuation that no feature reads); training
-/// reads every token.
-fn words(text: &str, tokens: &[Token], gazetteer: &Bloom, near: Option<&[bool]>) -> Vec<Word> {
-    let mut out: Vec<Word> = Vec::with_capacity(tokens.len());
-    for (i, t) in tokens.iter().enumerate() {
-        if near.is_some_and(|n| !n[i]) {
-            out.push(Word::unread());
-            continue;
-        }
-        let raw = &text[t.start..t.end];
-        let lower = raw.to_lowercase();
-        let is_word = raw.chars().next().is_some_and(char::is_alphanumeric);
-        let after_short_word =
-            i > 0 && out[i - 1].lower.chars().count() <= 4 && out[i - 1].shape != "d";
-        let prev = out.last();
-        let sentence_start = prev.is_none()
-            || t.line_start
-            || prev.is_some_and(|p| matches!(p.lower.as_str(), "." | "!" | "?" | ":" | "\"" | "("));
-        out.push(Word {
-            shape: shape(raw),
-            // Names, places and organisations are capitalised: a lower-case word is not looked
-            // up, which keeps the filter's probes to the few words that matter.
-            gaz: if raw.starts_with(char::is_uppercase) {
-                gazetteer_flags(gazetteer, &lower)
-            } else {
-                "l"
-            },
-            sentence_start,
-            place_with_next: false,
-            may_tag: raw.chars().all(is_latin),
-            is_word,
-            title_case: is_title_case(raw),
-            may_begin_name: is_word
-                && (raw.starts_with(|c: char| c.is_uppercase() || c.is_numeric())
-                    || raw.chars().count() <= 4),
-            may_continue: is_word
-                || matches!(raw, "," | "&" | "'" | "’" | "-" | "/" | "#" | "(" | ")")
-                || (raw == "." && after_short_word),
-            lower,
-        });
-    }
-    for i in 1..out.len() {
-        let capitalised = |w: &Word| w.shape.starts_with('X');
-        if capitalised(&out[i - 1]) && capitalised(&out[i]) {
-            let pair = format!("{} {}", out[i - 1].lower, out[i].lower);
-            out[i - 1].place_with_next =
-                gazetteer.contains("city", &pair) || gazetteer.contains("country", &pair);
-        }
-    }
-    out
-}
-
-/// FNV-1a of a feature's template name and its parts joined by `|`, in `buckets`.
-fn hash_parts(template: &str, parts: &[&str], buckets: usize) -> u32 {
-    let step = |h: u64, b: u8| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-    let mut h = template.bytes().fold(0xcbf2_9ce4_8422_2325, step);
-    for part in parts {
-        h = part.bytes().fold(step(h, b'|'), step);
-    }
-    (h as usize & (buckets - 1)) as u32
-}
-
-/// The hashed features of token `i`, written to `out`.
-fn features(words: &[Word], i: usize, buckets: usize, out: &mut Vec<u32>) {
-    out.clear();
-    let at = |k: isize| {
-        usize::try_from(i as isize + k)
-            .ok()
-            .and_then(|k| words.get(k))
-    };
-    let lower = |k: isize| at(k).map_or(if k < 0 { "<s>" } else { "</s>" }, |w| w.lower.as_str());
-    let shape_at =
-        |k: isize| at(k).map_or(if k < 0 { "<s>" } else { "</s>" }, |w| w.shape.as_str());
-    let gaz_at = |k: isize| at(k).map_or("<>", |w| w.gaz);
-    let w = &words[i];
-    let lw = w.lower.as_str();
-    let n_chars = lw.chars().count();
-    let from_end = |n: usize| {
-        lw.char_indices()
-            .nth(n_chars.saturating_sub(n))
-            .map_or(0, |c| c.0)
-    };
-    let head_end = lw.char_indices().nth(3).map_or(lw.len(), |c| c.0);
-    let sh = w.shape.as_str();
-    let (p1, n1) = (lower(-1), lower(1));
-    let start = if w.sentence_start { "1" } else { "0" };
-    let place = |b: bool| if b { "1" } else { "0" };
-    let in_place2 = [
-        place(at(-1).is_some_and(|p| p.place_with_next)),
-        place(w.place_with_next),
-    ];
-    const LENGTHS: [&str; 13] = [
-        "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12",
-    ];
-    let len = LENGTHS[n_chars.min(12)];
-    // Order matters to training's dropout: identity features first, then context.
-    let parts: [(&str, &[&str]); 20] = [
-        ("bias", &[]),
-        ("w", &[lw]),
-        ("suf3", &[&lw[from_end(3)..]]),
-        ("suf2", &[&lw[from_end(2)..]]),
-        ("pre3", &[&lw[..head_end]]),
-        ("p1", &[p1]),
-        ("n1", &[n1]),
-        ("p2", &[lower(-2)]),
-        ("n2", &[lower(2)]),
-        ("p1sh", &[p1, sh]),
-        ("n1sh", &[sh, n1]),
-        ("gazn", &[gaz_at(-1), gaz_at(1)]),
-        ("sh", &[sh]),
-        ("shp", &[shape_at(-1)]),
-        ("shn", &[shape_at(1)]),
-        ("sh3", &[shape_at(-1), sh, shape_at(1)]),
-        ("start", &[start, sh]),
-        ("len", &[len]),
-        ("gaz", &[w.gaz, sh]),
-        ("place2", &in_place2),
-    ];
-    out.extend(parts.iter().map(|(t, p)| hash_parts(t, p, buckets)));
-}
-
-/// The gold tag of every token of a labelled sentence.
-fn gold_tags(example: &Labelled, tokens: &[Token]) -> Vec<usize> {
-    let mut tags = vec![0; tokens.len()];
-    for &(kind, start, end) in &example.spans {
-        let Some(class) = KINDS.iter().position(|k| *k == kind) else {
-            continue;
-        };
-        let mut first = true;
-        for (t, tok) in tags.iter_mut().zip(tokens) {
-            if tok.start >= start && tok.end <= end {
-                *t = 1 + 2 * class + usize::from(!first);
-                first = false;
-            }
-        }
-    }
-    tags
-}
-
-/// Learns a tagger from labelled sentences with the averaged structured perceptron
-/// (Collins, 2002): decode, and where the best sequence differs from the gold one, add the
-/// gold features and subtract the predicted ones; the model is the average over every step.
-/// `on_step` is called after each sentence of each epoch (a caller's progress bar).
-pub fn train(
-    examples: &[Labelled],
-    gazetteer: Bloom,
-    config: TrainConfig,
-    provenance: &str,
-    mut on_step: impl FnMut(),
-) -> Result<Tagger, TaggerError> {
-    if examples.is_empty() {
-        return Err(TaggerError::NoExamples);
-    }
-    let buckets = config.buckets.next_power_of_two();
-    let mut learner = Perceptron::new(buckets, gazetteer);
-    let prepared: Vec<(Vec<Token>, Vec<usize>)> = examples
-        .iter()
-        .map(|e| {
-            let tokens = tokenize(&e.text);
-            let gold = gold_tags(e, &tokens);
-            (tokens, gold)
-        })
-        .collect();
-    let mut order: Vec<usize> = (0..examples.len()).collect();
-    let mut rng = SplitMix(config.seed);
-    for _ in 0..config.epochs {
-        for k in (1..order.len()).rev() {
-            order.swap(k, rng.below(k + 1));
-        }
-        for &idx in &order {
-            let (tokens, gold) = &prepared[idx];
-            learner.step(&examples[idx].text, tokens, gold, config.dropout, &mut rng);
-            on_step();
-        }
-    }
-    Ok(learner.finish(provenance))
-}
-
-/// The perceptron's running and accumulated weights (Daumé's averaging trick: the average
-/// is `w − u / c`, where every update at step `c` also adds `c · Δ` to `u`).
-struct Perceptron {
-    buckets: usize,
-    gazetteer: Bloom,
-    weights: Vec<f32>,
-    accumulated: Vec<f32>,
-    transitions: Vec<f32>,
-    transitions_accumulated: Vec<f32>,
-    step: f32,
-}
-
-impl Perceptron {
-    fn new(buckets: usize, gazetteer: Bloom) -> Perceptron {
-        Perceptron {
-            buckets,
-            gazetteer,
-            weights: vec![0.0; buckets * N_TAGS],
-            accumulated: vec![0.0; buckets * N_TAGS],
-            transitions: vec![0.0; (1 + N_TAGS) * N_TAGS],
-            transitions_accumulated: vec![0.0; (1 + N_TAGS) * N_TAGS],
-            step: 1.0,
-        }
-    }
-
-    fn step(
-        &mut self,
-        text: &str,
-        tokens: &[Token],
-        gold: &[usize],
-        dropout: Dropout,
-        rng: &mut SplitMix,
-    ) {
-        let mut words = words(text, tokens, &self.gazetteer, None);
-        for w in words.iter_mut().filter(|w| w.gaz != "l") {
-            if rng.next_f64() < f64::from(dropout.gazetteer) {
-                w.gaz = "-";
-            }
-        }
-        for segment in segments(&words) {
-            let feats: Vec<Vec<u32>> = segment
-                .clone()
-                .map(|i| {
-                    let mut f = Vec::new();
-                    features(&words, i, self.buckets, &mut f);
-                    // Hide the neighbours, or the word itself, now and then: a name must be
-                    // known by its own look as well as by the words around it.
-                    if rng.next_f64() < f64::from(dropout.context) {
-                        f.drain(CONTEXT);
-                    }
-                    if rng.next_f64() < f64::from(dropout.word) {
-                        f.drain(IDENTITY);
-                    }
-                    f
-                })
-                .collect();
-            let emissions: Vec<[f32; N_TAGS]> = feats.iter().map(|f| self.emission(f)).collect();
-            let predicted = viterbi(&emissions, &self.transitions, &words[segment.clone()]);
-            self.correct(&feats, &gold[segment], &predicted);
-        }
-        self.step += 1.0;
-    }
-
-    fn emission(&self, feats: &[u32]) -> [f32; N_TAGS] {
-        let mut e = [0f32; N_TAGS];
-        for &b in feats {
-            let row = &self.weights[b as usize * N_TAGS..(b as usize + 1) * N_TAGS];
-            for (x, w) in e.iter_mut().zip(row) {
-                *x += w;
-            }
-        }
-        e
-    }
-
-    /// The perceptron's update where the predicted tags differ from the gold ones.
-    fn correct(&mut self, feats: &[Vec<u32>], gold: &[usize], predicted: &[usize]) {
-        if predicted == gold {
-            return;
-        }
-        for (i, f) in feats.iter().enumerate() {
-            if predicted[i] != gold[i] {
-                for &b in f {
-                    self.update(b as usize * N_TAGS + gold[i], 1.0);
-                    self.update(b as usize * N_TAGS + predicted[i], -1.0);
-                }
-            }
-            let row = |tags: &[usize]| if i == 0 { 0 } else { 1 + tags[i - 1] };
-            self.update_transition(row(gold) * N_TAGS + gold[i], 1.0);
-            self.update_transition(row(predicted) * N_TAGS + predicted[i], -1.0);
-        }
-    }
-
-    fn update(&mut self, at: usize, delta: f32) {
-        self.weights[at] += delta;
-        self.accumulated[at] += self.step * delta;
-    }
-
-    fn update_transition(&mut self, at: usize, delta: f32) {
-        self.transitions[at] += delta;
-        self.transitions_accumulated[at] += self.step * delta;
-    }
-
-    fn finish(self, provenance: &str) -> Tagger {
-        // The average over every step: `w − u / c`.
-        let average = |w: &[f32], u: &[f32]| -> Vec<f32> {
-            w.iter().zip(u).map(|(w, u)| w - u / self.step).collect()
-        };
-        let averaged = average(&self.weights, &self.accumulated);
-        let transitions = average(&self.transitions, &self.transitions_accumulated);
-        let max = averaged
-            .iter()
-            .fold(0f32, |m, w| m.max(w.abs()))
-            .max(f32::MIN_POSITIVE);
-        let scale = max / f32::from(i16::MAX);
-        let weights = averaged
-            .iter()
-            .map(|w| (w / scale).round() as i16)
-            .collect();
-        let mut tagger = Tagger {
-            header: Header {
-                tags: TAGS.iter().map(|t| (*t).to_string()).collect(),
-                features_version: FEATURES_VERSION,
-                buckets: self.buckets,
-                scale,
-                transitions,
-                bloom_bits: self.gazetteer.words.len() * 64,
-                checksum: 0,
-                provenance: provenance.to_string(),
-            },
-            weights,
-            gazetteer: self.gazetteer,
-        };
-        tagger.header.checksum = fnv64(&tagger.body());
-        tagger
-    }
 }
 
 #[cfg(test)]
