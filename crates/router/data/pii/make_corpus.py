@@ -32,6 +32,10 @@ HELDOUT_ONLY_LOCALES = ["en_NZ", "de_CH", "fr_CA", "pt_PT", "da_DK", "no_NO", "f
                         "ro_RO", "hr_HR", "sk_SK", "en_PH", "yo_NG"]
 WORDS = "/usr/share/dict/american-english"  # apt-get install wamerican
 ADDRESS_LOCALES = ["en_US", "en_US", "en_US", "en_GB", "en_AU", "en_CA"]
+# Street formats beyond English: the tagger should know a street by its number and street
+# word in the orders other countries write them ("Calle Mayor 12", "ul. Długa 5").
+STREET_LOCALES = ["de_DE", "es_ES", "it_IT", "fr_FR", "nl_NL", "pt_BR", "pl_PL", "sv_SE",
+                  "en_IN", "en_IE", "es_MX", "cs_CZ"]
 
 REAL_CITIES = """New York|Los Angeles|Chicago|Houston|Phoenix|Philadelphia|San Antonio|San Diego|
 Dallas|Austin|Seattle|Denver|Boston|Atlanta|Miami|Portland|Detroit|Nashville|Baltimore|
@@ -277,6 +281,30 @@ The Great Gatsby|Star Wars|Harry Potter|the Eiffel Tower|the Internet|English|Sp
 German|Chinese|French|Python|JavaScript|Linux|Windows|Excel|Bluetooth|Wi-Fi|iPhone|Android|
 Christmas|Easter|Ramadan|Thanksgiving|Halloween|Mother's Day|the Moon|the Sun|Mars|Jupiter""".replace("\n", "")
 NEGATIVE = NEGATIVE.split("|")
+# Titles, forms of address and roles: capitalised, often at a line's start, and never a
+# place or an organisation on their own.
+TITLES = """Dear Sir or Madam|Dear Hiring Manager|To Whom It May Concern|Your Honour|Your Excellency|
+Madam Chair|Mr. President|Head of Marketing|Chief Financial Officer|Vice President of Sales|
+Director of Operations|Senior Software Engineer|Team Lead|Product Owner|Customer Service|
+Human Resources|Legal Department|Board of Directors|Professor Emeritus|Dean of Students|
+Editor in Chief|Office Manager|Account Executive|Head Chef|Lead Nurse|Chief of Staff|
+Sales Associate|Support Team|Admissions Office|Accounts Payable""".replace("\n", "")
+TITLES = TITLES.split("|")
+TITLE_FRAMES = ["{NEG},\nI am writing about the open position.", "{NEG}, thank you for your time.",
+                "Please forward this to the {NEG}.", "Our {NEG} approved the plan.",
+                "Role: {NEG}", "Write a job ad for a {NEG}.", "Attention: {NEG}",
+                "The {NEG} will reply within two days.", "{NEG} - quarterly update"]
+# Capitalised abstract nouns in lists (values, headings, slogans), read as organisations when
+# the tagger has only ever seen capitals on names.
+ABSTRACT = """Honesty|Integrity|Respect|Courage|Quality|Safety|Innovation|Teamwork|Excellence|
+Trust|Diversity|Inclusion|Sustainability|Accountability|Growth|Leadership|Passion|Service|
+Creativity|Transparency|Community|Wellbeing|Efficiency|Reliability|Curiosity|Kindness|
+Security|Privacy|Performance|Simplicity""".replace("\n", "")
+ABSTRACT = ABSTRACT.split("|")
+ABSTRACT_FRAMES = ["Our values: {A}, {B} and {C}.", "{A}, {B}, {C} - pick two.",
+                   "The three pillars are {A}, {B} and {C}.", "Slide 4: {A} and {B}",
+                   "Write a paragraph on {A}, {B} and {C} at work.", "{A} • {B} • {C}",
+                   "Rank these: {A}, {B}, {C}, {D}.", "Section headings: {A}; {B}; {C}."]
 NEGATIVE_FRAMES = ["What happens {NEG}?", "Tell me about {NEG}.", "I love {NEG}!",
                    "Write a short poem about {NEG}.", "{NEG} is coming up.",
                    "Is {NEG} worth it?", "Explain {NEG} to a child.", "Plans {NEG}?"]
@@ -285,8 +313,7 @@ NEGATIVE_FRAMES = ["What happens {NEG}?", "Tell me about {NEG}.", "I love {NEG}!
 def frame(rng, values):
     """A sentence around one entity, or a sentence with capitalised words that are none."""
     if rng.random() < 0.2:
-        text = rng.choice(NEGATIVE_FRAMES).replace("{NEG}", rng.choice(NEGATIVE))
-        return {"full_text": text[0].upper() + text[1:], "spans": []}
+        return negative(rng)
     slot = rng.choice(list(FRAMES))
     lead, tail = FRAMES[slot]
     draw = "PERSON" if slot == "PERSON" and rng.random() < 0.6 else ("FIRST" if slot == "PERSON" else slot)
@@ -296,15 +323,67 @@ def frame(rng, values):
     return fill(text, values)
 
 
-class Values:
-    """Draws slot values from Faker; `locales` are where people's names come from."""
+# Numbers beside capitalised words that are dates, events, products and titles, never a
+# street: "On May 2, 2007", "Train No. 23", "Apollo 11".
+NUMBERED = """Apollo 11|Route 66|Flight 370|Windows 11|Chapter 12|Train No. 23|Episode 4|
+Interstate 95|Section 230|Article 50|Level 3|Season 2|Game 7|World War 2|Formula 1|Boeing 747|
+Super Bowl 50|Catch-22|Ocean's 11|Studio 54|Blink-182|Matchbox 20|Vol. 3|Volume 2|Act 1|
+Stage 4|Gate 12|Platform 9|Terminal 2|Highway 1""".replace("\n", "")
+NUMBERED = NUMBERED.split("|")
+MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August",
+          "September", "October", "November", "December"]
+NUMBERED_FRAMES = ["On {DATE}, the band announced {N}.", "{N} was released on {DATE}.",
+                   "By {DATE} the {YEAR} {N} season had ended.", "What happened on {DATE}?",
+                   "The {YEAR} final of {N} was close.", "Tell me about {N}.",
+                   "Summarise the history of {N} since {YEAR}.", "{N} opens on {DATE}."]
 
-    def __init__(self, rng, locales):
+
+def negative(rng):
+    """A sentence whose capitalised words are no entity: dates, products, titles, values."""
+    pick = rng.random()
+    if pick < 0.5:
+        text = rng.choice(NEGATIVE_FRAMES).replace("{NEG}", rng.choice(NEGATIVE))
+    elif pick < 0.65:
+        text = rng.choice(TITLE_FRAMES).replace("{NEG}", rng.choice(TITLES))
+    elif pick < 0.8:
+        year = str(rng.randint(1850, 2025))
+        date = rng.choice([f"{rng.choice(MONTHS)} {rng.randint(1, 28)}, {year}",
+                           f"{rng.choice(MONTHS)} {rng.randint(1, 28)}",
+                           f"{rng.randint(1, 28)} {rng.choice(MONTHS)} {year}",
+                           f"{rng.choice(MONTHS)} {year}"])
+        text = (rng.choice(NUMBERED_FRAMES).replace("{DATE}", date).replace("{YEAR}", year)
+                .replace("{N}", rng.choice(NUMBERED)))
+    else:
+        words = rng.sample(ABSTRACT, 4)
+        text = rng.choice(ABSTRACT_FRAMES)
+        for slot, word in zip("ABCD", words):
+            text = text.replace("{" + slot + "}", word)
+    return {"full_text": text[0].upper() + text[1:], "spans": []}
+
+
+class Values:
+    """Draws slot values from Faker; `locales` are where people's names come from. `varied`
+    draws names and streets in more shapes (training); the held-out set keeps the shapes it
+    was written with, so the committed file stays reproducible."""
+
+    def __init__(self, rng, locales, varied=False):
         self.rng = rng
+        self.varied = varied
         self.people = [Faker(loc) for loc in locales]
         self.addresses = [Faker(loc) for loc in ADDRESS_LOCALES]
         self.local = [Faker(loc) for loc in ["de_DE", "es_ES", "it_IT", "fr_FR", "nl_NL", "en_GB"]]
+        self.streets = self.addresses + [Faker(loc) for loc in STREET_LOCALES]
         self.us = Faker("en_US")
+
+    def street(self):
+        """A street address from one of many countries' formats, sometimes with a flat or
+        suite. The town stays out of the span: the sentence names it as a place."""
+        rng = self.rng
+        source = rng.choice(self.addresses + self.local[:3]) if rng.random() < 0.7 else rng.choice(self.streets)
+        pick = rng.random()
+        if pick < 0.15 and hasattr(source, "secondary_address"):
+            return f"{source.street_address()}, {source.secondary_address()}"
+        return source.street_address().replace("\n", ", ").strip()
 
     def plain_org(self):
         """A name the way many real organisations are named: a surname, place or word and
@@ -318,11 +397,29 @@ class Values:
             name = f"{name} {rng.choice(['Inc.', 'Ltd', 'LLC', 'GmbH', 'plc', 'Group'])}"
         return name
 
+    def person_name(self, person):
+        """A full name in one of the ways people write one: Faker's own (with its titles and
+        suffixes), first and last, a middle initial, surname first as forms do, or in capitals."""
+        rng = self.rng
+        first, last = person.first_name(), person.last_name()
+        pick = rng.random()
+        if pick < 0.4:
+            return person.name()
+        if pick < 0.7:
+            return f"{first} {last}"
+        if pick < 0.82:
+            return f"{first} {rng.choice('ABCDEFGHJKLMNPRSTW')}. {last}"
+        if pick < 0.94:
+            return f"{last}, {first}"
+        return f"{first} {last}".upper()
+
     def draw(self, slot):
         rng = self.rng
         person = rng.choice(self.people)
         if slot == "PERSON":
-            return rng.choice([person.name, person.name, lambda: f"{person.first_name()} {person.last_name()}"])(), "PERSON"
+            if not self.varied:
+                return rng.choice([person.name, person.name, lambda: f"{person.first_name()} {person.last_name()}"])(), "PERSON"
+            return self.person_name(person), "PERSON"
         if slot == "FIRST":
             return person.first_name(), "PERSON"
         if slot == "LAST":
@@ -342,8 +439,10 @@ class Values:
                 return self.plain_org(), "ORGANIZATION"
             return rng.choice(self.people + self.local).company(), "ORGANIZATION"
         if slot == "STREET":
-            source = rng.choice(self.addresses + self.local[:3]) if rng.random() < 0.8 else rng.choice(self.local)
-            return source.street_address().replace("\n", ", ").strip(), "STREET_ADDRESS"
+            if not self.varied:
+                source = rng.choice(self.addresses + self.local[:3]) if rng.random() < 0.8 else rng.choice(self.local)
+                return source.street_address().replace("\n", ", ").strip(), "STREET_ADDRESS"
+            return self.street(), "STREET_ADDRESS"
         if slot == "PHONE":
             return rng.choice(self.addresses + self.local).phone_number(), "PHONE_NUMBER"
         if slot == "EMAIL":
@@ -384,14 +483,43 @@ def fill(template, values):
     return {"full_text": out, "spans": spans}
 
 
-def write(path, templates, locales, n, seed, frames=False):
+def write(path, templates, locales, n, seed, frames=False, real_frames=None):
     rng = random.Random(seed)
     Faker.seed(seed)
-    values = Values(rng, locales)
+    values = Values(rng, locales, varied=frames)
     with open(path, "w", encoding="utf-8") as f:
         for _ in range(n):
             row = frame(rng, values) if frames and rng.random() < 0.5 else fill(rng.choice(templates), values)
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        for row in real_frames or []:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            if any(s["entity_type"] in SUBSTITUTE for s in row["spans"]):
+                f.write(json.dumps(substituted(row, values), ensure_ascii=False) + "\n")
+
+
+# What an entity of a real sentence is replaced with: the sentence keeps its writer's style,
+# the tagger sees names from every training locale in it.
+SUBSTITUTE = {"PERSON": "PERSON", "LOCATION": "CITY", "ORGANIZATION": "ORG"}
+
+
+def substituted(row, values):
+    """A real sentence with its people, places and organisations replaced by drawn ones."""
+    text, spans, last = "", [], 0
+    for s in sorted(row["spans"], key=lambda s: s["start_position"]):
+        a, b = s["start_position"], s["end_position"]
+        text += row["full_text"][last:a]
+        value, label = (values.draw(SUBSTITUTE[s["entity_type"]]) if s["entity_type"] in SUBSTITUTE
+                        else (row["full_text"][a:b], s["entity_type"]))
+        spans.append({"entity_type": label, "start_position": len(text),
+                      "end_position": len(text) + len(value)})
+        text += value
+        last = b
+    return {"full_text": text + row["full_text"][last:], "spans": spans}
+
+
+def read_jsonl(path):
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
 def latin(word):
@@ -457,6 +585,9 @@ def main():
     p.add_argument("--out")
     p.add_argument("--train", type=int, default=24000)
     p.add_argument("--heldout", type=int, default=1500)
+    p.add_argument("--real-frames", metavar="JSONL",
+                   help="real labelled sentences to learn from as they are and with their "
+                        "entities replaced (outside/train_frames.jsonl; never a test corpus)")
     p.add_argument("--markup", nargs=2, metavar=("SRC", "DST"),
                    help="only convert hand-written markup (handwritten.txt) to JSON lines")
     args = p.parse_args()
@@ -464,7 +595,9 @@ def main():
         markup_to_jsonl(*args.markup)
         return
     os.makedirs(args.out, exist_ok=True)
-    write(f"{args.out}/train.jsonl", TRAIN_TEMPLATES, TRAIN_LOCALES, args.train, 1, frames=True)
+    real = read_jsonl(args.real_frames) if args.real_frames else None
+    write(f"{args.out}/train.jsonl", TRAIN_TEMPLATES, TRAIN_LOCALES, args.train, 1, frames=True,
+          real_frames=real)
     write_gazetteer(f"{args.out}/gazetteer.tsv")
     heldout_locales = HELDOUT_ONLY_LOCALES + TRAIN_LOCALES[:6]
     write(f"{args.out}/heldout.jsonl", HELDOUT_TEMPLATES, heldout_locales, args.heldout, 2)

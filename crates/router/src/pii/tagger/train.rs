@@ -41,7 +41,7 @@ impl Default for TrainConfig {
     fn default() -> Self {
         TrainConfig {
             epochs: 8,
-            buckets: 1 << 14,
+            buckets: 1 << 15,
             dropout: Dropout {
                 word: 0.25,
                 context: 0.3,
