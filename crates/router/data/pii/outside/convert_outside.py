@@ -296,27 +296,9 @@ def detokenise(tokens):
 # ---------------------------------------------------------------------------
 
 
-def spans_io(labels):
-    """IO scheme (Wikigold): a maximal run of I-X tokens is one entity."""
-    spans = []
-    cur = None
-    for i, lab in enumerate(labels):
-        typ = lab[2:] if lab[:2] in ("I-", "B-") else None
-        if lab != "O" and typ is None:
-            raise ValueError("bad label %r" % lab)
-        if typ is None:
-            cur = None
-            continue
-        if lab.startswith("B-") or cur is None or cur[0] != typ:
-            cur = [typ, i, i + 1]
-            spans.append(cur)
-        else:
-            cur[2] = i + 1
-    return [tuple(s) for s in spans]
-
-
-def spans_bio(labels):
-    """BIO scheme; an I-X that does not continue an X entity starts one."""
+def label_spans(labels):
+    """Entity spans of BIO labels (BTC, WNUT-17), read the same way for IO labels
+    (Wikigold): a B-X, or an I-X that does not continue an X entity, starts one."""
     spans = []
     cur = None
     for i, lab in enumerate(labels):
@@ -355,9 +337,9 @@ def merge_handle_prefix(spans, tokens, starts, text):
     return out
 
 
-def build_record(tokens, labels, scheme, label_map, source_meta):
+def build_record(tokens, labels, label_map, source_meta):
     text, starts = detokenise(tokens)
-    raw = spans_io(labels) if scheme == "IO" else spans_bio(labels)
+    raw = label_spans(labels)
     raw = merge_handle_prefix(raw, tokens, starts, text)
     kept, kept_meta, dropped = [], [], []
     for typ, s, e in raw:
@@ -424,7 +406,7 @@ def convert_wikigold(path):
         meta = {"corpus": "wikigold", "file": "wikigold.conll.txt",
                 "first_line": sent[0][2], "doc": doc,
                 "sentence_in_doc": sent_in_doc}
-        records.append(build_record(toks, labs, "IO", WIKIGOLD_MAP, meta))
+        records.append(build_record(toks, labs, WIKIGOLD_MAP, meta))
         sent_in_doc += 1
     total = len(records)
     rng = random.Random(WIKIGOLD_SEED)
@@ -442,7 +424,7 @@ def convert_wnut17_test(path):
         labs = [l for _, l, _ in sent]
         meta = {"corpus": "wnut17-test", "file": "emerging.test.annotated",
                 "first_line": sent[0][2], "doc": k}
-        records.append(build_record(toks, labs, "BIO", WNUT17_MAP, meta))
+        records.append(build_record(toks, labs, WNUT17_MAP, meta))
     return data, records, len(records)
 
 
@@ -464,7 +446,7 @@ def convert_btc(paths):
             meta = {"corpus": "btc", "file": os.path.basename(path),
                     "section": section.upper(), "first_line": sent[0][2],
                     "doc": k}
-            records.append(build_record(toks, labs, "BIO", BTC_MAP, meta))
+            records.append(build_record(toks, labs, BTC_MAP, meta))
     return datas, records
 
 
