@@ -105,14 +105,18 @@ export async function* sseChunks(body, signal, done = () => {}) {
   }
 }
 
-/** Round trip to the worker's /health, in milliseconds; null when it does not answer. */
-export async function measureRtt(worker, timeoutMs = 3000) {
+/**
+ * Round trip to the worker's /health, in milliseconds; null when it does not answer. A probe
+ * that outlasts the timeout reports the timeout: the network is at least that slow, which is
+ * what the router needs to know about a satellite or 2G link.
+ */
+export async function measureRtt(worker, timeoutMs = 10_000) {
   const t0 = performance.now();
   try {
     const r = await fetch(`${worker}/health`, { cache: "no-store", signal: AbortSignal.timeout(timeoutMs) });
     await r.arrayBuffer();
     return r.ok ? performance.now() - t0 : null;
-  } catch {
-    return null;
+  } catch (e) {
+    return e?.name === "TimeoutError" ? timeoutMs : null;
   }
 }

@@ -349,7 +349,7 @@ test("after prefill the edge model's state sends a word problem to the cloud wit
   }
 });
 
-test("network: the word problem the first token sends to the cloud stays on the edge under CDP throttling (2.5 s round trip, 100 kbit/s)", { skip }, async () => {
+test("network: the word problem the first token sends to the cloud stays on the edge under CDP throttling (5 s round trip, 100 kbit/s)", { skip }, async () => {
   const { context, page, sent } = await freshPage();
   try {
     // The model loads and its speed is measured before the network slows down; on the fast
@@ -365,9 +365,11 @@ test("network: the word problem the first token sends to the cloud stays on the 
     assert.match(calm.reasons.join(" "), /after prefill: P\(edge answer acceptable\)/);
     const uploads = () => sent.filter((x) => x.url.endsWith("/v1/chat/completions")).length;
     const before = uploads();
+    // A round trip well beyond the edge's whole answer, even on a busy 2-core machine where the
+    // measured edge speed is low: the test is about the direction of the bar, not a margin.
     const cdp = await context.newCDPSession(page);
     await cdp.send("Network.enable");
-    await cdp.send("Network.emulateNetworkConditions", { offline: false, latency: 2500, downloadThroughput: 12_500, uploadThroughput: 12_500 });
+    await cdp.send("Network.emulateNetworkConditions", { offline: false, latency: 5000, downloadThroughput: 12_500, uploadThroughput: 12_500 });
     const r = await page.evaluate(async (problem) => {
       const s = globalThis.throttled;
       const messages = [{ role: "user", content: problem }];
@@ -375,14 +377,14 @@ test("network: the word problem the first token sends to the cloud stays on the 
       // The page's own round trip replaces the Network Information API's seed once measured.
       let d = s.route({ messages, max_tokens: 24 });
       const seeded = signal(d, "rtt_ms");
-      for (let i = 0; i < 200 && !s.rtt.ms; i++) await new Promise((r) => setTimeout(r, 100));
+      for (let i = 0; i < 400 && !s.rtt.ms; i++) await new Promise((r) => setTimeout(r, 100));
       d = s.route({ messages, max_tokens: 24 });
       const a = await s.chat.completions.create({ messages, max_tokens: 24, temperature: 0 });
       return { seeded, rtt: signal(d, "rtt_ms"), bandwidth: signal(d, "bandwidth_kbps"), shift: signal(d, "quality_bar_latency_shift"),
         bar: d.quality?.bar, target: d.target, route: a.straddle.route, reasons: a.straddle.reasons, text: a.choices[0].message.content };
     }, problem);
     assert.ok(r.seeded >= 2000, `navigator.connection seeds the round trip: ${r.seeded}`);
-    assert.ok(r.rtt >= 2500 && r.bandwidth === 100, JSON.stringify(r));
+    assert.ok(r.rtt >= 5000 && r.bandwidth === 100, JSON.stringify(r));
     assert.ok(r.shift < -0.25 && r.bar < 0.25, JSON.stringify(r));
     assert.equal(r.target, "edge");
     assert.equal(r.route, "edge", r.reasons.join("; "));
