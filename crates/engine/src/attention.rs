@@ -13,8 +13,8 @@ use std::ops::Range;
 
 use crate::config::Config;
 use crate::kv::KvCache;
-use crate::lanes::Lanes;
-use crate::qmatrix::{Kernels, Place, round_slice_to_f16};
+use crate::lanes::{LaneKernel, Lanes, on_widest};
+use crate::qmatrix::{Place, round_slice_to_f16};
 
 /// Attention of layer `li` for every row's query heads in `q` (`[n, q_dim]`, rounded to f16
 /// by the caller), against the cache of its sequence: `rows[t]` is row `t`'s (sequence,
@@ -190,30 +190,6 @@ thread_local! {
     static PADDED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Runs `$kernel::<lanes, G, L>($args)` on the widest [`Lanes`] of the kernel family the
-/// products use ([`Kernels::detected`]), so that a family chosen to compare them is the whole
-/// of what runs.
-macro_rules! on_widest_lanes {
-    ($kernel:ident, $avx512:ident, $avx:ident, ($($arg:ident),*)) => {{
-        match Kernels::detected() {
-            // SAFETY: the family runs here (`detected` picks only one that does), and AVX-512
-            // VNNI's includes AVX-512 F, AVX2 and FMA.
-            #[cfg(target_arch = "x86_64")]
-            Kernels::Avx512Vnni => return unsafe { $avx512::<G, L>($($arg),*) },
-            // SAFETY: as above; AVX2's includes FMA.
-            #[cfg(target_arch = "x86_64")]
-            Kernels::Avx2 => return unsafe { $avx::<G, L>($($arg),*) },
-            _ => {}
-        }
-        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-        // SAFETY: the module is built with wasm SIMD, which every engine it runs on has.
-        return unsafe { $kernel::<core::arch::wasm32::v128, G, L>($($arg),*) };
-        #[allow(unreachable_code)]
-        // SAFETY: plain floats run anywhere.
-        unsafe { $kernel::<f32, G, L>($($arg),*) }
-    }};
-}
-
 /// `out[g][p] = (q[g] · key(p)) × scale` for each of the `G` heads of `q` and every position
 /// `p` of `cols` (`out` holds `G` rows of scores, the columns `cols` this call's, one for
 /// each slot of `keys`), the keys held dimension by dimension.
@@ -228,33 +204,31 @@ fn attention_scores<const G: usize, const L: usize>(
     scale: (f32, SumOrder),
     out: (&mut [f32], Range<usize>),
 ) {
-    on_widest_lanes!(scores, scores_avx512, scores_avx2, (q, keys, scale, out))
+    on_widest(Scores::<G, L> {
+        q,
+        keys,
+        scale,
+        out,
+    })
 }
 
-/// [`scores`] on AVX-512's sixteen lanes.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn scores_avx512<const G: usize, const L: usize>(
-    q: &[f32],
-    keys: &Keys<'_>,
+/// [`attention_scores`]' arguments, for [`on_widest`].
+struct Scores<'a, 'k, const G: usize, const L: usize> {
+    q: &'a [f32],
+    keys: &'a Keys<'k>,
     scale: (f32, SumOrder),
-    out: (&mut [f32], Range<usize>),
-) {
-    // SAFETY: AVX-512 F runs here.
-    unsafe { scores::<std::arch::x86_64::__m512, G, L>(q, keys, scale, out) }
+    out: (&'a mut [f32], Range<usize>),
 }
 
-/// [`scores`] on AVX's eight lanes.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn scores_avx2<const G: usize, const L: usize>(
-    q: &[f32],
-    keys: &Keys<'_>,
-    scale: (f32, SumOrder),
-    out: (&mut [f32], Range<usize>),
-) {
-    // SAFETY: AVX runs here.
-    unsafe { scores::<std::arch::x86_64::__m256, G, L>(q, keys, scale, out) }
+impl<const G: usize, const L: usize> LaneKernel for Scores<'_, '_, G, L> {
+    type Output = ();
+    const WIDEST: usize = 16;
+
+    #[inline(always)]
+    unsafe fn run<V: Lanes>(self) {
+        // SAFETY: the caller's guarantee.
+        unsafe { scores::<V, G, L>(self.q, self.keys, self.scale, self.out) }
+    }
 }
 
 /// The body of [`attention_scores`] on lanes `V`. The last block, short of a whole one, is
@@ -478,38 +452,31 @@ fn weighted_values<const G: usize, const L: usize>(
     order: SumOrder,
     out: &mut [f32],
 ) {
-    on_widest_lanes!(
-        weigh_values,
-        values_avx512,
-        values_avx2,
-        (weights, values, order, out)
-    )
+    on_widest(WeighValues::<G, L> {
+        weights,
+        values,
+        order,
+        out,
+    })
 }
 
-/// [`weigh_values`] on AVX-512's sixteen lanes.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn values_avx512<const G: usize, const L: usize>(
-    weights: &[f32],
-    values: &[Values<'_>; 2],
+/// [`weighted_values`]' arguments, for [`on_widest`].
+struct WeighValues<'a, 'v, const G: usize, const L: usize> {
+    weights: &'a [f32],
+    values: &'a [Values<'v>; 2],
     order: SumOrder,
-    out: &mut [f32],
-) {
-    // SAFETY: AVX-512 F runs here.
-    unsafe { weigh_values::<std::arch::x86_64::__m512, G, L>(weights, values, order, out) }
+    out: &'a mut [f32],
 }
 
-/// [`weigh_values`] on AVX's eight lanes.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn values_avx2<const G: usize, const L: usize>(
-    weights: &[f32],
-    values: &[Values<'_>; 2],
-    order: SumOrder,
-    out: &mut [f32],
-) {
-    // SAFETY: AVX runs here.
-    unsafe { weigh_values::<std::arch::x86_64::__m256, G, L>(weights, values, order, out) }
+impl<const G: usize, const L: usize> LaneKernel for WeighValues<'_, '_, G, L> {
+    type Output = ();
+    const WIDEST: usize = 16;
+
+    #[inline(always)]
+    unsafe fn run<V: Lanes>(self) {
+        // SAFETY: the caller's guarantee.
+        unsafe { weigh_values::<V, G, L>(self.weights, self.values, self.order, self.out) }
+    }
 }
 
 /// The body of [`weighted_values`] on lanes `V`. A head size short of a whole block leaves a
@@ -572,27 +539,21 @@ const SOFTMAX_BLOCK: usize = 8;
 /// time in f32 (the positions short of a last whole eight counting as masked ones, zero) and
 /// those sums in f64, then one multiply by the reciprocal.
 pub fn softmax(x: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        // SAFETY: the features were detected just now.
-        return unsafe { softmax_avx2(x) };
-    }
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    // SAFETY: the module is built with wasm SIMD, which every engine it runs on has.
-    return unsafe { softmax_on::<core::arch::wasm32::v128>(x) };
-    #[allow(unreachable_code)]
-    // SAFETY: plain floats run anywhere.
-    unsafe {
-        softmax_on::<f32>(x)
-    }
+    on_widest(Softmax(x));
 }
 
-/// [`softmax_on`] on AVX's eight lanes.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn softmax_avx2(x: &mut [f32]) {
-    // SAFETY: AVX runs here.
-    unsafe { softmax_on::<std::arch::x86_64::__m256>(x) }
+/// [`softmax`]'s loop.
+struct Softmax<'a>(&'a mut [f32]);
+
+impl LaneKernel for Softmax<'_> {
+    type Output = ();
+    const WIDEST: usize = SOFTMAX_BLOCK;
+
+    #[inline(always)]
+    unsafe fn run<V: Lanes>(self) {
+        // SAFETY: the caller's guarantee.
+        unsafe { softmax_on::<V>(self.0) }
+    }
 }
 
 /// The body of [`softmax`] on lanes `V`.

@@ -7,6 +7,8 @@
 //! multiply-adds on AVX and on plain floats, which therefore give the same bits. wasm SIMD has
 //! no fused multiply-add, so its lanes round the product and the sum apart.
 
+use crate::qmatrix::Kernels;
+
 /// A vector of `WIDTH` f32 lanes.
 pub(crate) trait Lanes: Copy {
     /// Lanes in one vector.
@@ -41,6 +43,18 @@ pub(crate) trait Lanes: Copy {
     /// # Safety
     /// As [`Lanes::splat`].
     unsafe fn add(self, x: Self) -> Self;
+
+    /// `self − x`, lane by lane.
+    ///
+    /// # Safety
+    /// As [`Lanes::splat`].
+    unsafe fn sub(self, x: Self) -> Self;
+
+    /// `self ÷ x`, lane by lane.
+    ///
+    /// # Safety
+    /// As [`Lanes::splat`].
+    unsafe fn div(self, x: Self) -> Self;
 
     /// eˣ of each lane as ggml's vectorized `ggml_v_expf` computes it (on wasm SIMD, the
     /// standard library's).
@@ -86,6 +100,14 @@ impl Lanes for f32 {
         self + x
     }
 
+    unsafe fn sub(self, x: Self) -> Self {
+        self - x
+    }
+
+    unsafe fn div(self, x: Self) -> Self {
+        self / x
+    }
+
     unsafe fn exp(self) -> Self {
         ggml_expf(self)
     }
@@ -96,18 +118,6 @@ impl Lanes for f32 {
 
     unsafe fn store(self, out: &mut [f32]) {
         out[0] = self;
-    }
-}
-
-/// `a·b + c` rounded once, as llama.cpp's x86 build computes the expressions its compiler
-/// fuses; in two roundings on wasm, whose fused multiply-add exists only in software, at
-/// many times the cost (its results are the browser's own, not llama.cpp's to the bit).
-#[inline(always)]
-pub(crate) fn fused(a: f32, b: f32, c: f32) -> f32 {
-    if cfg!(target_arch = "wasm32") {
-        a * b + c
-    } else {
-        a.mul_add(b, c)
     }
 }
 
@@ -154,34 +164,97 @@ pub(crate) fn ggml_expf(x: f32) -> f32 {
     }
 }
 
-/// SiLU, x·σ(x) = x / (1 + e⁻ˣ), of every value in place, as ggml's `ggml_vec_swiglu_f32`
-/// takes it: eight at a time through `ggml_v_silu` where AVX2 runs, the rest (and every
-/// value elsewhere) through the C library's `expf`.
-pub(crate) fn silu_in_place(x: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        // SAFETY: the features were detected just now.
-        return unsafe { silu_avx2(x) };
-    }
-    x.iter_mut().for_each(|v| *v /= 1.0 + (-*v).exp());
+/// A loop written once over [`Lanes`], which [`on_widest`] runs on the widest lanes the
+/// chosen kernel family has.
+pub(crate) trait LaneKernel {
+    /// What the loop returns.
+    type Output;
+
+    /// The widest lanes the loop takes (the loops that keep ggml's eight-at-a-time order
+    /// take eight).
+    // Only x86 has lanes wider than eight to refuse.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    const WIDEST: usize;
+
+    /// The loop on lanes `V`.
+    ///
+    /// # Safety
+    /// The machine runs `V`'s instruction set.
+    unsafe fn run<V: Lanes>(self) -> Self::Output;
 }
 
-/// [`silu_in_place`] on AVX's eight lanes.
+/// Runs `kernel` on the widest [`Lanes`] (up to its `WIDEST`) of the kernel family the
+/// products use ([`Kernels::detected`]), so that a family chosen to compare them
+/// (`STRADDLE_CPU_KERNELS`) is the whole of what runs.
+#[inline(always)]
+pub(crate) fn on_widest<K: LaneKernel>(kernel: K) -> K::Output {
+    match Kernels::detected() {
+        // SAFETY: the family runs here (`detected` picks only one that does), and AVX-512
+        // VNNI's includes AVX-512 F, AVX2 and FMA.
+        #[cfg(target_arch = "x86_64")]
+        Kernels::Avx512Vnni if K::WIDEST >= 16 => unsafe { on_avx512(kernel) },
+        // SAFETY: as above; AVX2's includes FMA.
+        #[cfg(target_arch = "x86_64")]
+        Kernels::Avx512Vnni | Kernels::Avx2 => unsafe { on_avx2(kernel) },
+        // SAFETY: the module is built with wasm SIMD, which every engine it runs on has.
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        Kernels::Simd128 => unsafe { kernel.run::<core::arch::wasm32::v128>() },
+        // SAFETY: plain floats run anywhere.
+        _ => unsafe { kernel.run::<f32>() },
+    }
+}
+
+/// [`LaneKernel::run`] on AVX-512's sixteen lanes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn on_avx512<K: LaneKernel>(kernel: K) -> K::Output {
+    // SAFETY: the caller's guarantee.
+    unsafe { kernel.run::<std::arch::x86_64::__m512>() }
+}
+
+/// [`LaneKernel::run`] on AVX's eight lanes.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn silu_avx2(x: &mut [f32]) {
-    use std::arch::x86_64::*;
-    let mut chunks = x.chunks_exact_mut(8);
-    for chunk in &mut chunks {
-        // SAFETY: AVX2 and FMA run here; the chunk holds eight floats.
-        unsafe {
-            let v = __m256::load(chunk);
-            let e = _mm256_sub_ps(_mm256_setzero_ps(), v).exp();
-            _mm256_div_ps(v, _mm256_add_ps(_mm256_set1_ps(1.0), e)).store(chunk);
+unsafe fn on_avx2<K: LaneKernel>(kernel: K) -> K::Output {
+    // SAFETY: the caller's guarantee.
+    unsafe { kernel.run::<std::arch::x86_64::__m256>() }
+}
+
+/// SiLU, x·σ(x) = x / (1 + e⁻ˣ), of every value in place, as ggml's `ggml_vec_swiglu_f32`
+/// takes it on AVX2: eight at a time through `ggml_v_silu`, the rest through the C library's
+/// `expf`. Every x86 family gives those bits.
+pub(crate) fn silu_in_place(x: &mut [f32]) {
+    on_widest(Silu(x));
+}
+
+/// [`silu_in_place`]'s loop.
+struct Silu<'a>(&'a mut [f32]);
+
+impl LaneKernel for Silu<'_> {
+    type Output = ();
+    const WIDEST: usize = 8;
+
+    #[inline(always)]
+    unsafe fn run<V: Lanes>(self) {
+        // ggml's wasm build has no vector SiLU: there every value goes through `expf`, as
+        // llama.cpp in a page (wllama) takes it.
+        let eights = if cfg!(target_arch = "wasm32") {
+            0
+        } else {
+            self.0.len() / 8 * 8
+        };
+        let (lanes, rest) = self.0.split_at_mut(eights);
+        for part in lanes.chunks_exact_mut(V::WIDTH) {
+            // SAFETY: the caller's guarantee; each part holds `WIDTH` floats.
+            unsafe {
+                let v = V::load(part);
+                let e = V::splat(0.0).sub(v).exp();
+                v.div(V::splat(1.0).add(e)).store(part);
+            }
         }
-    }
-    for v in chunks.into_remainder() {
-        *v /= 1.0 + (-*v).exp();
+        for v in rest {
+            *v /= 1.0 + (-*v).exp();
+        }
     }
 }
 
@@ -222,6 +295,18 @@ mod avx {
         #[target_feature(enable = "avx")]
         unsafe fn add(self, x: Self) -> Self {
             _mm256_add_ps(self, x)
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx")]
+        unsafe fn sub(self, x: Self) -> Self {
+            _mm256_sub_ps(self, x)
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx")]
+        unsafe fn div(self, x: Self) -> Self {
+            _mm256_div_ps(self, x)
         }
 
         /// `ggml_v_expf` itself, lane for lane what [`super::ggml_expf`] gives.
@@ -320,6 +405,18 @@ mod avx512 {
             _mm512_add_ps(self, x)
         }
 
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        unsafe fn sub(self, x: Self) -> Self {
+            _mm512_sub_ps(self, x)
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        unsafe fn div(self, x: Self) -> Self {
+            _mm512_div_ps(self, x)
+        }
+
         /// Each half through AVX's `ggml_v_expf`.
         #[inline]
         #[target_feature(enable = "avx512f,avx2,fma")]
@@ -382,6 +479,16 @@ mod simd128 {
         #[inline]
         unsafe fn add(self, x: Self) -> Self {
             f32x4_add(self, x)
+        }
+
+        #[inline]
+        unsafe fn sub(self, x: Self) -> Self {
+            f32x4_sub(self, x)
+        }
+
+        #[inline]
+        unsafe fn div(self, x: Self) -> Self {
+            f32x4_div(self, x)
         }
 
         /// `ggml_v_expf`'s steps with each fused multiply-add taken as a product and a sum
@@ -469,6 +576,34 @@ mod tests {
                 .all(|&x| near(x) < 1e-6 || x.exp() == 0.0 || x.exp().is_infinite())
         );
         assert_eq!(ggml_expf(f32::NEG_INFINITY), 0.0);
+    }
+
+    /// SiLU gives ggml's AVX2 bits on every x86 family (so `STRADDLE_CPU_KERNELS=portable`
+    /// keeps llama.cpp's logits): the plain floats' loop equals AVX's value for value, a
+    /// remainder past the last eight included, and both are x / (1 + e⁻ˣ).
+    #[test]
+    fn silu_on_plain_floats_equals_avx_and_the_definition() {
+        let xs: Vec<f32> = (-300..303).map(|i| i as f32 * 0.37 + 0.011).collect();
+        let mut plain = xs.clone();
+        // SAFETY: plain floats run anywhere.
+        unsafe { Silu(&mut plain).run::<f32>() };
+        for (&x, &y) in xs.iter().zip(&plain) {
+            let want = f64::from(x) / (1.0 + (-f64::from(x)).exp());
+            let tolerance = 1e-5 * want.abs() + 1e-30;
+            assert!(
+                (f64::from(y) - want).abs() <= tolerance,
+                "silu({x}) = {y}, not {want}"
+            );
+        }
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            let mut avx = xs.clone();
+            // SAFETY: the features were detected just now.
+            unsafe { on_avx2(Silu(&mut avx)) };
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&avx), bits(&plain));
+        }
     }
 
     /// Eight lanes of `x` through AVX's `exp`.

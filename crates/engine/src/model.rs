@@ -8,9 +8,10 @@
 use crate::config::{Config, ModelError};
 use crate::gguf::{ByteSource, Gguf};
 use crate::kv::{KvCache, PASS_ROWS};
-use crate::lanes::{fused, silu_in_place};
+use crate::lanes::silu_in_place;
 use crate::qmatrix::{
-    ActFormat, Place, QActs, QMatrix, f16_bits, matmul_many, round_slice_to_f16, round_to_f16,
+    ActFormat, Place, QActs, QMatrix, f16_bits, fused, matmul_many, round_slice_to_f16,
+    round_to_f16,
 };
 use crate::quant::TensorType;
 use crate::weights::{self, LayerWeights, WeightStore};

@@ -6,8 +6,6 @@
 
 use std::sync::OnceLock;
 
-use crate::lanes::fused;
-
 use crate::quant::{self, Nibbles, QuantError, TensorType, f16_to_f32};
 
 const BLOCK: usize = 32;
@@ -392,6 +390,18 @@ pub enum Kernels {
     Avx512Vnni,
     /// wasm32 with SIMD128.
     Simd128,
+}
+
+/// `a·b + c` rounded once, as llama.cpp's x86 build computes the expressions its compiler
+/// fuses; in two roundings on wasm, whose fused multiply-add exists only in software, at
+/// many times the cost (its results are the browser's own, not llama.cpp's to the bit).
+#[inline(always)]
+pub(crate) fn fused(a: f32, b: f32, c: f32) -> f32 {
+    if cfg!(target_arch = "wasm32") {
+        a * b + c
+    } else {
+        a.mul_add(b, c)
+    }
 }
 
 impl Kernels {

@@ -4,7 +4,7 @@
 
 use std::borrow::Cow;
 
-use crate::lanes::Lanes;
+use crate::lanes::{LaneKernel, Lanes, on_widest};
 
 /// Sampling settings of one generation.
 #[derive(Debug, Clone, PartialEq)]
@@ -276,30 +276,25 @@ struct Spread {
 /// clamping there leaves every sum as it is, and keeps a masked (−∞) logit's product finite.
 const NEGLIGIBLE: f32 = -104.0;
 
-/// [`Spread`] of `logits` on the widest vector lanes this machine has: the vocabulary is
+/// [`Spread`] of `logits` on the widest vector lanes of the chosen kernel family: the vocabulary is
 /// large enough (Gemma's 262,144) for its exponentials to show in a decode step.
 fn spread(logits: &[f32]) -> Spread {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        // SAFETY: the features were detected just now.
-        return unsafe { spread_avx2(logits) };
-    }
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    // SAFETY: the module is built with wasm SIMD, which every engine it runs on has.
-    return unsafe { spread_on::<core::arch::wasm32::v128>(logits) };
-    #[allow(unreachable_code)]
-    // SAFETY: plain floats run anywhere.
-    unsafe {
-        spread_on::<f32>(logits)
-    }
+    on_widest(SpreadOf(logits))
 }
 
-/// [`spread_on`] on AVX's eight lanes.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn spread_avx2(logits: &[f32]) -> Spread {
-    // SAFETY: AVX2 and FMA run here.
-    unsafe { spread_on::<std::arch::x86_64::__m256>(logits) }
+/// [`spread`]'s loop.
+struct SpreadOf<'a>(&'a [f32]);
+
+impl LaneKernel for SpreadOf<'_> {
+    type Output = Spread;
+    /// The padded tail holds eight.
+    const WIDEST: usize = 8;
+
+    #[inline(always)]
+    unsafe fn run<V: Lanes>(self) -> Spread {
+        // SAFETY: the caller's guarantee.
+        unsafe { spread_on::<V>(self.0) }
+    }
 }
 
 /// The body of [`spread`] on lanes `V`: the largest logit, then Σ eˣ and Σ eˣ·x over

@@ -11,8 +11,7 @@
 //! - Q6_K for 8 tokens or more (the tiled kernel): one integer a super-block, times the
 //!   weight's scale, fused into the output with the activation's.
 
-use super::{BLOCK, Place, QActs, QK_K, RowBlocks, dot_nibbles, hsum_lanes};
-use crate::lanes::fused;
+use super::{BLOCK, Place, QActs, QK_K, RowBlocks, dot_nibbles, fused, hsum_lanes};
 
 /// The tokens from which llama.cpp's CPU backend takes a K-quant product through its tiled
 /// kernel (`ggml_tiled_min_batch`).
