@@ -6,9 +6,6 @@ use std::sync::{Mutex, MutexGuard};
 
 use straddle_engine::ModelError;
 use straddle_engine::Tokenizer;
-use straddle_engine::sample::Rng;
-use straddle_engine::sample::SamplingParams;
-use straddle_engine::speculative::{self, Verdict};
 use straddle_engine::{
     BlockingLm, ChatMessage, Engine, EngineError, GenerateParams, Prompt, PromptPrefix, Sequence,
     TokenEvent,
@@ -125,48 +122,5 @@ impl<M: ServedModel> Served<M> {
             .model
             .forward_all_blocking(tokens, cache)
             .map(drop)
-    }
-
-    /// Verifies `draft` after the cache's contents, whose last position's logits are
-    /// `last_logits` (see the engine's `speculative::verify`); `context` is every token
-    /// before the draft.
-    pub fn verify(
-        &self,
-        cache: &mut M::Cache,
-        last_logits: &[f32],
-        draft: &[u32],
-        (params, context): (&SamplingParams, &[u32]),
-        rng: &mut Rng,
-    ) -> Result<Verdict, ModelError> {
-        speculative::verify(
-            &self.engine.model,
-            cache,
-            last_logits,
-            draft,
-            params,
-            context,
-            rng,
-        )
-    }
-
-    /// Verifies `draft` after `pending` (see the engine's `verify_after`).
-    pub fn verify_after(
-        &self,
-        cache: &mut M::Cache,
-        pending: u32,
-        draft: &[u32],
-        params: &SamplingParams,
-        context: &[u32],
-        rng: &mut Rng,
-    ) -> Result<Verdict, ModelError> {
-        speculative::verify_after(
-            &self.engine.model,
-            cache,
-            pending,
-            draft,
-            params,
-            context,
-            rng,
-        )
     }
 }

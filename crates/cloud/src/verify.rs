@@ -16,6 +16,7 @@ use straddle_engine::ChatMessage;
 use straddle_engine::Tokenizer;
 use straddle_engine::sample::Rng;
 use straddle_engine::sample::SamplingParams;
+use straddle_engine::speculative;
 use straddle_protocol::{ApiError, ErrorKind, Usage, VerifyRequest, VerifyResponse};
 
 use crate::backend::{Served, ServedModel};
@@ -241,15 +242,16 @@ fn run<M: ServedModel>(
         let logits = e
             .prefill_logits(&session.tokens, &mut cache)
             .map_err(internal)?;
-        let verdict = e
-            .verify(
-                &mut cache,
-                &logits,
-                draft,
-                (&session.params, &session.tokens),
-                &mut session.rng,
-            )
-            .map_err(internal)?;
+        let verdict = speculative::verify(
+            &e.engine.model,
+            &mut cache,
+            &logits,
+            draft,
+            &session.params,
+            &session.tokens,
+            &mut session.rng,
+        )
+        .map_err(internal)?;
         (cache, verdict)
     } else {
         // A continuing call brings the previous verdict's token, pending, and verifies it
@@ -260,16 +262,16 @@ fn run<M: ServedModel>(
             .ok_or_else(|| internal("empty session"))?;
         let held = (held, session.prompt_len.min(held.len()));
         let mut cache = session_cache(e, session.cache.take(), held, needed)?;
-        let verdict = e
-            .verify_after(
-                &mut cache,
-                *pending,
-                draft,
-                &session.params,
-                held.0,
-                &mut session.rng,
-            )
-            .map_err(internal)?;
+        let verdict = speculative::verify_after(
+            &e.engine.model,
+            &mut cache,
+            *pending,
+            draft,
+            &session.params,
+            held.0,
+            &mut session.rng,
+        )
+        .map_err(internal)?;
         (cache, verdict)
     };
     session.cache = Some(cache);

@@ -110,43 +110,13 @@ impl Model {
     ) -> Result<Vec<f32>, ModelError> {
         ready(accept_verdict(self, cache, base, draft, verdict))
     }
-
-    /// Verifies `draft` after the cache's contents (`last_logits` are those of its last
-    /// position) in one forward pass. `context` is every token before the draft (for the
-    /// repetition penalty). Afterwards the cache holds the prefix plus the accepted tokens;
-    /// the verdict's `next_token` is not in it yet.
-    pub fn verify(
-        &self,
-        cache: &mut KvCache,
-        last_logits: &[f32],
-        draft: &[u32],
-        params: &SamplingParams,
-        context: &[u32],
-        rng: &mut Rng,
-    ) -> Result<Verdict, ModelError> {
-        verify(self, cache, last_logits, draft, params, context, rng)
-    }
-
-    /// Verifies `draft` after a `pending` token the cache does not hold yet (the previous
-    /// verdict's `next_token`), in one forward pass over both: the call a verify session makes,
-    /// so the previous call's logits need not be kept. Afterwards the cache holds the pending
-    /// token and the accepted draft.
-    pub fn verify_after(
-        &self,
-        cache: &mut KvCache,
-        pending: u32,
-        draft: &[u32],
-        params: &SamplingParams,
-        context: &[u32],
-        rng: &mut Rng,
-    ) -> Result<Verdict, ModelError> {
-        verify_after(self, cache, pending, draft, params, context, rng)
-    }
 }
 
-/// [`Model::verify`] on any model that can run synchronously: `draft` after the cache's
-/// contents, whose last position's logits are `last_logits`, in one pass that computes each
-/// drafted position as decoding it would.
+/// Verifies `draft` after the cache's contents, whose last position's logits are
+/// `last_logits`, on any model that can run synchronously, in one pass that computes each
+/// drafted position as decoding it would. `context` is every token before the draft (for the
+/// repetition penalty). Afterwards the cache holds the prefix plus the accepted tokens; the
+/// verdict's `next_token` is not in it yet.
 pub fn verify<M: BlockingLm>(
     model: &M,
     cache: &mut M::Cache,
@@ -169,9 +139,11 @@ pub fn verify<M: BlockingLm>(
     Ok(verdict)
 }
 
-/// Verifies `draft` after a `pending` token the cache does not hold yet, on any model that
-/// can run synchronously (see [`Model::verify_after`]): one pass over the pending token and
-/// the draft, then the cache keeps the pending token and the accepted draft.
+/// Verifies `draft` after a `pending` token the cache does not hold yet (the previous
+/// verdict's `next_token`), on any model that can run synchronously: one pass over the
+/// pending token and the draft, the call a verify session makes, so the previous call's
+/// logits need not be kept. Afterwards the cache holds the pending token and the accepted
+/// draft.
 pub fn verify_after<M: BlockingLm>(
     model: &M,
     cache: &mut M::Cache,

@@ -211,16 +211,16 @@ fn batched_sequences_equal_each_alone_on_every_backend() {
         let mut cache = dev.new_cache(64);
         dev.forward_blocking(&a[..2], &mut cache, false)
             .expect("held");
-        let verdict = dev
-            .verify_after(
-                &mut cache,
-                a[2],
-                &[greedy[0], greedy[1], wrong],
-                &SamplingParams::default(),
-                &a[..2],
-                &mut Rng::new(0),
-            )
-            .expect("verify");
+        let verdict = straddle_engine::speculative::verify_after(
+            &dev,
+            &mut cache,
+            a[2],
+            &[greedy[0], greedy[1], wrong],
+            &SamplingParams::default(),
+            &a[..2],
+            &mut Rng::new(0),
+        )
+        .expect("verify");
         assert_eq!(
             (verdict.accepted, verdict.next_token),
             (2, greedy[2]),

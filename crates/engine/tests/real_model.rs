@@ -3,6 +3,7 @@
 mod common;
 
 use straddle_engine::gguf::FileSource;
+use straddle_engine::speculative;
 use straddle_engine::{ChatMessage, Engine, Finish, Flow, GenerateParams, Prompt};
 
 fn engine() -> Option<Engine> {
@@ -102,17 +103,16 @@ fn greedy_verify_of_a_corrupted_draft_reproduces_plain_greedy_decoding() {
                 }
             })
             .collect();
-        let v = e
-            .model
-            .verify(
-                &mut cache,
-                &logits,
-                &draft,
-                &Default::default(),
-                &[],
-                &mut rng,
-            )
-            .expect("verify");
+        let v = speculative::verify(
+            &e.model,
+            &mut cache,
+            &logits,
+            &draft,
+            &Default::default(),
+            &[],
+            &mut rng,
+        )
+        .expect("verify");
         passes += 1;
         out.extend_from_slice(&draft[..v.accepted]);
         if out.len() < plain.len() {
@@ -152,32 +152,30 @@ fn a_greedy_draft_from_the_same_model_is_accepted_whole() {
     assert_eq!(draft_cache.len(), prompt.len() + 4);
     assert!(d.probs.iter().all(|&p| p > 0.0 && p <= 1.0));
     let mut verify_cache = e.new_cache(64);
-    let v = e
-        .model
-        .verify(
-            &mut verify_cache,
-            &logits,
-            &[],
-            &Default::default(),
-            &[],
-            &mut rng,
-        )
-        .expect("empty draft");
+    let v = speculative::verify(
+        &e.model,
+        &mut verify_cache,
+        &logits,
+        &[],
+        &Default::default(),
+        &[],
+        &mut rng,
+    )
+    .expect("empty draft");
     assert_eq!(v.accepted, 0);
     e.model
         .forward(&prompt, &mut verify_cache, false)
         .expect("prefill");
-    let v = e
-        .model
-        .verify(
-            &mut verify_cache,
-            &logits,
-            &d.tokens,
-            &Default::default(),
-            &[],
-            &mut rng,
-        )
-        .expect("verify");
+    let v = speculative::verify(
+        &e.model,
+        &mut verify_cache,
+        &logits,
+        &d.tokens,
+        &Default::default(),
+        &[],
+        &mut rng,
+    )
+    .expect("verify");
     assert_eq!(v.accepted, 5);
     assert_eq!(verify_cache.len(), prompt.len() + 5);
 }

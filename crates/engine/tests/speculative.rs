@@ -9,7 +9,7 @@ use straddle_engine::Model;
 use straddle_engine::gguf::Gguf;
 use straddle_engine::quant::TensorType;
 use straddle_engine::sample::{self, Rng, SamplingParams};
-use straddle_engine::speculative::{DraftLength, Verdict};
+use straddle_engine::speculative::{self, DraftLength, Verdict};
 use tiny::VOCAB;
 
 fn models() -> (Model, Model) {
@@ -79,7 +79,8 @@ fn speculative(
             .draft(&mut edge, &edge_logits, k.k().min(n - out.len()))
             .expect("draft");
         let v: Verdict = match cloud.pending {
-            None => target.verify(
+            None => speculative::verify(
+                target,
                 &mut cloud.cache,
                 &first_logits,
                 &d.tokens,
@@ -87,7 +88,8 @@ fn speculative(
                 &cloud.ctx,
                 &mut cloud.rng,
             ),
-            Some(t) => target.verify_after(
+            Some(t) => speculative::verify_after(
+                target,
                 &mut cloud.cache,
                 t,
                 &d.tokens,
