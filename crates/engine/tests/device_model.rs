@@ -18,6 +18,7 @@ use straddle_engine::gguf::{FileSource, Gguf};
 use straddle_engine::quant::TensorType;
 use straddle_engine::{Engine, Prompt};
 use straddle_engine::{Model, ModelError};
+use straddle_testkit::llama_reference::Reference;
 
 /// Relative tolerance between the device model (f32 attention) and the CPU model on the same
 /// f32 weights (attention at f16 precision, as llama.cpp's cache holds it).
@@ -269,19 +270,6 @@ fn a_lying_header_is_a_typed_error_on_the_device() {
     assert!(matches!(&err, ModelError::Shape { .. }), "{err}");
 }
 
-#[derive(serde::Deserialize)]
-struct Reference {
-    cases: Vec<Case>,
-}
-
-#[derive(serde::Deserialize)]
-struct Case {
-    name: String,
-    prompt: String,
-    greedy: Vec<u32>,
-    top5: Vec<Vec<(u32, f64)>>,
-}
-
 /// The real model on each backend, fed llama.cpp's own greedy continuation (teacher forcing,
 /// so one near-tie does not end the comparison): at every step where llama.cpp's top-1 beats
 /// its top-2 by `TIE_MARGIN` we choose the same token, and its top-5 logits agree within
@@ -317,7 +305,7 @@ fn gemma3_agrees_with_llama_cpp_on_every_backend() {
 fn agrees_with_llama_cpp(path: &std::path::Path, reference: &str, cases: &[&str], tol: f64) {
     const STEPS: usize = 8;
     const TIE_MARGIN: f64 = 1.6;
-    let reference: Reference = serde_json::from_str(reference).expect("reference JSON");
+    let reference = Reference::parse(reference);
     let engine = Engine::load(FileSource::open(path).expect("open"), 512).expect("load");
     let g = Gguf::read(FileSource::open(path).expect("open")).expect("gguf");
     let chosen = || {

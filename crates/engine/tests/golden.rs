@@ -18,6 +18,7 @@ const EXACT: bool = cfg!(target_arch = "x86_64");
 
 use straddle_engine::gguf::FileSource;
 use straddle_engine::{ChatMessage, Engine, Kernels, Prompt};
+use straddle_testkit::llama_reference::{Families, Reference};
 
 /// Where the sums' order is not llama.cpp's (not [`EXACT`]), logits differ from its by up
 /// to ~0.8 on logits of magnitude ~20–35 (measured before the orders matched, 2026-12-01);
@@ -39,30 +40,6 @@ const GEMMA3_SHIFT_TOL: f64 = 3.5;
 /// which parsing may leave an f64 ulp away).
 fn as_f32(logit: f64) -> f64 {
     f64::from(logit as f32)
-}
-
-#[derive(serde::Deserialize)]
-struct Reference {
-    cases: Vec<Case>,
-}
-
-#[derive(serde::Deserialize)]
-struct Case {
-    name: String,
-    prompt: String,
-    /// The conversation a chat case's prompt renders, where it is one: the model's own
-    /// template must render it to the same token ids.
-    #[serde(default)]
-    messages: Vec<Message>,
-    prompt_tokens: Vec<u32>,
-    greedy: Vec<u32>,
-    top5: Vec<Vec<(u32, f64)>>,
-}
-
-#[derive(serde::Deserialize)]
-struct Message {
-    role: String,
-    content: String,
 }
 
 #[test]
@@ -180,7 +157,7 @@ fn against_llama_cpp(
     reference: &str,
     shift_tol: f64,
 ) -> (usize, usize, f64) {
-    let reference: Reference = serde_json::from_str(reference).expect("reference JSON");
+    let reference = Reference::parse(reference);
     let engine = Engine::load(FileSource::open(path).expect("open"), 1024).expect("load");
     let mut full_matches = 0;
     let mut max_shift = 0f64;
@@ -301,11 +278,6 @@ fn against_llama_cpp(
     (full_matches, reference.cases.len(), max_shift)
 }
 
-#[derive(serde::Deserialize)]
-struct Families {
-    families: std::collections::BTreeMap<String, Vec<Case>>,
-}
-
 /// Qwen 2 (Q/K/V biases) and Qwen 3 (Q/K norms, heads wider than d / heads), both with RoPE
 /// over head halves and the `qwen2` pre-tokenizer, and Llama 3 (`llama-bpe`: digits in
 /// threes, whole-word vocabulary entries before merges) and Phi 3 (fused Q/K/V and gate/up
@@ -320,7 +292,7 @@ fn tiny_qwen2_qwen3_llama3_and_phi3_match_llama_cpp_on_every_clear_step() {
         return;
     };
     let text = include_str!("../../../tests/reference/tiny-families.json");
-    let reference: Families = serde_json::from_str(text).expect("reference JSON");
+    let reference = Families::parse(text);
     let vocab = straddle_engine::gguf::Gguf::read(FileSource::open(path).expect("open"))
         .expect("the default model");
     assert_eq!(reference.families.len(), tiny::FAMILIES.len());

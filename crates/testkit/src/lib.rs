@@ -3,6 +3,8 @@
 //! `CI=true` a missing model, tool or data set fails the test; elsewhere the test is skipped
 //! with a `skipped: …` line that `cargo xtask test` counts, so a skip is never silent.
 
+pub mod llama_reference;
+
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 

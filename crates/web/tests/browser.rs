@@ -1,6 +1,7 @@
 //! Runs in headless Chromium through wasm-bindgen-test (see `webdriver.json`).
 #![cfg(target_arch = "wasm32")]
 
+use straddle_testkit::llama_reference::{Case, Reference};
 use wasm_bindgen_test::*;
 
 wasm_bindgen_test_configure!(run_in_browser);
@@ -38,30 +39,6 @@ fn routing_runs_in_the_browser_and_keeps_a_card_on_the_device() {
     let unsure = r#"{"entropy":9.0,"logprob":-9.0,"margin":0.0}"#;
     let check = straddle_web::first_token(&json, unsure, None).expect("check");
     assert!(check.contains(r#""escalate":null"#), "{check}");
-}
-
-#[derive(serde::Deserialize)]
-struct Reference {
-    cases: Vec<Case>,
-}
-
-impl Reference {
-    /// The case named `name`.
-    fn case(&self, name: &str) -> &Case {
-        self.cases
-            .iter()
-            .find(|c| c.name == name)
-            .unwrap_or_else(|| panic!("the reference has no case {name}"))
-    }
-}
-
-#[derive(serde::Deserialize)]
-struct Case {
-    name: String,
-    prompt: String,
-    prompt_tokens: Vec<u32>,
-    greedy: Vec<u32>,
-    top5: Vec<Vec<(u32, f64)>>,
 }
 
 /// Feeds `model` `prompt`, then llama.cpp's greedy continuation of `case` (teacher forcing,
@@ -161,10 +138,9 @@ async fn real_model_on_webgpu_agrees_with_llama_cpp() {
         console_log!("skipping: STRADDLE_TEST_MODEL_URL unset (cargo xtask test sets it)");
         return;
     };
-    let reference: Reference = serde_json::from_str(include_str!(
+    let reference = Reference::parse(include_str!(
         "../../../tests/reference/smollm2-135m-q4_1.json"
-    ))
-    .expect("reference JSON");
+    ));
     let bytes = fetch_bytes(url).await;
     let device = webgpu_device().await;
     let engine = straddle_engine::Engine::load_on(bytes, 256, &device).expect("load on WebGPU");
@@ -189,10 +165,9 @@ async fn gemma3_on_the_wasm_cpu_kernels_agrees_with_llama_cpp() {
         console_log!("skipping: STRADDLE_TEST_GEMMA_URL unset (cargo xtask test sets it)");
         return;
     };
-    let reference: Reference = serde_json::from_str(include_str!(
+    let reference = Reference::parse(include_str!(
         "../../../tests/reference/gemma-3-270m-q4_k_m.json"
-    ))
-    .expect("reference JSON");
+    ));
     let engine = straddle_engine::Engine::load(fetch_bytes(url).await, 256).expect("load");
     for case in &reference.cases {
         let ids = engine
@@ -217,10 +192,9 @@ async fn gemma3_on_webgpu_agrees_with_llama_cpp() {
         console_log!("skipping: STRADDLE_TEST_GEMMA_URL unset (cargo xtask test sets it)");
         return;
     };
-    let reference: Reference = serde_json::from_str(include_str!(
+    let reference = Reference::parse(include_str!(
         "../../../tests/reference/gemma-3-270m-q4_k_m.json"
-    ))
-    .expect("reference JSON");
+    ));
     let device = webgpu_device().await;
     let engine = straddle_engine::Engine::load_on(fetch_bytes(url).await, 64, &device)
         .expect("load on WebGPU");
