@@ -50,15 +50,9 @@ fn start_with(extra: &[&str]) -> Option<Server> {
             return Some(server);
         }
         if let Ok(Some(status)) = server.child.try_wait() {
-            // Only a GPU backend may be missing: `cargo xtask test` sets STRADDLE_REQUIRE_WGPU
-            // so that a missing lavapipe fails there instead of skipping.
-            let gpu = extra.contains(&"wgpu");
-            assert!(
-                gpu && std::env::var_os("STRADDLE_REQUIRE_WGPU").is_none(),
-                "server exited at start: {status}"
-            );
-            eprintln!("skipping: no wgpu adapter ({status})");
-            return None;
+            // Only a GPU backend may be missing.
+            assert!(extra.contains(&"wgpu"), "server exited at start: {status}");
+            return straddle_testkit::no_wgpu_adapter(&format!("the server exited: {status}"));
         }
         std::thread::sleep(Duration::from_millis(100));
     }

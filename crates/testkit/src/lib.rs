@@ -38,6 +38,17 @@ pub fn unsupported(what: &str) {
     );
 }
 
+/// Reports that no wgpu adapter came up (`why`): a failure where one is required, that is
+/// under CI or with `STRADDLE_REQUIRE_WGPU` set (`cargo xtask test` sets it, since setup
+/// installs lavapipe), else a counted skip. Returns `None` as [`missing`] does.
+pub fn no_wgpu_adapter<T>(why: &str) -> Option<T> {
+    assert!(
+        std::env::var_os("STRADDLE_REQUIRE_WGPU").is_none(),
+        "wgpu device required but unavailable: {why}"
+    );
+    missing(&format!("no wgpu adapter ({why})"))
+}
+
 /// The real model for a test: the file its variable names (`cargo xtask test` sets it), else
 /// the one setup fetched; missing, it is [`missing`].
 pub fn model(m: KnownModel) -> Option<PathBuf> {

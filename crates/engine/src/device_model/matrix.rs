@@ -381,18 +381,13 @@ mod tests {
     use super::*;
 
     /// The wgpu device, initialised once per test process (burn refuses a second init);
-    /// `None` when no adapter exists, unless `STRADDLE_REQUIRE_WGPU` is set (`cargo xtask
-    /// test` sets it).
+    /// without an adapter, [`straddle_testkit::no_wgpu_adapter`].
     fn wgpu_device() -> Option<Device> {
         static DEVICE: std::sync::OnceLock<Option<Device>> = std::sync::OnceLock::new();
         DEVICE
             .get_or_init(|| match Device::wgpu_options().init() {
                 Ok(device) => Some(device),
-                Err(e) if std::env::var_os("STRADDLE_REQUIRE_WGPU").is_none() => {
-                    eprintln!("skipping wgpu: {e}");
-                    None
-                }
-                Err(e) => panic!("wgpu device required but unavailable: {e}"),
+                Err(e) => straddle_testkit::no_wgpu_adapter(&e.to_string()),
             })
             .clone()
     }
