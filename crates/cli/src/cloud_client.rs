@@ -2,6 +2,7 @@
 //! one streamed answer, read as it arrives. `chat` and `speculative` both use it.
 
 use std::io::Read;
+use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -29,28 +30,66 @@ pub fn stream_cloud(
     on_text: impl FnMut(&str),
 ) -> anyhow::Result<Streamed> {
     let started = Instant::now();
+    let req = chat_request(messages, params, continues);
+    let body = post_chat(base, token, &req, timeout)?;
+    let mut on_text = on_text;
+    let mut out = read_stream(body, |t| {
+        on_text(t);
+        ControlFlow::Continue(())
+    })?;
+    out.elapsed = started.elapsed();
+    Ok(out)
+}
+
+/// Streams an answer from `/v1/chat/completions` at `base` until `done` says the text so far
+/// is enough: the rest is not read, and the server stops when the connection closes.
+pub fn answer_until(
+    base: &str,
+    messages: &[ChatMessage],
+    params: &GenerateParams,
+    timeout: Duration,
+    mut done: impl FnMut(&str) -> bool,
+) -> anyhow::Result<String> {
+    let req = chat_request(messages, params, false);
+    let body = post_chat(base, None, &req, timeout)?;
+    let mut text = String::new();
+    read_stream(body, |t| {
+        text.push_str(t);
+        if done(&text) {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    })?;
+    Ok(text)
+}
+
+/// POSTs `req` to `base`'s `/v1/chat/completions` and returns the body of a 200 answer.
+fn post_chat(
+    base: &str,
+    token: Option<&str>,
+    req: &ChatRequest,
+    timeout: Duration,
+) -> anyhow::Result<impl Read> {
     let agent = ureq::Agent::config_builder()
         .timeout_global(Some(timeout))
         .http_status_as_error(false)
         .build()
         .new_agent();
-    let req = chat_request(messages, params, continues);
     let url = format!("{}/v1/chat/completions", base.trim_end_matches('/'));
     let mut request = agent.post(&url).header("content-type", "application/json");
     if let Some(t) = token {
         request = request.header("authorization", &format!("Bearer {t}"));
     }
     let mut resp = request
-        .send(&serde_json::to_vec(&req)?[..])
+        .send(&serde_json::to_vec(req)?[..])
         .with_context(|| format!("POST {url}"))?;
     let status = resp.status().as_u16();
     if status != 200 {
         let body = resp.body_mut().read_to_string().unwrap_or_default();
         anyhow::bail!("{url} answered {status}: {body}");
     }
-    let mut out = read_stream(resp.into_body().into_reader(), on_text)?;
-    out.elapsed = started.elapsed();
-    Ok(out)
+    Ok(resp.into_body().into_reader())
 }
 
 /// The streamed request for `messages` under `params`.
@@ -80,8 +119,12 @@ fn chat_request(messages: &[ChatMessage], params: &GenerateParams, continues: bo
     }
 }
 
-/// Reads an SSE chat stream to `[DONE]` (or its end), handing each piece of text on.
-fn read_stream(mut reader: impl Read, mut on_text: impl FnMut(&str)) -> anyhow::Result<Streamed> {
+/// Reads an SSE chat stream to `[DONE]` (or its end, or until `on_text` breaks), handing each
+/// piece of text on.
+fn read_stream(
+    mut reader: impl Read,
+    mut on_text: impl FnMut(&str) -> ControlFlow<()>,
+) -> anyhow::Result<Streamed> {
     let mut parser = Parser::new(1 << 20);
     let mut buf = [0u8; 4096];
     let mut out = Streamed {
@@ -108,8 +151,10 @@ fn read_stream(mut reader: impl Read, mut on_text: impl FnMut(&str)) -> anyhow::
                 .iter()
                 .filter_map(|c| c.delta.content.as_deref())
             {
-                on_text(t);
                 out.text.push_str(t);
+                if on_text(t).is_break() {
+                    return Ok(out);
+                }
             }
         }
     }

@@ -55,6 +55,16 @@ pub fn code_of(answer: &str) -> &str {
     }
 }
 
+/// Whether `text` holds a whole fenced block: what [`code_of`] reads is complete.
+pub fn closes_block(text: &str) -> bool {
+    text.find("```").is_some_and(|start| {
+        let after = &text[start + 3..];
+        after
+            .find('\n')
+            .is_some_and(|nl| after[nl + 1..].contains("```"))
+    })
+}
+
 /// Whether `answer` passes `tests` (after `setup`) within [`TIME_LIMIT`], run by `python`.
 pub fn passes(python: &Path, answer: &str, setup: &str, tests: &[String]) -> anyhow::Result<bool> {
     let dir = tempfile::tempdir().context("creating a directory for the program")?;
@@ -135,5 +145,13 @@ mod tests {
         assert_eq!(code_of("x = 1"), "x = 1");
         assert_eq!(code_of("a\n```python\nx = 1\n```\nb"), "x = 1\n");
         assert_eq!(code_of("```\ny = 2\n"), "y = 2\n");
+    }
+
+    #[test]
+    fn a_block_is_closed_only_by_a_second_fence_after_its_opening_line() {
+        assert!(!closes_block("Here:\n```python"));
+        assert!(!closes_block("Here:\n```python\nx = 1\n"));
+        assert!(closes_block("Here:\n```python\nx = 1\n```"));
+        assert!(!closes_block("```"));
     }
 }

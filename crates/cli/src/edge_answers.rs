@@ -7,8 +7,6 @@
 //! Answers are cached on disk, keyed by the model's SHA-256 and the question, so a re-run
 //! costs seconds.
 
-use std::collections::HashMap;
-use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -19,6 +17,7 @@ use straddle_engine::sample;
 use straddle_engine::{ChatMessage, Engine, GenerateParams, KvCache, Prompt};
 use straddle_router::quality::EdgeSignals;
 
+use crate::answer_cache::AnswerCache;
 use crate::code_grade;
 use crate::model_file;
 
@@ -57,7 +56,8 @@ impl Question {
         }
     }
 
-    fn cache_key(&self) -> String {
+    /// What an answer is cached under: the question and what shapes its answer.
+    pub fn cache_key(&self) -> String {
         let mut h = Sha256::new();
         h.update(format!("{CACHE_VERSION}\0"));
         // Answers of another length are other answers.
@@ -85,7 +85,7 @@ impl Question {
     }
 
     /// Most tokens the answer may take: room for what this kind of answer needs.
-    fn max_tokens(&self) -> usize {
+    pub fn max_tokens(&self) -> usize {
         match self {
             // A chat model often reasons before it names the letter.
             Question::Letter { .. } => 96,
@@ -97,11 +97,51 @@ impl Question {
     }
 }
 
+impl Question {
+    /// Whether `text` already holds all that grading reads, so generating more would change
+    /// no grade: a program's answer is read from its first code block
+    /// ([`code_grade::code_of`]), so it is complete once that block closes; the explanation
+    /// after it would cost minutes a set.
+    pub fn is_graded_by(&self, text: &str) -> bool {
+        matches!(self, Question::Code { .. }) && code_grade::closes_block(text)
+    }
+}
+
+/// Grades shown answers against their keys; finds Python on the first program.
+#[derive(Default)]
+pub struct AnswerGrader {
+    python: Option<PathBuf>,
+}
+
+impl AnswerGrader {
+    /// Whether `answer`, as the product would show it, answers `q` rightly.
+    pub fn grade(&mut self, q: &Question, answer: &str) -> anyhow::Result<bool> {
+        Ok(match q {
+            Question::Letter { prompt, key } => parse_letter(answer, prompt) == Some(*key),
+            Question::Choice { choices, key, .. } => parse_choice(answer, choices) == Some(*key),
+            Question::Number { key, .. } => {
+                final_number(answer).is_some_and(|g| (g - key).abs() < 1e-6)
+            }
+            Question::Contains { keys, .. } => {
+                let lower = answer.to_lowercase();
+                keys.iter().any(|k| lower.contains(&k.to_lowercase()))
+            }
+            Question::Code { setup, tests, .. } => {
+                if self.python.is_none() {
+                    self.python = Some(code_grade::python()?);
+                }
+                let python = self.python.as_deref().unwrap_or(Path::new("python3"));
+                code_grade::passes(python, answer, setup, tests)?
+            }
+        })
+    }
+}
+
 /// Most choices a question may have for the older, log-likelihood reading.
 const MAX_SCORED_CHOICES: usize = 16;
 
 /// Changes when what an answer records changes, so an older cache line is recomputed.
-const CACHE_VERSION: &str = "answers/2";
+const CACHE_VERSION: &str = "answers/3";
 
 /// A model's graded answer and what the router reads after its prefill. The cache keeps the
 /// answer, not its grade: a better reading of answers costs no model run.
@@ -128,20 +168,12 @@ pub struct EdgeAnswer {
     pub prefill_s: f64,
 }
 
-#[derive(Serialize, Deserialize)]
-struct CacheLine {
-    key: String,
-    #[serde(flatten)]
-    answer: EdgeAnswer,
-}
-
 /// Runs one model over questions, through its on-disk cache.
 pub struct EdgeGrader {
     engine: Engine,
     sha256: String,
-    cache: HashMap<String, EdgeAnswer>,
-    cache_file: std::fs::File,
-    python: Option<PathBuf>,
+    cache: AnswerCache<EdgeAnswer>,
+    grader: AnswerGrader,
 }
 
 impl EdgeGrader {
@@ -149,21 +181,12 @@ impl EdgeGrader {
     pub fn open(model: &Path, cache_dir: &Path) -> anyhow::Result<Self> {
         let sha256 = model_file::sha256(model)?;
         let engine = model_file::load_engine(model)?;
-        std::fs::create_dir_all(cache_dir)
-            .with_context(|| format!("creating {}", cache_dir.display()))?;
-        let path = cache_dir.join(format!("{}.jsonl", &sha256[..16]));
-        let cache = read_cache(&path)?;
-        let cache_file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .with_context(|| format!("opening {}", path.display()))?;
+        let cache = AnswerCache::open(&cache_dir.join(format!("{}.jsonl", &sha256[..16])))?;
         Ok(EdgeGrader {
             engine,
             sha256,
             cache,
-            cache_file,
-            python: None,
+            grader: AnswerGrader::default(),
         })
     }
 
@@ -174,27 +197,18 @@ impl EdgeGrader {
 
     /// Whether `q` is answered already (a cache hit costs nothing).
     pub fn is_cached(&self, q: &Question) -> bool {
-        self.cache.contains_key(&q.cache_key())
+        self.cache.get(&q.cache_key()).is_some()
     }
 
     /// The graded answer to `q`, from the cache or by running the model.
     pub fn answer(&mut self, q: &Question) -> anyhow::Result<EdgeAnswer> {
         let key = q.cache_key();
         if let Some(a) = self.cache.get(&key).cloned() {
-            let correct = self.grade(q, &a.answer)?;
+            let correct = self.grader.grade(q, &a.answer)?;
             return Ok(EdgeAnswer { correct, ..a });
         }
         let answer = self.run(q)?;
-        let line = serde_json::to_string(&CacheLine {
-            key: key.clone(),
-            answer: answer.clone(),
-        })?;
-        // One write a line: two runs may append to one cache, and a single appended write is
-        // not interleaved with another's.
-        self.cache_file
-            .write_all(format!("{line}\n").as_bytes())
-            .context("writing the answer cache")?;
-        self.cache.insert(key, answer.clone());
+        self.cache.insert(key, answer.clone())?;
         Ok(answer)
     }
 
@@ -216,9 +230,9 @@ impl EdgeGrader {
         let state = cache.last_state().map(<[f32]>::to_vec).unwrap_or_default();
         let scored_correct = self.scored(q, &cache, &logits)?;
         let prompt_tokens = ids.len();
-        let answer = self.generate((ids, cache, logits), q.max_tokens())?;
+        let answer = self.generate((ids, cache, logits), q)?;
         Ok(EdgeAnswer {
-            correct: self.grade(q, &answer)?,
+            correct: self.grader.grade(q, &answer)?,
             scored_correct,
             answer,
             signals,
@@ -228,43 +242,28 @@ impl EdgeGrader {
         })
     }
 
-    /// The greedy answer from a prefilled prompt.
+    /// The greedy answer from a prefilled prompt, stopped once it holds all that grading
+    /// reads ([`Question::is_graded_by`]).
     fn generate(
         &self,
         prefilled: straddle_engine::Prefilled<KvCache>,
-        max_tokens: usize,
+        q: &Question,
     ) -> anyhow::Result<String> {
         let params = GenerateParams {
-            max_tokens,
+            max_tokens: q.max_tokens(),
             ..GenerateParams::default()
         };
         let mut seq = self.engine.resume(prefilled, &params);
-        while self.engine.next_token(&mut seq)?.is_some() {
+        let mut text = String::new();
+        while let Some(event) = self.engine.next_token(&mut seq)? {
+            text.push_str(&event.text);
+            if q.is_graded_by(&text) {
+                seq.cancel();
+                break;
+            }
             self.engine.advance(&mut [&mut seq])?;
         }
         Ok(seq.into_completion().text)
-    }
-
-    /// Whether the shown answer is right.
-    fn grade(&mut self, q: &Question, answer: &str) -> anyhow::Result<bool> {
-        Ok(match q {
-            Question::Letter { prompt, key } => parse_letter(answer, prompt) == Some(*key),
-            Question::Choice { choices, key, .. } => parse_choice(answer, choices) == Some(*key),
-            Question::Number { key, .. } => {
-                final_number(answer).is_some_and(|g| (g - key).abs() < 1e-6)
-            }
-            Question::Contains { keys, .. } => {
-                let lower = answer.to_lowercase();
-                keys.iter().any(|k| lower.contains(&k.to_lowercase()))
-            }
-            Question::Code { setup, tests, .. } => {
-                if self.python.is_none() {
-                    self.python = Some(code_grade::python()?);
-                }
-                let python = self.python.as_deref().unwrap_or(Path::new("python3"));
-                code_grade::passes(python, answer, setup, tests)?
-            }
-        })
     }
 
     /// The older reading of a choice-shaped question, from the prompt's logits and cache.
@@ -471,21 +470,6 @@ pub fn final_number(text: &str) -> Option<f64> {
         }
     }
     last
-}
-
-fn read_cache(path: &Path) -> anyhow::Result<HashMap<String, EdgeAnswer>> {
-    let mut out = HashMap::new();
-    let Ok(f) = std::fs::File::open(path) else {
-        return Ok(out);
-    };
-    for line in std::io::BufReader::new(f).lines() {
-        let line = line.with_context(|| format!("reading {}", path.display()))?;
-        // A line cut short by an interrupted run is skipped: that answer is recomputed.
-        if let Ok(l) = serde_json::from_str::<CacheLine>(&line) {
-            out.insert(l.key, l.answer);
-        }
-    }
-    Ok(out)
 }
 
 /// Where answers are cached: `$STRADDLE_CACHE/edge-answers` (default `~/.cache/straddle`).

@@ -1,8 +1,10 @@
 //! `straddle`: the command-line face of the engine and the router.
 
+mod answer_cache;
 mod bench_speculative;
 mod bench_structured;
 mod chat;
+mod cloud_answers;
 mod cloud_client;
 mod code_grade;
 mod delay_proxy;
@@ -224,8 +226,12 @@ enum Eval {
         /// MMLU and GSM8K use GPT-4's answers as RouteLLM recorded them.
         #[arg(long)]
         cloud_model: Option<PathBuf>,
-        /// Count the cloud right on every routine and code prompt instead (an upper bound).
+        /// Ask an OpenAI-compatible server instead (its base URL: `straddle-cloud`,
+        /// `llama-server`, a hosted API), once per prompt, cached under the model it names.
         #[arg(long, conflicts_with = "cloud_model")]
+        cloud_url: Option<String>,
+        /// Count the cloud right on every routine and code prompt instead (an upper bound).
+        #[arg(long, conflicts_with_all = ["cloud_model", "cloud_url"])]
         cloud_upper_bound: bool,
         /// Also write every graded prompt's features, edge state and grades (JSON lines).
         #[arg(long)]
@@ -346,6 +352,7 @@ fn eval(benchmark: Eval) -> anyhow::Result<()> {
             data,
             edge,
             cloud_model,
+            cloud_url,
             cloud_upper_bound,
             examples_out,
             limit_per_domain,
@@ -360,10 +367,10 @@ fn eval(benchmark: Eval) -> anyhow::Result<()> {
             let run = route_eval::Run {
                 data: &data,
                 edge_model: &edge,
-                cloud: if cloud_upper_bound {
-                    route_eval::Cloud::AlwaysRight
-                } else {
-                    route_eval::Cloud::Model(&cloud_model)
+                cloud: match (cloud_upper_bound, &cloud_url) {
+                    (true, _) => route_eval::Cloud::AlwaysRight,
+                    (false, Some(url)) => route_eval::Cloud::Endpoint(url),
+                    (false, None) => route_eval::Cloud::Model(&cloud_model),
                 },
                 cache: &cache,
                 limit: route_data::Limits {

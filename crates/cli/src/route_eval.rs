@@ -17,6 +17,7 @@ use straddle_router::policy::{self, Context as RouteContext, Decision, Policy, T
 use straddle_router::quality::{self, QualityError, QualityModel};
 use straddle_router::rng::SplitMix;
 
+use crate::cloud_answers::EndpointGrader;
 use crate::edge_answers::{EdgeAnswer, EdgeGrader};
 use crate::eval::{self, Outcome, Summary};
 use crate::route_data::{self, Item};
@@ -27,6 +28,8 @@ use crate::routellm;
 pub enum Cloud<'a> {
     /// The cloud model itself (a GGUF), run once per prompt and cached.
     Model(&'a Path),
+    /// An OpenAI-compatible endpoint (its base URL), asked once per prompt and cached.
+    Endpoint(&'a str),
     /// Counted right on all of them: an upper bound for the cloud, kept for comparison.
     AlwaysRight,
 }
@@ -69,6 +72,9 @@ pub fn cloud_grades(items: &[Item], cloud: &Cloud, cache: &Path) -> anyhow::Resu
                 .map(|a| f64::from(u8::from(a.correct)))
                 .collect()
         }
+        Cloud::Endpoint(base) if !unrecorded.is_empty() => {
+            endpoint_grades(&unrecorded, &mut EndpointGrader::open(base, cache)?)?
+        }
         _ => vec![1.0; unrecorded.len()],
     }
     .into_iter();
@@ -76,6 +82,26 @@ pub fn cloud_grades(items: &[Item], cloud: &Cloud, cache: &Path) -> anyhow::Resu
         .iter()
         .map(|i| i.cloud.or_else(|| answered.next()).unwrap_or(1.0))
         .collect())
+}
+
+/// Each item's correctness (0 or 1) as the endpoint answers it, with a progress bar for the
+/// prompts it has not answered yet.
+fn endpoint_grades(items: &[Item], grader: &mut EndpointGrader) -> anyhow::Result<Vec<f64>> {
+    let todo = items.iter().filter(|i| !grader.is_cached(&i.question));
+    let bar = crate::progress::bar(
+        todo.count() as u64,
+        &format!("cloud answers ({})", grader.model()),
+    );
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        let cached = grader.is_cached(&item.question);
+        out.push(f64::from(u8::from(grader.answer(&item.question)?)));
+        if !cached {
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    Ok(out)
 }
 
 /// The device the evaluation routes for: online, the edge loaded and decoding at a laptop's
@@ -514,6 +540,9 @@ pub fn run(r: &Run) -> anyhow::Result<Report> {
             "GPT-4 as RouteLLM recorded it for MMLU and GSM8K; {} elsewhere",
             p.file_name().unwrap_or_default().to_string_lossy()
         ),
+        Cloud::Endpoint(base) => {
+            format!("GPT-4 as RouteLLM recorded it for MMLU and GSM8K; the model at {base} elsewhere")
+        }
         Cloud::AlwaysRight => {
             "GPT-4 as RouteLLM recorded it for MMLU and GSM8K; counted right elsewhere (an upper bound)".into()
         }
