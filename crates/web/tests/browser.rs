@@ -41,6 +41,14 @@ fn routing_runs_in_the_browser_and_keeps_a_card_on_the_device() {
     assert!(check.contains(r#""escalate":null"#), "{check}");
 }
 
+/// The model URL a test was built with. Without one the test is ignored (see `build.rs`)
+/// except under `CI=true`, where it runs to this failure.
+fn served(url: Option<&'static str>, var: &str) -> &'static str {
+    url.unwrap_or_else(|| {
+        panic!("CI=true: {var} was unset when the tests were built (run `cargo xtask test`)")
+    })
+}
+
 /// Feeds `model` `prompt`, then llama.cpp's greedy continuation of `case` (teacher forcing,
 /// so one near-tie does not end the comparison) for `steps` steps: every step's top-5 logits
 /// within `tol` of llama.cpp's, and the same token wherever llama.cpp's top-1 leads its top-2
@@ -132,12 +140,16 @@ async fn fetch_bytes(url: &str) -> Vec<u8> {
 /// same token at every step where llama.cpp's top-1 leads clearly, with top-5 logits within
 /// 1.5 ([`teacher_forced`]).
 #[wasm_bindgen_test]
+#[cfg_attr(
+    no_test_model_url,
+    ignore = "STRADDLE_TEST_MODEL_URL unset when built (cargo xtask test sets it)"
+)]
 async fn real_model_on_webgpu_agrees_with_llama_cpp() {
     straddle_web::run_constructors_once();
-    let Some(url) = option_env!("STRADDLE_TEST_MODEL_URL") else {
-        console_log!("skipping: STRADDLE_TEST_MODEL_URL unset (cargo xtask test sets it)");
-        return;
-    };
+    let url = served(
+        option_env!("STRADDLE_TEST_MODEL_URL"),
+        "STRADDLE_TEST_MODEL_URL",
+    );
     let reference = Reference::parse(include_str!(
         "../../../tests/reference/smollm2-135m-q4_1.json"
     ));
@@ -159,12 +171,16 @@ async fn real_model_on_webgpu_agrees_with_llama_cpp() {
 /// fed llama.cpp's greedy continuation of a short one (8 tokens, 5 clear-margin steps of 8),
 /// it picks the same token at every clear-margin step with top-5 logits within 2.5.
 #[wasm_bindgen_test]
+#[cfg_attr(
+    no_test_gemma_url,
+    ignore = "STRADDLE_TEST_GEMMA_URL unset when built (cargo xtask test sets it)"
+)]
 async fn gemma3_on_the_wasm_cpu_kernels_agrees_with_llama_cpp() {
     straddle_web::run_constructors_once();
-    let Some(url) = option_env!("STRADDLE_TEST_GEMMA_URL") else {
-        console_log!("skipping: STRADDLE_TEST_GEMMA_URL unset (cargo xtask test sets it)");
-        return;
-    };
+    let url = served(
+        option_env!("STRADDLE_TEST_GEMMA_URL"),
+        "STRADDLE_TEST_GEMMA_URL",
+    );
     let reference = Reference::parse(include_str!(
         "../../../tests/reference/gemma-3-270m-q4_k_m.json"
     ));
@@ -186,12 +202,16 @@ async fn gemma3_on_the_wasm_cpu_kernels_agrees_with_llama_cpp() {
 /// greedy continuation of a short prompt for 6 steps (3 with a clear margin): the same token
 /// at every clear-margin step, top-5 logits within 2.5.
 #[wasm_bindgen_test]
+#[cfg_attr(
+    no_test_gemma_url,
+    ignore = "STRADDLE_TEST_GEMMA_URL unset when built (cargo xtask test sets it)"
+)]
 async fn gemma3_on_webgpu_agrees_with_llama_cpp() {
     straddle_web::run_constructors_once();
-    let Some(url) = option_env!("STRADDLE_TEST_GEMMA_URL") else {
-        console_log!("skipping: STRADDLE_TEST_GEMMA_URL unset (cargo xtask test sets it)");
-        return;
-    };
+    let url = served(
+        option_env!("STRADDLE_TEST_GEMMA_URL"),
+        "STRADDLE_TEST_GEMMA_URL",
+    );
     let reference = Reference::parse(include_str!(
         "../../../tests/reference/gemma-3-270m-q4_k_m.json"
     ));
