@@ -21,7 +21,7 @@ async function runEdgeNow(client, ctx, { cascade }, job) {
   const onAbort = () => gen.cancel();
   signal?.addEventListener("abort", onAbort, { once: true });
   const monitor = cascade ? new Cascade(JSON.stringify(decision.cascade)) : null;
-  const run = { held: monitor ? [] : null, count: 0, degraded: null, reasons: [...decision.reasons] };
+  const run = { held: monitor ? [] : null, count: 0, prefillMs: null, degraded: null, reasons: [...decision.reasons] };
   let finished = false;
   try {
     const handed = await showTokens(client, ctx, gen, monitor, run, job);
@@ -55,8 +55,9 @@ async function showTokens(client, ctx, gen, monitor, run, job) {
   for await (const t of gen.tokens) {
     if (t.type === "look") {
       // After prefill, before any token: the edge model's own state may send it up.
+      run.prefillMs = t.prefill_ms;
       const up = monitor && firstTokenEscalation(ctx.decision, t);
-      const handed = up && await handUp(client, ctx, ctx.decision, up, 0);
+      const handed = up && await handUp(client, ctx, ctx.decision, up, run);
       if (handed?.end) return handed.end;
       if (handed) noteHandUpFailed(run, handed);
       continue;
@@ -71,7 +72,7 @@ async function showTokens(client, ctx, gen, monitor, run, job) {
     run.held.push(t.text);
     const escalateFor = monitor.push(t.text, t.logprob, t.entropy);
     if (escalateFor) {
-      const handed = await handUp(client, ctx, ctx.decision, escalateFor, run.count);
+      const handed = await handUp(client, ctx, ctx.decision, escalateFor, run);
       if (handed.end) return handed.end;
       noteHandUpFailed(run, handed);
     } else if (run.count < monitor.settles_after) {
@@ -112,17 +113,18 @@ async function edgeFailed(client, ctx, e) {
 }
 
 /**
- * The cascade hands a held edge answer to the cloud (`discarded` edge tokens so far): `{end}`
- * with the cloud's answer, or, when the cloud fails, `{degraded, reason}` and the edge
- * answer stands. The edge keeps generating while the cloud is asked: its tokens are the
- * fallback.
+ * The cascade hands a held edge answer to the cloud (the `run`'s edge tokens so far are
+ * discarded, its prefill time reported as spent): `{end}` with the cloud's answer, or, when
+ * the cloud fails, `{degraded, reason}` and the edge answer stands. The edge keeps
+ * generating while the cloud is asked: its tokens are the fallback.
  */
-async function handUp(client, ctx, decision, why, discarded) {
+async function handUp(client, ctx, decision, why, run) {
   try {
     const end = await runCloud(client, ctx, { reasons: [...decision.reasons, `cascade: ${why}`], midStream: true });
     end.meta.escalated_mid_stream = true;
     end.meta.edge_tokens = "discarded";
-    end.meta.edge_tokens_discarded = discarded;
+    end.meta.edge_tokens_discarded = run.count;
+    end.meta.edge_prefill_ms = run.prefillMs ?? null;
     return { end };
   } catch (e) {
     if (e.code === "aborted" || ctx.emitted) throw e;

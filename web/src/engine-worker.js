@@ -207,11 +207,13 @@ function loadedReport({ got, cpu, gpuError }, device, t0) {
 
 async function generate({ id, messages, params }) {
   if (!engine) throw new StraddleError("edge_unavailable", "no model is loaded on this device");
+  const started = performance.now();
   const gen = await engine.start(JSON.stringify(messages), JSON.stringify(params));
   try {
-    // What the model's own state says after prefill, before any token: the router's check.
+    // What the model's own state says after prefill, before any token: the router's check,
+    // with what the prefill cost (spent for nothing if the check sends the request up).
     const look = gen.look();
-    post({ type: "look", id, ...look }, look.state ? [look.state.buffer] : []);
+    post({ type: "look", id, ...look, prefill_ms: performance.now() - started }, look.state ? [look.state.buffer] : []);
     for (;;) {
       if (cancelled.delete(id)) {
         gen.cancel();

@@ -243,6 +243,8 @@ export interface StraddleMeta {
   /** What happened to the edge tokens of a mid-stream escalation. */
   edge_tokens: "discarded" | null;
   edge_tokens_discarded?: number;
+  /** An escalated edge answer: the milliseconds the device spent prefilling the prompt before it went up. */
+  edge_prefill_ms?: number | null;
   /** Prompt tokens the cloud processed again because the history was re-sent. */
   resent_history_tokens?: number;
   /** Edge answers: the device's timings; `grammar_ms` is the share of `decode_ms` spent on constrained decoding's masks. */

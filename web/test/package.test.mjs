@@ -336,6 +336,7 @@ test("after prefill the edge model's state sends a word problem to the cloud wit
     assert.match(r.meta.reasons.join(" "), /after prefill: P\(edge answer acceptable\)/);
     assert.equal(r.meta.edge_tokens, "discarded");
     assert.equal(r.meta.edge_tokens_discarded, 0, "the check runs before the first token");
+    assert.ok(r.meta.edge_prefill_ms > 0, `the prefill spent on the device is reported: ${r.meta.edge_prefill_ms}`);
     assert.ok(r.meta.model_versions.some((v) => v.startsWith("quality/quality-")), r.meta.model_versions.join(" "));
     // The cloud got the whole conversation, and what was shown is what its stream carried.
     const up = sent.filter((x) => x.url.endsWith("/v1/chat/completions"));
