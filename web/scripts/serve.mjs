@@ -44,8 +44,14 @@ export const ISOLATION_HEADERS = {
   "cross-origin-embedder-policy": "require-corp",
 };
 
-/** Creates the server; resolves a request path inside `root` (or `models`) only. */
-export function createServer({ root, models, config, files = {}, onRequest, isolated = false }) {
+/**
+ * Creates the server; resolves a request path inside `root` (or `models`) only. Files are
+ * served with range requests (`Range: bytes=N-`, `If-Range` on the ETag), so a cut download
+ * resumes. For tests: `cut` maps a path to a byte count at which its next whole-file answer
+ * is cut off (once, as a dropped connection would), and `onServed(path, bytes)` hears how
+ * many body bytes each answer carried.
+ */
+export function createServer({ root, models, config, files = {}, onRequest, isolated = false, cut = {}, onServed }) {
   let sha = null;
   return http.createServer(async (req, res) => {
     if (isolated) for (const [k, v] of Object.entries(ISOLATION_HEADERS)) res.setHeader(k, v);
@@ -83,15 +89,38 @@ export function createServer({ root, models, config, files = {}, onRequest, isol
         res.writeHead(404, { "content-type": "text/plain" }).end("not found");
         return;
       }
-      res.writeHead(200, {
+      const etag = `"${st.size}-${Math.floor(st.mtimeMs)}"`;
+      const from = rangeStart(req, etag, st.size);
+      res.writeHead(from > 0 ? 206 : 200, {
         "content-type": TYPES[path.extname(file)] ?? "application/octet-stream",
-        "content-length": st.size,
+        "content-length": st.size - from,
         "cache-control": "no-cache",
+        "accept-ranges": "bytes",
+        etag,
+        ...(from > 0 ? { "content-range": `bytes ${from}-${st.size - 1}/${st.size}` } : {}),
       });
       if (req.method === "HEAD") return res.end();
-      fs.createReadStream(file).pipe(res);
+      const cutAt = from === 0 ? cut[url.pathname] : undefined;
+      if (cutAt !== undefined) delete cut[url.pathname];
+      const body = fs.createReadStream(file, { start: from, end: (cutAt ?? st.size) - 1 });
+      body.on("data", (d) => onServed?.(url.pathname, d.length));
+      // A cut answer ends with the connection torn down, short of its content-length.
+      if (cutAt !== undefined) body.on("end", () => res.destroy());
+      body.pipe(res, { end: cutAt === undefined });
     });
   });
+}
+
+/**
+ * Where a `Range: bytes=N-` request starts (0 for the whole file): an `If-Range` that names
+ * another version, or a range past the end, gets the whole file.
+ */
+function rangeStart(req, etag, size) {
+  const m = /^bytes=(\d+)-$/.exec(req.headers.range ?? "");
+  const ifRange = req.headers["if-range"];
+  if (!m || (ifRange && ifRange !== etag)) return 0;
+  const from = Number(m[1]);
+  return from < size ? from : 0;
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {

@@ -9,7 +9,7 @@
 //   unload                            (frees the model)
 import init, * as single from "../pkg/straddle.js";
 import { StraddleError, toWire } from "./errors.js";
-import { MODEL_CACHE } from "./model-store.js";
+import { openModel } from "./model-download.js";
 
 let engine = null;
 // The threaded build (`pkg-threads`, CPU kernels on a pool of Web Workers): started the
@@ -83,14 +83,13 @@ async function startPool(threads) {
   return pkg;
 }
 
-/** Reads the model (Cache API first), checks its SHA-256, and loads it onto a backend. */
+/** Reads the model (the store first), checks its SHA-256, and loads it onto a backend. */
 async function load({ id, url, sha256, backend, cache: useCache }) {
   const t0 = performance.now();
   const progress = (phase, loaded, total) =>
     post({ type: "progress", id, phase, loaded, total, percent: total ? Math.min(100, (100 * loaded) / total) : null });
-  const store = useCache && "caches" in self ? await caches.open(MODEL_CACHE).catch(() => null) : null;
   // A buffer lives in the memory of the build that loads it.
-  const read = (lib) => readModel(lib, { url, sha256, store, progress });
+  const read = (lib) => readModel(lib, { url, sha256, useStore: useCache !== false, progress });
   const device = await single.probeDevice();
   // On a software adapter (SwiftShader, lavapipe) GPU-shaped kernels run on the CPU, and the
   // wasm-SIMD CPU kernels are far faster: "auto" picks them there.
@@ -101,57 +100,35 @@ async function load({ id, url, sha256, backend, cache: useCache }) {
   return loadedReport(placed, device, t0);
 }
 
-/** Streams the model into a buffer in `lib`'s memory and checks its SHA-256. */
-async function readModel(lib, { url, sha256, store, progress }) {
-  const { resp, fromCache, stored } = await openModel(url, store);
-  const total = Number(resp.headers.get("content-length")) || 0;
+/**
+ * Reads the model (from the store, resuming a cut download, or the network) into a buffer in
+ * `lib`'s memory and checks its SHA-256; a copy that fails the check is dropped.
+ */
+async function readModel(lib, { url, sha256, useStore, progress }) {
+  const source = await openModel(url, useStore);
+  const { total, kept } = source;
   const buffer = new lib.ModelBuffer(total);
-  const reader = resp.body.getReader();
   let lastReport = 0;
   try {
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      buffer.push(value);
+    for await (const chunk of source.chunks) {
+      buffer.push(chunk);
       if (buffer.received - lastReport > 1 << 20 || buffer.received === total) {
         lastReport = buffer.received;
-        progress(fromCache ? "cache" : "download", buffer.received, total);
+        progress(buffer.received <= kept ? "cache" : "download", buffer.received, total);
       }
     }
   } catch (e) {
     buffer.free();
     throw e instanceof StraddleError ? e : new StraddleError("model_fetch", `the model download failed: ${e.message ?? e}`);
   }
-  await stored;
   progress("verify", buffer.received, total);
   const digest = buffer.sha256();
   if (sha256 && digest !== sha256.toLowerCase()) {
     buffer.free();
-    if (store) await store.delete(url);
-    throw new StraddleError("model_integrity", `the model's SHA-256 is ${digest}, expected ${sha256}; the cached copy was discarded`);
+    await source.discard();
+    throw new StraddleError("model_integrity", `the model's SHA-256 is ${digest}, expected ${sha256}; the stored copy was discarded`);
   }
-  return { buffer, fromCache, digest, bytes: total || buffer.received };
-}
-
-/**
- * The model's bytes as a response: the cached copy, else a download that is also put in the
- * cache (`stored` settles when it is).
- */
-async function openModel(url, store) {
-  let resp = store ? await store.match(url) : undefined;
-  const fromCache = !!resp;
-  let stored = Promise.resolve();
-  if (!resp) {
-    try {
-      resp = await fetch(url);
-    } catch (e) {
-      throw new StraddleError("model_fetch", `could not download the model from ${url}: ${e.message}`);
-    }
-    if (!resp.ok) throw new StraddleError("model_fetch", `could not download the model from ${url}: HTTP ${resp.status}`);
-    // The copy for the cache streams alongside the one read below; neither is held whole in JS.
-    if (store) stored = store.put(url, resp.clone()).catch((e) => console.warn("straddle: model not cached:", e));
-  }
-  return { resp, fromCache, stored };
+  return { buffer, fromCache: kept === buffer.received, resumedFrom: kept < buffer.received ? kept : null, digest, bytes: total || buffer.received };
 }
 
 /**
@@ -199,7 +176,7 @@ function loadedReport({ got, cpu, gpuError }, device, t0) {
   return {
     backend: engine.backend(), languages: engine.languages(), name: engine.name() ?? null, tokenizerHash: engine.tokenizerHash(),
     contextTokens: engine.contextTokens(), threads: engine.backend() === "cpu" ? cpu.threads : 1, threadsError: cpu?.error ?? null,
-    sha256: got.digest, fromCache: got.fromCache, bytes: got.bytes, ms: performance.now() - t0,
+    sha256: got.digest, fromCache: got.fromCache, resumedFrom: got.resumedFrom, bytes: got.bytes, ms: performance.now() - t0,
     gpuError, device: { webgpu: device.webgpu, software: device.software,
       maxStorageBufferBytes: device.max_storage_buffer_bytes, maxInvocationsPerWorkgroup: device.max_invocations_per_workgroup },
   };

@@ -8,6 +8,8 @@ export type StraddleErrorCode =
   | "model_fetch" // the model could not be downloaded
   | "model_integrity" // the model's SHA-256 did not match `sha256`
   | "insufficient_memory" // the model is too large for this device (refused before any download)
+  | "storage_quota" // the site's storage has no room for the model (refused before any download)
+  | "model_not_found" // Straddle.models.delete: no stored model has that id
   | "model_invalid" // the file is not a model this engine can run (truncated, hostile, unsupported)
   | "webgpu_unavailable" // backend "webgpu" was asked for and the browser has none
   | "edge_unavailable" // no on-device model, and the cloud may not answer
@@ -86,7 +88,10 @@ export interface StraddleOptions {
   cloud?: boolean;
   /** Replace personal data with placeholders before upload, restoring it locally. Default true. */
   redact?: boolean;
-  /** Keep the model in the Cache API across reloads. Default true. */
+  /**
+   * Keep the model in this site's storage across reloads (OPFS, where a cut download resumes;
+   * the Cache API where a browser has no OPFS), after checking the storage quota. Default true.
+   */
   cacheModel?: boolean;
   /** Resolve `create` only once the model is loaded (default), or at once. */
   waitForModel?: boolean;
@@ -318,7 +323,10 @@ export interface DeviceReport {
   model?: string | null;
   sha256?: string;
   bytes?: number;
+  /** Every byte came from the store: nothing was downloaded. */
   fromCache?: boolean;
+  /** A download cut short earlier was resumed: the bytes that came from the store. */
+  resumedFrom?: number | null;
   loadMs?: number;
   tokensPerS?: number;
   gpuError?: string | null;
@@ -336,8 +344,23 @@ export interface DeviceReport {
   error?: string | null;
 }
 
+/** A model kept in this site's storage (OPFS, or the Cache API where a browser has none). */
+export interface StoredModel {
+  id: string;
+  url: string;
+  /** Bytes kept; less than `total` for a download that was cut short (it resumes from here). */
+  bytes: number;
+  total: number;
+  complete: boolean;
+}
+
 export class Straddle {
   static create(options: StraddleOptions): Promise<Straddle>;
+  /** The models this site keeps: list them, and delete one by id (`model_not_found` if none). */
+  static readonly models: {
+    list(): Promise<StoredModel[]>;
+    delete(id: string): Promise<void>;
+  };
   /** Resolves when the model has loaded (or failed to, with the cloud to answer). */
   readonly ready: Promise<void>;
   readonly session: string;

@@ -7,6 +7,7 @@
 // checks), edge-queue.js (one answer at a time on the device), usage.js (reports to the worker).
 import { createCompletion } from "./completion.js";
 import { StraddleError } from "./errors.js";
+import { deleteModel, listModels } from "./model-store.js";
 import { invalid, validate } from "./request.js";
 import { decide, refreshLoad, refreshRtt, traceValue } from "./routing.js";
 import { applyPolicy, loadModel, loadWasm, readBattery, restoreLearner, withDefaults } from "./startup.js";
@@ -17,6 +18,9 @@ export { StraddleError };
 
 /** A hybrid edge–cloud client; make one with `await Straddle.create(options)`. */
 export class Straddle {
+  /** The models this site keeps (OPFS, or the Cache API): list them, delete one by id. */
+  static models = { list: listModels, delete: deleteModel };
+
   /**
    * Loads the wasm, starts the engine worker and loads the model (progress through
    * `onProgress`), and measures the way to the worker. See index.d.ts for the options.
@@ -109,7 +113,7 @@ export class Straddle {
   /** What the device offers and what was loaded. */
   device() {
     const e = this.edge;
-    return e ? { backend: e.backend, model: e.name, sha256: e.sha256, bytes: e.bytes, fromCache: e.fromCache, loadMs: e.ms,
+    return e ? { backend: e.backend, model: e.name, sha256: e.sha256, bytes: e.bytes, fromCache: e.fromCache, resumedFrom: e.resumedFrom, loadMs: e.ms,
       tokensPerS: e.tokensPerS, gpuError: e.gpuError, threads: e.threads, threadsError: e.threadsError, ...e.device } : { backend: null, error: this.edgeError?.message ?? null };
   }
 

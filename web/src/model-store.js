@@ -1,42 +1,96 @@
-// Where the page keeps model files (the Cache API), and what it checks before fetching one.
+// Where the page keeps model files. In the Origin Private File System (OPFS) a download is
+// written as it arrives, so a dropped connection, a reload or a closed tab resumes it with a
+// range request from the bytes already kept; where a browser has no OPFS the Cache API keeps
+// whole files. Each stored model is two entries in the `straddle-models` folder: `<id>.gguf`,
+// its bytes so far, and `<id>.json`, what they are: `{url, total, complete, validator}`.
 import { StraddleError } from "./errors.js";
 
-/** The Cache API store the engine's worker keeps model files in, by URL. */
+/** The Cache API store, by URL, where OPFS is missing. */
 export const MODEL_CACHE = "straddle-models-v1";
+const FOLDER = "straddle-models";
 
-/** What a model needs beyond its file: the KV cache at the engine's context, the tokenizer
- * and the scratch of one pass (a generous bound for the models the engine runs). */
-const MODEL_OVERHEAD_BYTES = 160 << 20;
-/** A wasm32 module addresses 4 GiB, and the engine's own code and buffers take some. */
-const WASM32_USABLE_BYTES = 4 * 2 ** 30 - (256 << 20);
+/** The store's OPFS folder, or null where this browser offers none. */
+export async function modelFolder() {
+  try {
+    const root = await globalThis.navigator.storage.getDirectory();
+    return await root.getDirectoryHandle(FOLDER, { create: true });
+  } catch {
+    return null;
+  }
+}
 
-/**
- * The model file's size without downloading it: the stored copy's, when `useCache` and the
- * Cache API holds one (so a reload asks the network nothing), else a `HEAD`'s. 0 when
- * neither says.
- */
-async function modelBytes(url, useCache) {
-  const store = useCache && "caches" in globalThis ? await caches.open(MODEL_CACHE).catch(() => null) : null;
-  const stored = await store?.match(url).catch(() => undefined);
-  const head = stored ?? (await fetch(url, { method: "HEAD" }).catch(() => null));
-  return Number(head?.headers.get("content-length")) || 0;
+/** A model's id in the store: the first 32 hex digits of its absolute URL's SHA-256. */
+export async function modelId(url) {
+  const absolute = String(new URL(url, globalThis.location?.href));
+  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(absolute));
+  return [...new Uint8Array(digest).slice(0, 16)].map((b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/** What the folder holds of model `id`: its record plus the bytes kept (`stored`), or null. */
+export async function describe(folder, id) {
+  const record = await folder.getFileHandle(`${id}.json`)
+    .then((h) => h.getFile()).then((f) => f.text()).then(JSON.parse).catch(() => null);
+  if (!record) return null;
+  const stored = await folder.getFileHandle(`${id}.gguf`).then((h) => h.getFile()).then((f) => f.size).catch(() => 0);
+  return { id, ...record, stored };
+}
+
+/** Writes model `id`'s record. */
+export async function writeRecord(folder, id, record) {
+  const writable = await (await folder.getFileHandle(`${id}.json`, { create: true })).createWritable();
+  await writable.write(JSON.stringify(record));
+  await writable.close();
+}
+
+/** Removes model `id`'s bytes and record; whether there was anything to remove. */
+export async function removeModel(folder, id) {
+  let removed = false;
+  for (const name of [`${id}.gguf`, `${id}.json`]) {
+    removed = await folder.removeEntry(name).then(() => true, () => false) || removed;
+  }
+  return removed;
+}
+
+/** The bytes of `url` the store already holds (0 when none, or storing is off). */
+export async function storedBytes(url) {
+  const folder = await modelFolder();
+  const kept = folder && await describe(folder, await modelId(url));
+  if (kept) return { bytes: kept.stored, total: kept.complete ? kept.total : 0 };
+  const cache = "caches" in globalThis ? await caches.open(MODEL_CACHE).catch(() => null) : null;
+  const whole = await cache?.match(String(url)).catch(() => undefined);
+  const bytes = Number(whole?.headers.get("content-length")) || 0;
+  return { bytes, total: bytes };
 }
 
 /**
- * Refuses, before any download, a model this device cannot hold: its size against wasm32's
- * address space and the memory the browser reports (`navigator.deviceMemory`, in GiB, which
- * the model may take at most half of). A server that answers no size lets the load go on.
+ * The stored models: `{id, url, bytes, total, complete}` each, `bytes` being what is kept (a
+ * cut download keeps part of its `total`).
  */
-export async function checkMemory(url, useCache) {
-  const bytes = await modelBytes(url, useCache);
-  if (!bytes) return;
-  const need = bytes + MODEL_OVERHEAD_BYTES;
-  const mb = (n) => `${Math.round(n / 1e6)} MB`;
-  if (need > WASM32_USABLE_BYTES) {
-    throw new StraddleError("insufficient_memory", `the model needs about ${mb(need)}, more than a page's wasm memory holds (${mb(WASM32_USABLE_BYTES)}); pick a smaller model`);
+export async function listModels() {
+  const folder = await modelFolder();
+  const out = [];
+  if (folder) {
+    for await (const name of folder.keys()) {
+      if (!name.endsWith(".json")) continue;
+      const m = await describe(folder, name.slice(0, -".json".length));
+      if (m) out.push({ id: m.id, url: m.url, bytes: m.stored, total: m.total, complete: m.complete });
+    }
   }
-  const deviceGiB = globalThis.navigator?.deviceMemory;
-  if (deviceGiB && need > (deviceGiB * 2 ** 30) / 2) {
-    throw new StraddleError("insufficient_memory", `the model needs about ${mb(need)}; this device reports ${deviceGiB} GB of memory, and a page should take at most half; pick a smaller model`);
+  const cache = "caches" in globalThis ? await caches.open(MODEL_CACHE).catch(() => null) : null;
+  for (const req of (await cache?.keys()) ?? []) {
+    const bytes = Number((await cache.match(req))?.headers.get("content-length")) || 0;
+    out.push({ id: await modelId(req.url), url: req.url, bytes, total: bytes, complete: true });
   }
+  return out;
+}
+
+/** Deletes a stored model by id; `model_not_found` when the store holds none with that id. */
+export async function deleteModel(id) {
+  const folder = await modelFolder();
+  let removed = folder ? await removeModel(folder, id) : false;
+  const cache = "caches" in globalThis ? await caches.open(MODEL_CACHE).catch(() => null) : null;
+  for (const req of (await cache?.keys()) ?? []) {
+    if (await modelId(req.url) === id) removed = await cache.delete(req) || removed;
+  }
+  if (!removed) throw new StraddleError("model_not_found", `no stored model has the id ${id}`);
 }

@@ -5,7 +5,7 @@
 import init, { Learner, policyPreset, route as routeWasm } from "../pkg/straddle.js";
 import { EdgeHost } from "./edge.js";
 import { StraddleError } from "./errors.js";
-import { checkMemory } from "./model-store.js";
+import { checkMemory, checkStorage, modelSize } from "./model-checks.js";
 import { cloudUsable } from "./routing.js";
 
 /** Decode speed assumed before the first edge answer measures it, per backend. */
@@ -108,7 +108,10 @@ export async function loadModel(client) {
     const wanted = o.backend === "webgpu" ? 1 : o.threads === "auto" ? Math.min(cores, 8) : Math.min(o.threads, cores);
     const isolated = Boolean(globalThis.crossOriginIsolated);
     const url = new URL(o.model, globalThis.location?.href);
-    await checkMemory(url, o.cacheModel !== false);
+    const useStore = o.cacheModel !== false;
+    const size = await modelSize(url, useStore);
+    checkMemory(size.bytes);
+    if (useStore) await checkStorage(size);
     const host = await EdgeHost.start(client.module, isolated ? wanted : 1);
     const loaded = await host.load({ url, sha256: o.sha256, backend: o.backend, cache: o.cacheModel }, o.onProgress);
     // The worker can only say why its pool failed; a page without isolation never asks it

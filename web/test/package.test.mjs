@@ -796,7 +796,7 @@ test("tools: a two-turn tool call completes on the CPU kernels, streamed; WebGPU
   }
 });
 
-test("a reload takes the model from the Cache API: no second download", { skip }, async () => {
+test("a reload takes the model from the store: no second download", { skip }, async () => {
   const { context, page } = await freshPage();
   try {
     const downloads = () => stack.requests.filter((r) => r === `GET ${MODEL_URL}`).length;
