@@ -53,7 +53,8 @@ export class EdgeHost {
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       this.pending.set(id, {
-        event: (m) => onProgress?.({ phase: m.phase, loaded: m.loaded, total: m.total, percent: m.percent }),
+        event: (m) => onProgress?.({ phase: m.phase, loaded: m.loaded, total: m.total, percent: m.percent,
+          ...(m.phase === "download" ? { bytesPerS: m.bytesPerS, secondsLeft: m.secondsLeft } : {}) }),
         finish: (m) => resolve(m),
         fail: reject,
       });

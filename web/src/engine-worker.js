@@ -86,8 +86,8 @@ async function startPool(threads) {
 /** Reads the model (the store first), checks its SHA-256, and loads it onto a backend. */
 async function load({ id, url, sha256, backend, cache: useCache }) {
   const t0 = performance.now();
-  const progress = (phase, loaded, total) =>
-    post({ type: "progress", id, phase, loaded, total, percent: total ? Math.min(100, (100 * loaded) / total) : null });
+  const progress = (phase, loaded, total, pace = {}) =>
+    post({ type: "progress", id, phase, loaded, total, percent: total ? Math.min(100, (100 * loaded) / total) : null, ...pace });
   // A buffer lives in the memory of the build that loads it.
   const read = (lib) => readModel(lib, { url, sha256, useStore: useCache !== false, progress });
   const device = await single.probeDevice();
@@ -108,13 +108,15 @@ async function readModel(lib, { url, sha256, useStore, progress }) {
   const source = await openModel(url, useStore);
   const { total, kept } = source;
   const buffer = new lib.ModelBuffer(total);
+  const pace = downloadPace(kept, total);
   let lastReport = 0;
   try {
     for await (const chunk of source.chunks) {
       buffer.push(chunk);
       if (buffer.received - lastReport > 1 << 20 || buffer.received === total) {
         lastReport = buffer.received;
-        progress(buffer.received <= kept ? "cache" : "download", buffer.received, total);
+        if (buffer.received <= kept) progress("cache", buffer.received, total);
+        else progress("download", buffer.received, total, pace(buffer.received));
       }
     }
   } catch (e) {
@@ -129,6 +131,21 @@ async function readModel(lib, { url, sha256, useStore, progress }) {
     throw new StraddleError("model_integrity", `the model's SHA-256 is ${digest}, expected ${sha256}; the stored copy was discarded`);
   }
   return { buffer, fromCache: kept === buffer.received, resumedFrom: kept < buffer.received ? kept : null, digest, bytes: total || buffer.received };
+}
+
+/**
+ * The download's rate and time left at `received` bytes, from the bytes fetched since the
+ * first report (the stored `kept` bytes are not the network's).
+ */
+function downloadPace(kept, total) {
+  let start = null;
+  return (received) => {
+    start ??= { at: performance.now(), bytes: received };
+    const seconds = (performance.now() - start.at) / 1000;
+    const bytesPerS = seconds > 0 ? (received - start.bytes) / seconds : null;
+    const secondsLeft = bytesPerS && total ? Math.max(0, total - received) / bytesPerS : null;
+    return { bytesPerS, secondsLeft };
+  };
 }
 
 /**

@@ -62,6 +62,9 @@ export interface LoadProgress {
   total: number;
   /** null while the total is unknown. */
   percent: number | null;
+  /** Download only: the rate so far, and the seconds left at that rate (null until known). */
+  bytesPerS?: number | null;
+  secondsLeft?: number | null;
 }
 
 export interface StraddleOptions {

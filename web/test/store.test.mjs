@@ -53,13 +53,17 @@ async function inPage(context, fn, arg, initScript) {
   }
 }
 
-/** Loads the model in a page of `context`: the device report, or the error's code and message. */
+/**
+ * Loads the model in a page of `context`: the device report and the progress events, or the
+ * error's code and message.
+ */
 const load = (context, initScript) => inPage(context, async (Straddle, { model, sha256 }) => {
+  const progress = [];
   try {
-    const s = await Straddle.create({ model, sha256, backend: "cpu", threads: 1 });
+    const s = await Straddle.create({ model, sha256, backend: "cpu", threads: 1, onProgress: (p) => progress.push(p) });
     const device = s.device();
     await s.unload();
-    return { device };
+    return { device, progress };
   } catch (e) {
     return { code: e.code, message: e.message };
   }
@@ -84,6 +88,12 @@ test("a model download cut at 60 % resumes from what was kept, and the store lis
     assert.equal(second.device.resumedFrom, partial.bytes);
     const again = served.bytes - before;
     assert.ok(again <= 0.45 * size, `the resumed load downloaded ${again} of ${size} bytes again`);
+    // Progress a person can read: the kept bytes, the download with its rate and time left,
+    // then verifying, compiling and ready, in that order.
+    const phases = second.progress.map((p) => p.phase).filter((p, i, all) => p !== all[i - 1]);
+    assert.deepEqual(phases, ["cache", "download", "verify", "compile", "ready"]);
+    const last = second.progress.filter((p) => p.phase === "download").at(-1);
+    assert.ok(last.bytesPerS > 0 && last.secondsLeft === 0 && last.loaded === size, JSON.stringify(last));
 
     const [whole] = await models(context);
     assert.deepEqual({ ...whole, id: undefined }, { id: undefined, url: `${webUrl}${modelUrl}`, bytes: size, total: size, complete: true });
