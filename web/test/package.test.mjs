@@ -3,6 +3,7 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
+import os from "node:os";
 import { execFileSync } from "node:child_process";
 import path from "node:path";
 import { startStack, launch, root, model, cloudBin } from "./stack.mjs";
@@ -854,9 +855,33 @@ test("bad input gets a typed error: a malformed request, a corrupted or truncate
   }
 });
 
+/**
+ * A copy of the React example with the package installed the way users install it: from the
+ * tarball `npm pack` makes (only what package.json's `files` ships), not a link to the tree.
+ */
+function exampleWithPackedPackage() {
+  const work = fs.mkdtempSync(path.join(os.tmpdir(), "straddle-react-"));
+  const tarball = execFileSync("npm", ["pack", "--silent", "--pack-destination", work], { cwd: root }).toString().trim();
+  const example = path.join(work, "react");
+  const source = path.join(root, "examples", "react");
+  const built = path.join(source, "dist");
+  fs.cpSync(source, example, {
+    recursive: true, verbatimSymlinks: true, filter: (src) => src !== built && !src.startsWith(built + path.sep),
+  });
+  fs.rmSync(path.join(example, "node_modules", "straddle"), { force: true });
+  execFileSync("npm", ["install", "--no-save", "--prefer-offline", "--no-audit", "--no-fund", path.join(work, tarball)],
+    { cwd: example, stdio: "inherit" });
+  return { work, example };
+}
+
 test("the React example (Vite) builds against the package and answers", { skip }, async () => {
-  const example = path.join(root, "examples", "react");
-  execFileSync(path.join(example, "node_modules", ".bin", "vite"), ["build", "--logLevel", "warn"], { cwd: example, stdio: "inherit" });
+  const { work, example } = exampleWithPackedPackage();
+  // Built where the test server serves the example from.
+  const outDir = path.join(root, "examples", "react", "dist");
+  execFileSync(path.join(example, "node_modules", ".bin", "vite"), ["build", "--logLevel", "warn", "--outDir", outDir, "--emptyOutDir"],
+    { cwd: example, stdio: "inherit" });
+  assert.ok(!fs.lstatSync(path.join(example, "node_modules", "straddle")).isSymbolicLink(), "the packed package, not a link");
+  fs.rmSync(work, { recursive: true, force: true });
   const { context, page, errors } = await freshPage();
   try {
     await page.goto(`${stack.webUrl}/examples/react/dist/`);
