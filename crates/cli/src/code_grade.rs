@@ -49,9 +49,20 @@ pub fn code_of(answer: &str) -> &str {
     let after = &answer[start + 3..];
     // The fence's language tag runs to the end of its line.
     let body = after.find('\n').map_or("", |nl| &after[nl + 1..]);
+    let body = without_tag_line(body);
     match body.find("```") {
         Some(end) => &body[..end],
         None => body,
+    }
+}
+
+/// `body` without a first line that is only a language's name: some models open a block with
+/// a bare fence and put the tag on the next line, which a reader skips and Python would not.
+fn without_tag_line(body: &str) -> &str {
+    let (first, rest) = body.split_once('\n').unwrap_or((body, ""));
+    match first.trim() {
+        "python" | "python3" | "py" | "Python" => rest,
+        _ => body,
     }
 }
 
@@ -145,6 +156,10 @@ mod tests {
         assert_eq!(code_of("x = 1"), "x = 1");
         assert_eq!(code_of("a\n```python\nx = 1\n```\nb"), "x = 1\n");
         assert_eq!(code_of("```\ny = 2\n"), "y = 2\n");
+        // A bare fence with the tag on its own line, as Qwen2.5-Coder-0.5B writes under a
+        // prompt whose code sits in a bare fence.
+        assert_eq!(code_of("```\npython\nx = 1\n```"), "x = 1\n");
+        assert_eq!(code_of("```\npythonic = 1\n```"), "pythonic = 1\n");
     }
 
     #[test]
