@@ -9,6 +9,18 @@ use anyhow::Context;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::edge_answers::Question;
+
+/// A model's answers through its on-disk cache: the edge model run here, or a cloud endpoint.
+pub trait Answerer {
+    /// What one answer gives back.
+    type Answer;
+    /// Whether `q` is answered already (a cache hit costs nothing).
+    fn is_cached(&self, q: &Question) -> bool;
+    /// The answer to `q`, from the cache or by asking the model.
+    fn answer(&mut self, q: &Question) -> anyhow::Result<Self::Answer>;
+}
+
 #[derive(Serialize, Deserialize)]
 struct Line<V> {
     key: String,

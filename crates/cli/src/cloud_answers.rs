@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use straddle_engine::{ChatMessage, GenerateParams};
 
-use crate::answer_cache::AnswerCache;
+use crate::answer_cache::{AnswerCache, Answerer};
 use crate::cloud_client;
 use crate::edge_answers::{AnswerGrader, Question};
 
@@ -51,14 +51,18 @@ impl EndpointGrader {
     pub fn model(&self) -> &str {
         &self.model
     }
+}
 
-    /// Whether `q` is answered already.
-    pub fn is_cached(&self, q: &Question) -> bool {
+impl Answerer for EndpointGrader {
+    /// Whether the endpoint's answer is right.
+    type Answer = bool;
+
+    fn is_cached(&self, q: &Question) -> bool {
         self.cache.get(&q.cache_key()).is_some()
     }
 
     /// Whether the endpoint's answer to `q` is right, asking it when no answer is cached.
-    pub fn answer(&mut self, q: &Question) -> anyhow::Result<bool> {
+    fn answer(&mut self, q: &Question) -> anyhow::Result<bool> {
         let key = q.cache_key();
         let answer = match self.cache.get(&key) {
             Some(said) => said.answer.clone(),
@@ -66,7 +70,9 @@ impl EndpointGrader {
         };
         self.grader.grade(q, &answer)
     }
+}
 
+impl EndpointGrader {
     fn ask(&mut self, q: &Question, key: String) -> anyhow::Result<String> {
         let params = GenerateParams {
             max_tokens: q.max_tokens(),

@@ -33,8 +33,8 @@ pub fn stream_cloud(
     let req = chat_request(messages, params, continues);
     let body = post_chat(base, token, &req, timeout)?;
     let mut on_text = on_text;
-    let mut out = read_stream(body, |t| {
-        on_text(t);
+    let mut out = read_stream(body, |piece, _| {
+        on_text(piece);
         ControlFlow::Continue(())
     })?;
     out.elapsed = started.elapsed();
@@ -52,16 +52,14 @@ pub fn answer_until(
 ) -> anyhow::Result<String> {
     let req = chat_request(messages, params, false);
     let body = post_chat(base, None, &req, timeout)?;
-    let mut text = String::new();
-    read_stream(body, |t| {
-        text.push_str(t);
-        if done(&text) {
+    let streamed = read_stream(body, |_, so_far| {
+        if done(so_far) {
             ControlFlow::Break(())
         } else {
             ControlFlow::Continue(())
         }
     })?;
-    Ok(text)
+    Ok(streamed.text)
 }
 
 /// POSTs `req` to `base`'s `/v1/chat/completions` and returns the body of a 200 answer.
@@ -119,11 +117,11 @@ fn chat_request(messages: &[ChatMessage], params: &GenerateParams, continues: bo
     }
 }
 
-/// Reads an SSE chat stream to `[DONE]` (or its end, or until `on_text` breaks), handing each
-/// piece of text on.
+/// Reads an SSE chat stream to `[DONE]` (or its end, or until `on_text` breaks), handing on
+/// each piece of text and the text so far.
 fn read_stream(
     mut reader: impl Read,
-    mut on_text: impl FnMut(&str) -> ControlFlow<()>,
+    mut on_text: impl FnMut(&str, &str) -> ControlFlow<()>,
 ) -> anyhow::Result<Streamed> {
     let mut parser = Parser::new(1 << 20);
     let mut buf = [0u8; 4096];
@@ -152,7 +150,7 @@ fn read_stream(
                 .filter_map(|c| c.delta.content.as_deref())
             {
                 out.text.push_str(t);
-                if on_text(t).is_break() {
+                if on_text(t, &out.text).is_break() {
                     return Ok(out);
                 }
             }

@@ -17,7 +17,7 @@ use straddle_engine::sample;
 use straddle_engine::{ChatMessage, Engine, GenerateParams, KvCache, Prompt};
 use straddle_router::quality::EdgeSignals;
 
-use crate::answer_cache::AnswerCache;
+use crate::answer_cache::{AnswerCache, Answerer};
 use crate::code_grade;
 use crate::model_file;
 
@@ -95,9 +95,7 @@ impl Question {
             Question::Code { .. } => 512,
         }
     }
-}
 
-impl Question {
     /// Whether `text` already holds all that grading reads, so generating more would change
     /// no grade: a program's answer is read from its first code block
     /// ([`code_grade::code_of`]), so it is complete once that block closes; the explanation
@@ -194,14 +192,17 @@ impl EdgeGrader {
     pub fn sha256(&self) -> &str {
         &self.sha256
     }
+}
 
-    /// Whether `q` is answered already (a cache hit costs nothing).
-    pub fn is_cached(&self, q: &Question) -> bool {
+impl Answerer for EdgeGrader {
+    type Answer = EdgeAnswer;
+
+    fn is_cached(&self, q: &Question) -> bool {
         self.cache.get(&q.cache_key()).is_some()
     }
 
     /// The graded answer to `q`, from the cache or by running the model.
-    pub fn answer(&mut self, q: &Question) -> anyhow::Result<EdgeAnswer> {
+    fn answer(&mut self, q: &Question) -> anyhow::Result<EdgeAnswer> {
         let key = q.cache_key();
         if let Some(a) = self.cache.get(&key).cloned() {
             let correct = self.grader.grade(q, &a.answer)?;
@@ -211,7 +212,9 @@ impl EdgeGrader {
         self.cache.insert(key, answer.clone())?;
         Ok(answer)
     }
+}
 
+impl EdgeGrader {
     /// Prefills the question as a chat turn, reads what the router would, scores a
     /// choice-shaped question the older way, then generates the answer and grades it.
     fn run(&mut self, q: &Question) -> anyhow::Result<EdgeAnswer> {

@@ -17,6 +17,7 @@ use straddle_router::policy::{self, Context as RouteContext, Decision, Policy, T
 use straddle_router::quality::{self, QualityError, QualityModel};
 use straddle_router::rng::SplitMix;
 
+use crate::answer_cache::Answerer;
 use crate::cloud_answers::EndpointGrader;
 use crate::edge_answers::{EdgeAnswer, EdgeGrader};
 use crate::eval::{self, Outcome, Summary};
@@ -35,11 +36,11 @@ pub enum Cloud<'a> {
 }
 
 /// Answers every item with `grader`, with a progress bar for the uncached ones.
-pub fn grade(
+pub fn grade<A: Answerer>(
     items: &[Item],
-    grader: &mut EdgeGrader,
+    grader: &mut A,
     what: &str,
-) -> anyhow::Result<Vec<EdgeAnswer>> {
+) -> anyhow::Result<Vec<A::Answer>> {
     let todo = items
         .iter()
         .filter(|i| !grader.is_cached(&i.question))
@@ -73,7 +74,12 @@ pub fn cloud_grades(items: &[Item], cloud: &Cloud, cache: &Path) -> anyhow::Resu
                 .collect()
         }
         Cloud::Endpoint(base) if !unrecorded.is_empty() => {
-            endpoint_grades(&unrecorded, &mut EndpointGrader::open(base, cache)?)?
+            let mut grader = EndpointGrader::open(base, cache)?;
+            let what = format!("cloud answers ({})", grader.model());
+            grade(&unrecorded, &mut grader, &what)?
+                .into_iter()
+                .map(|right| f64::from(u8::from(right)))
+                .collect()
         }
         _ => vec![1.0; unrecorded.len()],
     }
@@ -82,26 +88,6 @@ pub fn cloud_grades(items: &[Item], cloud: &Cloud, cache: &Path) -> anyhow::Resu
         .iter()
         .map(|i| i.cloud.or_else(|| answered.next()).unwrap_or(1.0))
         .collect())
-}
-
-/// Each item's correctness (0 or 1) as the endpoint answers it, with a progress bar for the
-/// prompts it has not answered yet.
-fn endpoint_grades(items: &[Item], grader: &mut EndpointGrader) -> anyhow::Result<Vec<f64>> {
-    let todo = items.iter().filter(|i| !grader.is_cached(&i.question));
-    let bar = crate::progress::bar(
-        todo.count() as u64,
-        &format!("cloud answers ({})", grader.model()),
-    );
-    let mut out = Vec::with_capacity(items.len());
-    for item in items {
-        let cached = grader.is_cached(&item.question);
-        out.push(f64::from(u8::from(grader.answer(&item.question)?)));
-        if !cached {
-            bar.inc(1);
-        }
-    }
-    bar.finish_and_clear();
-    Ok(out)
 }
 
 /// The device the evaluation routes for: online, the edge loaded and decoding at a laptop's
