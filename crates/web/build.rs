@@ -10,7 +10,7 @@ const URLS: [(&str, &str); 2] = [
 
 fn main() {
     println!("cargo::rerun-if-env-changed=CI");
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    let ci = straddle_testkit::in_ci();
     for (var, cfg) in URLS {
         println!("cargo::rerun-if-env-changed={var}");
         println!("cargo::rustc-check-cfg=cfg({cfg})");
