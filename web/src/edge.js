@@ -53,8 +53,8 @@ export class EdgeHost {
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       this.pending.set(id, {
-        event: (m) => onProgress?.({ phase: m.phase, loaded: m.loaded, total: m.total, percent: m.percent,
-          ...(m.phase === "download" ? { bytesPerS: m.bytesPerS, secondsLeft: m.secondsLeft } : {}) }),
+        // The worker's progress as it reports it, less the message's own fields.
+        event: ({ type, id, ...progress }) => onProgress?.(progress),
         finish: (m) => resolve(m),
         fail: reject,
       });

@@ -108,7 +108,7 @@ async function readModel(lib, { url, sha256, useStore, progress }) {
   const source = await openModel(url, useStore);
   const { total, kept } = source;
   const buffer = new lib.ModelBuffer(total);
-  const pace = downloadPace(kept, total);
+  const pace = downloadPace(total);
   let lastReport = 0;
   try {
     for await (const chunk of source.chunks) {
@@ -134,10 +134,10 @@ async function readModel(lib, { url, sha256, useStore, progress }) {
 }
 
 /**
- * The download's rate and time left at `received` bytes, from the bytes fetched since the
- * first report (the stored `kept` bytes are not the network's).
+ * The download's rate and time left at `received` bytes, counted from its first report, so
+ * bytes read back from the store never count as the network's.
  */
-function downloadPace(kept, total) {
+function downloadPace(total) {
   let start = null;
   return (received) => {
     start ??= { at: performance.now(), bytes: received };
