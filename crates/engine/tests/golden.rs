@@ -6,7 +6,7 @@
 //! size, its `expf`, the expressions its compiler fuses), so logits equal the reference's to
 //! the bit and every prompt follows its greedy tokens to the end: [`EXACT`]. Elsewhere (wasm
 //! has no fused multiply-add) the logits differ by float noise; where the reference's top-1
-//! and top-2 logits are closer than `TIE_MARGIN` the greedy choice may then legitimately
+//! and top-2 logits are closer than `llama_reference::TIE_MARGIN` the greedy choice may then legitimately
 //! flip, and the comparison of that prompt stops there.
 
 mod common;
@@ -18,12 +18,8 @@ const EXACT: bool = cfg!(target_arch = "x86_64");
 
 use straddle_engine::gguf::FileSource;
 use straddle_engine::{ChatMessage, Engine, Kernels, Prompt};
-use straddle_testkit::llama_reference::{Families, Reference};
+use straddle_testkit::llama_reference::{Families, Reference, Tolerance, as_f32};
 
-/// Where the sums' order is not llama.cpp's (not [`EXACT`]), logits differ from its by up
-/// to ~0.8 on logits of magnitude ~20–35 (measured before the orders matched, 2026-12-01);
-/// a top-1/top-2 gap under twice that (1.6) can flip either way.
-const TIE_MARGIN: f64 = 1.6;
 /// Tolerance on each top-5 logit measured from the reference's top-1 token's (≈ 4 % of
 /// their typical magnitude) where not exact: what decides the greedy choice and the sampled
 /// distribution. The largest seen in another order was 1.04.
@@ -35,12 +31,6 @@ const SHIFT_TOL: f64 = 2.0;
 /// Gemma 3's shift reached 3.1 in another order where its distribution is flat (every top-5
 /// logit moved together): rounding over 256-wide heads that changes no probability.
 const GEMMA3_SHIFT_TOL: f64 = 3.5;
-
-/// A reference logit as the f32 llama.cpp computed (the JSON holds its decimal expansion,
-/// which parsing may leave an f64 ulp away).
-fn as_f32(logit: f64) -> f64 {
-    f64::from(logit as f32)
-}
 
 #[test]
 fn smollm2_greedy_tokens_and_logits_match_llama_cpp() {
@@ -235,7 +225,7 @@ fn against_llama_cpp(
             }
             let got = straddle_engine::sample::argmax(&logits);
             if got != want {
-                let near_tie = top.len() > 1 && top[0].1 - top[1].1 < TIE_MARGIN;
+                let near_tie = !case.decisive(step);
                 assert!(
                     near_tie,
                     "{} step {step}: we chose {got}, llama.cpp {want} with a clear margin {:?}",
@@ -305,44 +295,25 @@ fn tiny_qwen2_qwen3_llama3_and_phi3_match_llama_cpp_on_every_clear_step() {
                 .expect("tokenize");
             assert_eq!(ids, case.prompt_tokens, "{arch} {}: token ids", case.name);
             let mut cache = engine.new_cache(256);
-            let mut logits = engine
-                .model
-                .forward(&ids, &mut cache, false)
-                .expect("prefill");
-            for (step, (&want, top)) in case.greedy.iter().zip(&case.top5).enumerate() {
-                let ours = logits.pop().expect("logits");
-                let at = |t: u32| f64::from(ours[t as usize]);
-                let (lead, lead_logit) = top[0];
-                for &(tok, want_logit) in top {
-                    let want = as_f32(want_logit) - as_f32(lead_logit);
-                    let err = ((at(tok) - at(lead)) - want).abs();
-                    max_err = max_err.max(err);
-                    assert!(
-                        err <= LOGIT_TOL,
-                        "{arch} {} step {step}: token {tok} off by {err:.3}",
-                        case.name
-                    );
-                }
+            let mut tokens = ids;
+            for step in 0..case.greedy.len() {
+                let ours = engine
+                    .model
+                    .forward(&tokens, &mut cache, false)
+                    .expect("forward")
+                    .pop()
+                    .expect("logits");
+                let err = case.check_step(arch, step, &ours, Tolerance::FromTop1(LOGIT_TOL));
+                max_err = max_err.max(err);
                 if EXACT {
                     assert_eq!(
                         straddle_engine::sample::argmax(&ours),
-                        want,
+                        case.greedy[step],
                         "{arch} {step}"
                     );
                 }
-                if top[0].1 - top[1].1 >= TIE_MARGIN {
-                    clear += 1;
-                    let got = straddle_engine::sample::argmax(&ours);
-                    assert_eq!(
-                        got, want,
-                        "{arch} {} step {step}: a clear margin",
-                        case.name
-                    );
-                }
-                logits = engine
-                    .model
-                    .forward(&[want], &mut cache, false)
-                    .expect("decode");
+                clear += usize::from(case.decisive(step));
+                tokens = vec![case.greedy[step]];
             }
         }
         eprintln!(
