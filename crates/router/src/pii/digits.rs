@@ -186,6 +186,11 @@ fn classify(run: &Run, text: &[u8]) -> Option<(EntityKind, f32)> {
     if card_shaped(run) && luhn_valid(d) && (card_iin(d) || card_named()) {
         return Some((EntityKind::PaymentCard, 0.9));
     }
+    // A number its writer calls a card right before it is kept private even when its check
+    // digit fails: a mistyped or made-up card number is still meant as one.
+    if card_shaped(run) && named_just_before(text, run.start, CARD_CUES) {
+        return Some((EntityKind::PaymentCard, 0.75));
+    }
     if ssn_shaped(run) && ssn_valid(d) {
         return Some((EntityKind::UsSsn, 0.9));
     }
@@ -360,6 +365,27 @@ fn cue_before(text: &[u8], at: usize, cues: &[&str]) -> bool {
     })
 }
 
+/// Whether the words right before `at` are one of `cues`, then at most filler ("number",
+/// "no.", "is", ":", "#"): "credit card 4123…", "Visa number: 4123…", not "card 4111…,
+/// not 4123…".
+fn named_just_before(text: &[u8], at: usize, cues: &[&str]) -> bool {
+    const FILLER: &[&str] = &["number", "num", "no", "nr", "is", "was"];
+    let mut words = text[..at]
+        .split(|c| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .rev()
+        .skip_while(|w| FILLER.iter().any(|f| w.eq_ignore_ascii_case(f.as_bytes())));
+    let gap_is_plain = text[..at]
+        .iter()
+        .rev()
+        .take_while(|c| !c.is_ascii_alphanumeric())
+        .all(|c| b" :#\t".contains(c));
+    gap_is_plain
+        && words
+            .next()
+            .is_some_and(|w| cues.iter().any(|c| w.eq_ignore_ascii_case(c.as_bytes())))
+}
+
 /// South Korea's resident registration number: a birth date (YYMMDD), a sex and century
 /// digit 1–8, six more. Numbers issued since October 2020 carry no check digit, so the date
 /// and the format (a hyphen after the date) are what is validated.
@@ -498,6 +524,18 @@ mod tests {
         assert_eq!(
             texts_of("my credit card is 060412345674.", EntityKind::PaymentCard),
             vec!["060412345674"]
+        );
+        // Called a card, a number whose check digit fails still is one.
+        assert_eq!(
+            texts_of(
+                "charge my credit card 412345678901 today",
+                EntityKind::PaymentCard
+            ),
+            vec!["412345678901"]
+        );
+        assert_eq!(
+            texts_of("Visa number: 4123 4567 8901 2345", EntityKind::PaymentCard),
+            vec!["4123 4567 8901 2345"]
         );
         // A Luhn-valid 12-digit number outside Maestro's ranges is an order number.
         assert!(texts_of("order 400000000002 shipped", EntityKind::PaymentCard).is_empty());
