@@ -1,6 +1,7 @@
 //! `straddle`: the command-line face of the engine and the router.
 
 mod answer_cache;
+mod auroc;
 mod bench_speculative;
 mod bench_structured;
 mod chat;
@@ -13,6 +14,7 @@ mod eval;
 mod model_file;
 mod pii;
 mod progress;
+mod quality_folds;
 mod requant;
 mod route_data;
 mod route_eval;
@@ -496,7 +498,10 @@ fn train_quality(
 ) -> anyhow::Result<()> {
     let edge = edge.unwrap_or_else(|| straddle_models::DEFAULT_EDGE.path());
     let dirs: Vec<&Path> = data.iter().map(PathBuf::as_path).collect();
-    let model = route_eval::train_quality(&dirs, &edge, &default_cache(), limit, examples_out)?;
+    let trained = route_eval::train_quality(&dirs, &edge, &default_cache(), limit, examples_out)?;
+    println!("Each training set left out in turn, ranked by a model fitted to the others:\n");
+    println!("{}", quality_folds::render(&trained.folds));
+    let model = trained.model;
     std::fs::write(quality_out, serde_json::to_string_pretty(&model)? + "\n")
         .with_context(|| format!("writing {}", quality_out.display()))?;
     println!("wrote {} ({})", quality_out.display(), model.version);

@@ -18,9 +18,11 @@ use straddle_router::quality::{self, QualityError, QualityModel};
 use straddle_router::rng::SplitMix;
 
 use crate::answer_cache::Answerer;
+use crate::auroc::auroc;
 use crate::cloud_answers::EndpointGrader;
 use crate::edge_answers::{EdgeAnswer, EdgeGrader};
 use crate::eval::{self, Outcome, Summary};
+use crate::quality_folds;
 use crate::route_data::{self, Item};
 use crate::routellm;
 
@@ -356,26 +358,6 @@ fn operating_point(set: &[&Graded], all_cloud: f64) -> OperatingPoint {
     }
 }
 
-/// The area under the ROC curve of `scores` for the positives in `label` (ties count half);
-/// `None` when either class is empty.
-pub fn auroc(scores: &[f64], label: &[bool]) -> Option<f64> {
-    let mut order: Vec<usize> = (0..scores.len()).collect();
-    order.sort_by(|&a, &b| scores[a].total_cmp(&scores[b]));
-    let (mut rank_sum, mut i) = (0.0, 0);
-    while i < order.len() {
-        let mut j = i;
-        while j + 1 < order.len() && scores[order[j + 1]] == scores[order[i]] {
-            j += 1;
-        }
-        let mid_rank = (i + j) as f64 / 2.0 + 1.0;
-        rank_sum += (i..=j).filter(|&k| label[order[k]]).count() as f64 * mid_rank;
-        i = j + 1;
-    }
-    let pos = label.iter().filter(|&&l| l).count() as f64;
-    let neg = label.len() as f64 - pos;
-    (pos > 0.0 && neg > 0.0).then(|| (rank_sum - pos * (pos + 1.0) / 2.0) / (pos * neg))
-}
-
 /// The seed's traffic: 70 % routine prompts and code, 30 % complex ones (MMLU and GSM8K), as
 /// many as the smaller pool allows, drawn with a fixed seed.
 pub fn bimodal_mix(items: &[Item]) -> Vec<usize> {
@@ -614,7 +596,7 @@ pub fn train_quality(
     cache: &Path,
     limit: Option<usize>,
     examples_out: Option<&Path>,
-) -> anyhow::Result<QualityModel> {
+) -> anyhow::Result<TrainedQuality> {
     let mut items = Vec::new();
     for dir in data {
         items.extend(route_data::load_training(dir, limit)?);
@@ -632,11 +614,18 @@ pub fn train_quality(
         items.len(),
         dirs.join(" and ")
     );
-    Ok(quality::train(
-        &examples(&items, &answers),
-        grader.sha256(),
-        &provenance,
-    )?)
+    let examples = examples(&items, &answers);
+    let groups: Vec<&str> = items.iter().map(|i| i.group.as_str()).collect();
+    Ok(TrainedQuality {
+        model: quality::train(&examples, grader.sha256(), &provenance)?,
+        folds: quality_folds::leave_one_set_out(&groups, &examples, grader.sha256()),
+    })
+}
+
+/// A quality model and how its settings rank each training set left out in turn.
+pub struct TrainedQuality {
+    pub model: QualityModel,
+    pub folds: Vec<quality_folds::Fold>,
 }
 
 /// The examples as JSON lines, `{benchmark, group, text, signals, state, edge_ok,
@@ -778,25 +767,6 @@ mod tests {
             report.benchmarks["mix"].routers
         );
         let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn auroc_counts_pairs_ranked_right_and_ties_as_half() {
-        assert_eq!(
-            auroc(&[0.1, 0.2, 0.8, 0.9], &[false, false, true, true]),
-            Some(1.0)
-        );
-        assert_eq!(
-            auroc(&[0.9, 0.8, 0.2, 0.1], &[false, false, true, true]),
-            Some(0.0)
-        );
-        assert_eq!(auroc(&[0.5, 0.5], &[false, true]), Some(0.5));
-        // Pairs (pos, neg): (0.7 > 0.4) yes, (0.7 > 0.8) no, (0.3 > 0.4) no, (0.3 > 0.8) no.
-        assert_eq!(
-            auroc(&[0.7, 0.3, 0.4, 0.8], &[true, true, false, false]),
-            Some(0.25)
-        );
-        assert_eq!(auroc(&[0.1], &[true]), None);
     }
 
     #[test]
