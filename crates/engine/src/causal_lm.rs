@@ -123,6 +123,8 @@ macro_rules! cache_sizes {
         }
     };
 }
+// The device model's cache is the other user, and only with the `device` feature.
+#[cfg(feature = "device")]
 pub(crate) use cache_sizes;
 
 impl ModelCache for KvCache {
