@@ -57,7 +57,20 @@ pub fn leave_one_set_out(groups: &[&str], examples: &[Example], edge_sha256: &st
     folds
 }
 
-/// The folds as a Markdown table, with the mean AUROC of each column.
+/// Right and wrong answers a set needs of each for its AUROC to count in the mean: with two
+/// right answers of a hundred, the AUROC is two ranks and says little.
+const MIN_OF_EACH: f64 = 10.0;
+
+impl Fold {
+    /// Whether the set has enough right and wrong answers for its AUROC to mean something.
+    fn counts(&self) -> bool {
+        let right = self.edge_right * self.prompts as f64;
+        right.round() >= MIN_OF_EACH && (self.prompts as f64 - right).round() >= MIN_OF_EACH
+    }
+}
+
+/// The folds as a Markdown table, with the mean AUROC of each column over the sets with
+/// enough right and wrong answers.
 pub fn render(folds: &[Fold]) -> String {
     let cell = |a: Option<f64>| a.map_or("—".to_string(), |a| format!("{a:.3}"));
     let mut out = String::from(
@@ -73,12 +86,16 @@ pub fn render(folds: &[Fold]) -> String {
         );
     }
     let mean = |k: usize| {
-        let v: Vec<f64> = folds.iter().filter_map(|f| f.auroc[k]).collect();
+        let v: Vec<f64> = folds
+            .iter()
+            .filter(|f| f.counts())
+            .filter_map(|f| f.auroc[k])
+            .collect();
         (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
     };
     let _ = writeln!(
         out,
-        "| mean | | | {} | {} | {} |",
+        "| mean (sets with {MIN_OF_EACH} right and {MIN_OF_EACH} wrong) | | | {} | {} | {} |",
         cell(mean(0)),
         cell(mean(1)),
         cell(mean(2))
@@ -124,8 +141,21 @@ mod tests {
         }
         let table = render(&folds);
         assert!(
-            table.contains("| a | 40 |") && table.contains("| mean |"),
+            table.contains("| a | 40 |") && table.contains("| mean ("),
             "{table}"
         );
+    }
+
+    #[test]
+    fn a_set_with_two_right_answers_is_shown_but_not_averaged() {
+        let fold = |group: &str, edge_right: f64, auroc: f64| Fold {
+            group: group.into(),
+            prompts: 100,
+            edge_right,
+            auroc: [Some(auroc); 3],
+        };
+        let table = render(&[fold("few", 0.02, 0.1), fold("many", 0.4, 0.7)]);
+        assert!(table.contains("| few | 100 | 0.02 | 0.100"), "{table}");
+        assert!(table.ends_with("| 0.700 | 0.700 | 0.700 |\n"), "{table}");
     }
 }
