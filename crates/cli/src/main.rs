@@ -501,6 +501,8 @@ fn train_quality(
     let trained = route_eval::train_quality(&dirs, &edge, &default_cache(), limit, examples_out)?;
     println!("Each training set left out in turn, ranked by a model fitted to the others:\n");
     println!("{}", quality_folds::render(&trained.folds));
+    println!("When to prefill, on the same answers with the model fitted to all of them:\n");
+    println!("{}", trained.prefill);
     let model = trained.model;
     std::fs::write(quality_out, serde_json::to_string_pretty(&model)? + "\n")
         .with_context(|| format!("writing {}", quality_out.display()))?;

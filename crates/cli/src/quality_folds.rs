@@ -6,7 +6,7 @@
 
 use std::fmt::Write as _;
 
-use straddle_router::quality::{self, Example};
+use straddle_router::quality::{self, Example, QualityModel};
 
 use crate::auroc::auroc;
 
@@ -103,6 +103,40 @@ pub fn render(folds: &[Fold]) -> String {
     out
 }
 
+/// For shares of a first-token `bar` asked of the text before prefill: how many of the
+/// training requests would go up before prefill, and how many of those the model's state
+/// probe would have kept at the whole bar (and how many of them the edge got right). What
+/// chose the policy's pre-generation share: the largest that loses almost no such request.
+pub fn when_to_prefill(model: &QualityModel, examples: &[Example], bar: f64) -> String {
+    let mut out = format!(
+        "| share of the bar {bar} before prefill | sent up before prefill | of them the state would keep (right) |\n|---:|---:|---:|\n"
+    );
+    for share in [0.5, 0.6, 0.7, 0.8, 0.9] {
+        let up: Vec<&Example> = examples
+            .iter()
+            .filter(|e| model.estimate(&e.text, None, None).p_edge_ok < share * bar)
+            .collect();
+        let kept: Vec<&&Example> = up
+            .iter()
+            .filter(|e| {
+                model
+                    .estimate(&e.text, Some(e.edge), Some(&e.state))
+                    .p_edge_ok
+                    >= bar
+            })
+            .collect();
+        let right = kept.iter().filter(|e| e.edge_ok).count();
+        let _ = writeln!(
+            out,
+            "| {share:.1} | {} of {} | {} ({right}) |",
+            up.len(),
+            examples.len(),
+            kept.len()
+        );
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,5 +191,27 @@ mod tests {
         let table = render(&[fold("few", 0.02, 0.1), fold("many", 0.4, 0.7)]);
         assert!(table.contains("| few | 100 | 0.02 | 0.100"), "{table}");
         assert!(table.ends_with("| 0.700 | 0.700 | 0.700 |\n"), "{table}");
+    }
+
+    #[test]
+    fn the_prefill_table_counts_what_goes_up_unprefilled_at_each_share() {
+        let (_, examples) = examples();
+        let model = quality::train(&examples, &"ab".repeat(32), "toy").expect("trains");
+        let table = when_to_prefill(&model, &examples, 0.5);
+        let rows: Vec<&str> = table.lines().skip(2).collect();
+        assert_eq!(rows.len(), 5, "{table}");
+        let sent_up = |row: &str| -> usize {
+            let cell = row.split('|').nth(2).expect("cell").trim();
+            cell.split(' ')
+                .next()
+                .expect("count")
+                .parse()
+                .expect("number")
+        };
+        assert!(
+            rows.windows(2).all(|w| sent_up(w[0]) <= sent_up(w[1])),
+            "a larger share sends up at least as many: {table}"
+        );
+        assert!(rows.iter().all(|r| r.contains("of 80")), "{table}");
     }
 }

@@ -616,16 +616,24 @@ pub fn train_quality(
     );
     let examples = examples(&items, &answers);
     let groups: Vec<&str> = items.iter().map(|i| i.group.as_str()).collect();
+    let model = quality::train(&examples, grader.sha256(), &provenance)?;
     Ok(TrainedQuality {
-        model: quality::train(&examples, grader.sha256(), &provenance)?,
+        prefill: quality_folds::when_to_prefill(
+            &model,
+            &examples,
+            Policy::default().min_edge_quality,
+        ),
         folds: quality_folds::leave_one_set_out(&groups, &examples, grader.sha256()),
+        model,
     })
 }
 
-/// A quality model and how its settings rank each training set left out in turn.
+/// A quality model, how its settings rank each training set left out in turn, and what each
+/// pre-generation share of the bar would send up unprefilled.
 pub struct TrainedQuality {
     pub model: QualityModel,
     pub folds: Vec<quality_folds::Fold>,
+    pub prefill: String,
 }
 
 /// The examples as JSON lines, `{benchmark, group, text, signals, state, edge_ok,
