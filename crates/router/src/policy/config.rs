@@ -107,7 +107,7 @@ pub struct Policy {
     #[serde(default)]
     pub edge_only: bool,
     /// With a quality model: the least P(edge answer acceptable) at the edge's first token
-    /// for the edge to answer (seven tenths of it before generation, from the text alone).
+    /// for the edge to answer (half of it before generation).
     #[serde(default = "default_min_edge_quality")]
     pub min_edge_quality: f64,
     /// Joules per token and what counts as a low battery.

@@ -177,12 +177,8 @@ impl QualityBar {
     }
 }
 
-/// The share of the quality bar a request must clear before generation, from its text
-/// alone. Below it the edge's state would almost never clear the whole bar after prefill,
-/// so the prefill would be spent for nothing. Chosen on the default edge model's training
-/// answers (BENCHMARKS.md, "When to prefill"): the largest share that sends up before
-/// prefill no more than a request or so the state would have kept.
-const PRE_GENERATION_BAR: f64 = 0.7;
+/// The share of the quality bar a request must clear before generation.
+const PRE_GENERATION_BAR: f64 = 0.5;
 
 /// Seconds until the edge's whole answer (its queue, prefill and decoding; infinite without
 /// a measured speed), and the queue alone.
