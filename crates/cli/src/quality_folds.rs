@@ -15,8 +15,8 @@ use crate::auroc::auroc;
 pub struct Fold {
     pub group: String,
     pub prompts: usize,
-    /// Share of the set the edge answered right.
-    pub edge_right: f64,
+    /// How many of them the edge answered right.
+    pub right: usize,
     /// Within-set AUROC from the text, with the first token, with the state; `None` where
     /// the set's answers are all right or all wrong.
     pub auroc: [Option<f64>; 3],
@@ -50,7 +50,7 @@ pub fn leave_one_set_out(groups: &[&str], examples: &[Example], edge_sha256: &st
         folds.push(Fold {
             group: name.to_string(),
             prompts: held.len(),
-            edge_right: right.iter().filter(|&&r| r).count() as f64 / held.len().max(1) as f64,
+            right: right.iter().filter(|&&r| r).count(),
             auroc,
         });
     }
@@ -59,13 +59,12 @@ pub fn leave_one_set_out(groups: &[&str], examples: &[Example], edge_sha256: &st
 
 /// Right and wrong answers a set needs of each for its AUROC to count in the mean: with two
 /// right answers of a hundred, the AUROC is two ranks and says little.
-const MIN_OF_EACH: f64 = 10.0;
+const MIN_OF_EACH: usize = 10;
 
 impl Fold {
     /// Whether the set has enough right and wrong answers for its AUROC to mean something.
     fn counts(&self) -> bool {
-        let right = self.edge_right * self.prompts as f64;
-        right.round() >= MIN_OF_EACH && (self.prompts as f64 - right).round() >= MIN_OF_EACH
+        self.right >= MIN_OF_EACH && self.prompts - self.right >= MIN_OF_EACH
     }
 }
 
@@ -82,7 +81,9 @@ pub fn render(folds: &[Fold]) -> String {
         let _ = writeln!(
             out,
             "| {} | {} | {:.2} | {t} | {e} | {s} |",
-            f.group, f.prompts, f.edge_right
+            f.group,
+            f.prompts,
+            f.right as f64 / f.prompts.max(1) as f64
         );
     }
     let mean = |k: usize| {
@@ -105,8 +106,8 @@ pub fn render(folds: &[Fold]) -> String {
 
 /// For shares of a first-token `bar` asked of the text before prefill: how many of the
 /// training requests would go up before prefill, and how many of those the model's state
-/// probe would have kept at the whole bar (and how many of them the edge got right). What
-/// chose the policy's pre-generation share: the largest that loses almost no such request.
+/// probe would have kept at the whole bar (and how many of them the edge got right): the
+/// evidence for an edge model's pre-generation share of the bar.
 pub fn when_to_prefill(model: &QualityModel, examples: &[Example], bar: f64) -> String {
     let mut out = format!(
         "| share of the bar {bar} before prefill | sent up before prefill | of them the state would keep (right) |\n|---:|---:|---:|\n"
@@ -182,13 +183,13 @@ mod tests {
 
     #[test]
     fn a_set_with_two_right_answers_is_shown_but_not_averaged() {
-        let fold = |group: &str, edge_right: f64, auroc: f64| Fold {
+        let fold = |group: &str, right: usize, auroc: f64| Fold {
             group: group.into(),
             prompts: 100,
-            edge_right,
+            right,
             auroc: [Some(auroc); 3],
         };
-        let table = render(&[fold("few", 0.02, 0.1), fold("many", 0.4, 0.7)]);
+        let table = render(&[fold("few", 2, 0.1), fold("many", 40, 0.7)]);
         assert!(table.contains("| few | 100 | 0.02 | 0.100"), "{table}");
         assert!(table.ends_with("| 0.700 | 0.700 | 0.700 |\n"), "{table}");
     }

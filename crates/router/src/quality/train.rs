@@ -1,6 +1,8 @@
 //! Fitting a [`QualityModel`] to graded answers: L2-penalised logistic regressions, by
 //! full-batch gradient descent from zero, so the same examples give the same model.
 
+use crate::rng::SplitMix;
+
 use super::{
     DIM, EdgeSignals, FEATURE_NAMES, FORMAT, Logistic, QualityError, QualityModel, StateProbe,
     TEXT_DIM, edge_features, sigmoid,
@@ -155,7 +157,7 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 /// iteration from a fixed start (so the same rows give the same directions).
 fn principal_directions(rows: &[Vec<f32>], k: usize) -> Vec<Vec<f32>> {
     let width = rows.first().map_or(0, Vec::len);
-    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rng = SplitMix(0x9e37_79b9_7f4a_7c15);
     let mut q: Vec<Vec<f32>> = (0..k)
         .map(|_| (0..width).map(|_| uniform(&mut rng) - 0.5).collect())
         .collect();
@@ -190,13 +192,9 @@ fn orthonormalise(q: &mut [Vec<f32>]) {
     }
 }
 
-/// SplitMix64's next value as a float in [0, 1).
-fn uniform(state: &mut u64) -> f32 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    ((z ^ (z >> 31)) >> 40) as f32 / (1u64 << 24) as f32
+/// The generator's next value as a float in [0, 1), from its top 24 bits.
+fn uniform(rng: &mut SplitMix) -> f32 {
+    (rng.next_u64() >> 40) as f32 / (1u64 << 24) as f32
 }
 
 /// A short hash of the weights, so a retrained model gets a new version.
@@ -306,7 +304,7 @@ mod tests {
 
     /// Rows spread widely along the first axis, less along the second, barely elsewhere.
     fn spread_rows() -> Vec<Vec<f32>> {
-        let mut rng = 7u64;
+        let mut rng = SplitMix(7);
         (0..300)
             .map(|_| {
                 let mut r: Vec<f32> = (0..6).map(|_| 0.1 * (uniform(&mut rng) - 0.5)).collect();
