@@ -82,7 +82,8 @@ test("the 0.5B answers on WebGPU (burn's device model) as on the CPU kernels", {
 });
 
 // What a new user tries first. A short factual question and an extraction stay on the
-// device; a proof and a long program go to the cloud once the 0.5B's own state has been read.
+// device; a proof goes to the cloud once the 0.5B's own state has been read, and a long
+// program before any prefill.
 const STAYS = [
   CAPITAL,
   "Extract the name and the city from this text as JSON with keys name and city: \"Maria Lopez moved to Lisbon last spring.\"",

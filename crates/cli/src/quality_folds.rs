@@ -104,35 +104,28 @@ pub fn render(folds: &[Fold]) -> String {
     out
 }
 
-/// For shares of a first-token `bar` asked of the text before prefill: how many of the
-/// training requests would go up before prefill, and how many of those the model's state
-/// probe would have kept at the whole bar (and how many of them the edge got right): the
-/// evidence for an edge model's pre-generation share of the bar.
+/// For each share of a first-token `bar` asked of the text before prefill: how many of the
+/// training requests would go up unprefilled, and how many of those the model's state probe
+/// would have kept at the whole bar (and how many of them the edge got right), with the
+/// share `model` carries marked: the evidence for it.
 pub fn when_to_prefill(model: &QualityModel, examples: &[Example], bar: f64) -> String {
     let mut out = format!(
         "| share of the bar {bar} before prefill | sent up before prefill | of them the state would keep (right) |\n|---:|---:|---:|\n"
     );
-    for share in [0.5, 0.6, 0.7, 0.8, 0.9] {
-        let up: Vec<&Example> = examples
-            .iter()
-            .filter(|e| model.estimate(&e.text, None, None).p_edge_ok < share * bar)
-            .collect();
-        let kept: Vec<&&Example> = up
-            .iter()
-            .filter(|e| {
-                model
-                    .estimate(&e.text, Some(e.edge), Some(&e.state))
-                    .p_edge_ok
-                    >= bar
-            })
-            .collect();
-        let right = kept.iter().filter(|e| e.edge_ok).count();
+    for r in quality::share_rows(model, examples, bar) {
+        let chosen = if r.share == model.pre_generation_share {
+            " (chosen)"
+        } else {
+            ""
+        };
         let _ = writeln!(
             out,
-            "| {share:.1} | {} of {} | {} ({right}) |",
-            up.len(),
+            "| {:.1}{chosen} | {} of {} | {} ({}) |",
+            r.share,
+            r.sent_up,
             examples.len(),
-            kept.len()
+            r.kept,
+            r.kept_right
         );
     }
     out

@@ -616,13 +616,11 @@ pub fn train_quality(
     );
     let examples = examples(&items, &answers);
     let groups: Vec<&str> = items.iter().map(|i| i.group.as_str()).collect();
-    let model = quality::train(&examples, grader.sha256(), &provenance)?;
+    let bar = Policy::default().min_edge_quality;
+    let fitted = quality::train(&examples, grader.sha256(), &provenance)?;
+    let model = quality::with_pre_generation_share(fitted, &examples, bar);
     Ok(TrainedQuality {
-        prefill: quality_folds::when_to_prefill(
-            &model,
-            &examples,
-            Policy::default().min_edge_quality,
-        ),
+        prefill: quality_folds::when_to_prefill(&model, &examples, bar),
         folds: quality_folds::leave_one_set_out(&groups, &examples, grader.sha256()),
         model,
     })

@@ -19,7 +19,9 @@ use crate::signals::{self, OutputEstimate};
 use crate::task::{self, TaskGuess, TaskType};
 
 mod train;
-pub use train::{Example, train};
+pub use train::{
+    Example, PRE_GENERATION_SHARES, ShareRow, share_rows, train, with_pre_generation_share,
+};
 
 /// Names of the features, in vector order: the text features, then the first token's.
 pub const FEATURE_NAMES: [&str; DIM] = [
@@ -126,6 +128,18 @@ pub struct QualityModel {
     /// Absent where the model was trained without the edge model's states.
     #[serde(default)]
     pub with_state: Option<StateProbe>,
+    /// The share of the first-token bar the text alone must clear before prefill, chosen
+    /// for this edge model on its training answers ([`with_pre_generation_share`]).
+    #[serde(default = "default_pre_generation_share")]
+    pub pre_generation_share: f64,
+}
+
+/// The share of the bar asked before prefill of a model that does not carry its own: half,
+/// since the first token applies the whole bar before any text is shown.
+pub const DEFAULT_PRE_GENERATION_SHARE: f64 = 0.5;
+
+fn default_pre_generation_share() -> f64 {
+    DEFAULT_PRE_GENERATION_SHARE
 }
 
 /// What entered an estimate.
@@ -211,6 +225,12 @@ impl QualityModel {
             return Err(QualityError::Weights(
                 "values must be finite, scales positive".into(),
             ));
+        }
+        if !(m.pre_generation_share > 0.0 && m.pre_generation_share <= 1.0) {
+            return Err(QualityError::Weights(format!(
+                "pre_generation_share {} is not in (0, 1]",
+                m.pre_generation_share
+            )));
         }
         Ok(m)
     }
@@ -517,6 +537,23 @@ mod tests {
         assert!(matches!(e, Err(QualityError::Weights(w)) if w.contains("with_state.scale")));
         let nan = json.replacen("\"bias\":", "\"bias\":1e999,\"x\":", 1);
         assert!(QualityModel::from_json(&nan).is_err());
+        // A document without a share asks half the bar before prefill; a share outside (0, 1]
+        // is named.
+        let mut value: serde_json::Value = serde_json::from_str(&json).expect("json");
+        value
+            .as_object_mut()
+            .expect("object")
+            .remove("pre_generation_share");
+        let without = QualityModel::from_json(&value.to_string()).expect("reads");
+        assert_eq!(without.pre_generation_share, DEFAULT_PRE_GENERATION_SHARE);
+        for share in [0.0, 1.5, -0.2] {
+            let mut bad = m.clone();
+            bad.pre_generation_share = share;
+            let e = QualityModel::from_json(&serde_json::to_string(&bad).expect("ser"));
+            assert!(
+                matches!(e, Err(QualityError::Weights(w)) if w.contains("pre_generation_share"))
+            );
+        }
         assert!(m.knows_edge(Some(&"CD".repeat(32))) && !m.knows_edge(None));
         let one_sided: Vec<Example> = toy()
             .into_iter()
@@ -526,6 +563,34 @@ mod tests {
             train(&one_sided, "x", "toy"),
             Err(QualityError::OneSidedLabels)
         );
+    }
+
+    #[test]
+    fn the_pre_generation_share_is_the_largest_that_sends_up_nothing_the_state_would_keep() {
+        let examples = toy();
+        let fitted = train(&examples, &"ab".repeat(32), "toy").expect("trains");
+        let rows = share_rows(&fitted, &examples, 0.5);
+        let m = with_pre_generation_share(fitted.clone(), &examples, 0.5);
+        let qualifies = |r: &ShareRow| r.kept as f64 <= 0.01 * r.sent_up as f64;
+        let chosen = rows
+            .iter()
+            .find(|r| r.share == m.pre_generation_share)
+            .expect("a share of the grid");
+        assert!(
+            chosen.share == PRE_GENERATION_SHARES[0] || qualifies(chosen),
+            "{rows:?}"
+        );
+        assert!(
+            rows.iter()
+                .filter(|r| r.share > chosen.share)
+                .all(|r| !qualifies(r)),
+            "{rows:?}"
+        );
+        assert!(
+            rows.windows(2).all(|w| w[0].sent_up <= w[1].sent_up),
+            "a larger share sends up at least as many: {rows:?}"
+        );
+        assert_eq!(m.pre_generation_share == 0.5, m.version == fitted.version);
     }
 
     #[test]

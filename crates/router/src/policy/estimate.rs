@@ -150,10 +150,10 @@ impl QualityBar {
         (self.policy + self.latency_shift + self.energy_shift).clamp(0.0, 1.0)
     }
 
-    /// The bar before generation: lower, since the first token applies the whole bar before
-    /// any text is shown.
-    pub(super) fn before_generation(&self) -> f64 {
-        self.at_first_token() * PRE_GENERATION_BAR
+    /// The bar before generation: `share` of the whole, since the first token applies the
+    /// whole bar before any text is shown (each edge model's quality model carries its share).
+    pub(super) fn before_generation(&self, share: f64) -> f64 {
+        self.at_first_token() * share
     }
 
     /// How the bar moved from the policy's, for the reasons; `None` when it did not.
@@ -176,9 +176,6 @@ impl QualityBar {
         (!parts.is_empty()).then(|| format!("the policy's {:.2} {}", self.policy, parts.join(", ")))
     }
 }
-
-/// The share of the quality bar a request must clear before generation.
-const PRE_GENERATION_BAR: f64 = 0.5;
 
 /// Seconds until the edge's whole answer (its queue, prefill and decoding; infinite without
 /// a measured speed), and the queue alone.

@@ -55,7 +55,10 @@ impl Facts<'_> {
             };
             return self.decision(target, None, reasons, scores);
         };
-        let (bar, before) = (e.bar.at_first_token(), e.bar.before_generation());
+        let (bar, before) = (
+            e.bar.at_first_token(),
+            e.bar.before_generation(model.pre_generation_share),
+        );
         let p = estimate.p_edge_ok;
         let moved = e.bar.moved(e).map_or(String::new(), |m| format!("; {m}"));
         let mut reasons = vec![format!(
@@ -257,6 +260,32 @@ mod tests {
         assert_eq!(
             at_first_token_with(&d, unsure, None, Err(err)).escalate,
             None
+        );
+    }
+
+    #[test]
+    fn the_edge_models_own_share_of_the_bar_decides_before_prefill() {
+        let sha = "ab".repeat(32);
+        let mut model = crate::policy::test_support::first_token_model(&sha);
+        // The text alone reads P = 0.3: above half the balanced bar of 0.5, below 0.7 of it.
+        model.text_only.bias = (0.3f32 / 0.7).ln();
+        let with_sha = Context {
+            edge_model_sha256: Some(sha),
+            ..ctx()
+        };
+        let prompt = "Is the sentiment of this review negative, neutral or positive?\nReview: \
+                      The pizza was wonderful!\nSentiment:";
+        let decide =
+            |m: &QualityModel| decide_with(&[prompt], None, &with_sha, &Policy::default(), Ok(m));
+        let at_half = decide(&model);
+        assert_eq!(at_half.target, Target::Edge, "{:?}", at_half.reasons);
+        model.pre_generation_share = 0.7;
+        let at_seven_tenths = decide(&model);
+        assert_ne!(at_seven_tenths.target, Target::Edge);
+        assert!(
+            at_seven_tenths.reasons[0].contains("(bar 0.35;"),
+            "{:?}",
+            at_seven_tenths.reasons
         );
     }
 }

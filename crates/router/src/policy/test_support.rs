@@ -4,7 +4,10 @@ use super::config::{Policy, Weights};
 use super::context::Context;
 use super::decide_with;
 use super::trace::Decision;
-use crate::quality::{DIM, FEATURE_NAMES, FORMAT, Logistic, QualityError, QualityModel, TEXT_DIM};
+use crate::quality::{
+    DEFAULT_PRE_GENERATION_SHARE, DIM, FEATURE_NAMES, FORMAT, Logistic, QualityError, QualityModel,
+    TEXT_DIM,
+};
 
 pub(super) fn ctx() -> Context {
     Context {
@@ -77,5 +80,6 @@ pub(super) fn first_token_model(sha: &str) -> QualityModel {
             weights: with_edge,
         },
         with_state: None,
+        pre_generation_share: DEFAULT_PRE_GENERATION_SHARE,
     }
 }

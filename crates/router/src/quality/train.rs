@@ -4,8 +4,8 @@
 use crate::rng::SplitMix;
 
 use super::{
-    DIM, EdgeSignals, FEATURE_NAMES, FORMAT, Logistic, QualityError, QualityModel, StateProbe,
-    TEXT_DIM, edge_features, sigmoid,
+    DEFAULT_PRE_GENERATION_SHARE, DIM, EdgeSignals, FEATURE_NAMES, FORMAT, Logistic, QualityError,
+    QualityModel, StateProbe, TEXT_DIM, edge_features, sigmoid,
 };
 
 /// One training example: the features of a request, what the edge model's state said after
@@ -66,15 +66,9 @@ pub fn train(
     let text_only = fit(&text_rows, &y, &[L2_SCALARS; TEXT_DIM]);
     let with_edge = fit(&all_rows, &y, &[L2_SCALARS; DIM]);
     let with_state = state_probe(examples, &z, &y);
-    let short_sha: String = edge_model_sha256.chars().take(12).collect();
-    let fingerprint = fingerprint(
-        [&text_only, &with_edge]
-            .into_iter()
-            .chain(with_state.as_ref().map(|p| &p.model)),
-    );
-    Ok(QualityModel {
+    let mut model = QualityModel {
         format: FORMAT.into(),
-        version: format!("quality-{short_sha}-{fingerprint:08x}"),
+        version: String::new(),
         edge_model_sha256: edge_model_sha256.to_ascii_lowercase(),
         provenance: provenance.into(),
         features: FEATURE_NAMES.iter().map(|s| s.to_string()).collect(),
@@ -83,7 +77,87 @@ pub fn train(
         text_only,
         with_edge,
         with_state,
-    })
+        pre_generation_share: DEFAULT_PRE_GENERATION_SHARE,
+    };
+    model.version = version(&model);
+    Ok(model)
+}
+
+/// The shares of the first-token bar [`with_pre_generation_share`] weighs, lowest first.
+pub const PRE_GENERATION_SHARES: [f64; 5] = [0.5, 0.6, 0.7, 0.8, 0.9];
+
+/// Of the requests a share sends up before prefill, at most this fraction may be ones the
+/// state probe would have kept on the edge at the whole bar: a request sent up unprefilled
+/// never gets the state's second look, so a share that loses more sends up answers the edge
+/// would have given.
+const MAX_KEPT_OF_SENT_UP: f64 = 0.01;
+
+/// What one pre-generation share does to a set of training answers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ShareRow {
+    pub share: f64,
+    /// Requests whose text alone falls below `share` × the bar: sent up unprefilled.
+    pub sent_up: usize,
+    /// Of those, how many the state probe would have kept at the whole bar.
+    pub kept: usize,
+    /// Of the kept, how many the edge answered right.
+    pub kept_right: usize,
+}
+
+/// [`ShareRow`]s for each of [`PRE_GENERATION_SHARES`] at the first-token `bar`.
+pub fn share_rows(model: &QualityModel, examples: &[Example], bar: f64) -> Vec<ShareRow> {
+    PRE_GENERATION_SHARES
+        .iter()
+        .map(|&share| {
+            let up = examples
+                .iter()
+                .filter(|e| model.estimate(&e.text, None, None).p_edge_ok < share * bar);
+            let kept: Vec<&Example> = up
+                .clone()
+                .filter(|e| {
+                    model
+                        .estimate(&e.text, Some(e.edge), Some(&e.state))
+                        .p_edge_ok
+                        >= bar
+                })
+                .collect();
+            ShareRow {
+                share,
+                sent_up: up.count(),
+                kept: kept.len(),
+                kept_right: kept.iter().filter(|e| e.edge_ok).count(),
+            }
+        })
+        .collect()
+}
+
+/// `model` with the largest pre-generation share whose requests sent up unprefilled the
+/// state probe would keep at most [`MAX_KEPT_OF_SENT_UP`] of, on `examples` at `bar`; the
+/// lowest share where none qualifies. A larger share spares the device the prefill of what
+/// goes up anyway.
+pub fn with_pre_generation_share(
+    mut model: QualityModel,
+    examples: &[Example],
+    bar: f64,
+) -> QualityModel {
+    let rows = share_rows(&model, examples, bar);
+    model.pre_generation_share = rows
+        .iter()
+        .filter(|r| r.kept as f64 <= MAX_KEPT_OF_SENT_UP * r.sent_up as f64)
+        .map(|r| r.share)
+        .fold(PRE_GENERATION_SHARES[0], f64::max);
+    model.version = version(&model);
+    model
+}
+
+/// `quality-<edge model>-<fingerprint of the weights and the share>`.
+fn version(model: &QualityModel) -> String {
+    let short_sha: String = model.edge_model_sha256.chars().take(12).collect();
+    let logistics = [&model.text_only, &model.with_edge]
+        .into_iter()
+        .chain(model.with_state.as_ref().map(|p| &p.model));
+    let fingerprint = fingerprint(logistics, model.pre_generation_share);
+    format!("quality-{short_sha}-{fingerprint:08x}")
 }
 
 /// The probe over the standardised scalars `z` and each example's standardised state, when
@@ -198,10 +272,13 @@ fn uniform(rng: &mut SplitMix) -> f32 {
 }
 
 /// A short hash of the weights, so a retrained model gets a new version.
-fn fingerprint<'a>(models: impl Iterator<Item = &'a Logistic>) -> u32 {
+fn fingerprint<'a>(models: impl Iterator<Item = &'a Logistic>, share: f64) -> u32 {
     let mut h = 0xcbf2_9ce4_8422_2325u64;
     for v in models.flat_map(|m| m.weights.iter().chain([&m.bias])) {
         h = (h ^ u64::from(v.to_bits())).wrapping_mul(0x0100_0000_01b3);
+    }
+    if share != DEFAULT_PRE_GENERATION_SHARE {
+        h = (h ^ share.to_bits()).wrapping_mul(0x0100_0000_01b3);
     }
     h as u32
 }
