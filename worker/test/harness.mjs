@@ -105,7 +105,8 @@ export async function startCloud(bin, model, args = []) {
     }
     await new Promise((r) => setTimeout(r, 200));
   }
-  return { url, kill: () => proc.kill() };
+  // SIGTERM (the default) lets the server finish the answers it holds; SIGKILL does not wait.
+  return { url, kill: (signal) => proc.kill(signal) };
 }
 
 /**
