@@ -6,7 +6,7 @@
 
 use std::fmt::Write as _;
 
-use straddle_router::quality::{self, Example, QualityModel};
+use straddle_router::quality::{self, Example, ShareRow};
 
 use crate::auroc::auroc;
 
@@ -104,28 +104,20 @@ pub fn render(folds: &[Fold]) -> String {
     out
 }
 
-/// For each share of a first-token `bar` asked of the text before prefill: how many of the
-/// training requests would go up unprefilled, and how many of those the model's state probe
-/// would have kept at the whole bar (and how many of them the edge got right), with the
-/// share `model` carries marked: the evidence for it.
-pub fn when_to_prefill(model: &QualityModel, examples: &[Example], bar: f64) -> String {
+/// For each share of a first-token `bar` asked of the text before prefill (`rows`, from
+/// [`quality::with_pre_generation_share`] on `examples` training answers): how many would go
+/// up unprefilled, and how many of those the state probe would have kept at the whole bar
+/// (and how many of them the edge got right), with the `chosen` share marked.
+pub fn when_to_prefill(rows: &[ShareRow], chosen: f64, examples: usize, bar: f64) -> String {
     let mut out = format!(
         "| share of the bar {bar} before prefill | sent up before prefill | of them the state would keep (right) |\n|---:|---:|---:|\n"
     );
-    for r in quality::share_rows(model, examples, bar) {
-        let chosen = if r.share == model.pre_generation_share {
-            " (chosen)"
-        } else {
-            ""
-        };
+    for r in rows {
+        let mark = if r.share == chosen { " (chosen)" } else { "" };
         let _ = writeln!(
             out,
-            "| {:.1}{chosen} | {} of {} | {} ({}) |",
-            r.share,
-            r.sent_up,
-            examples.len(),
-            r.kept,
-            r.kept_right
+            "| {:.1}{mark} | {} of {examples} | {} ({}) |",
+            r.share, r.sent_up, r.kept, r.kept_right
         );
     }
     out
@@ -191,7 +183,8 @@ mod tests {
     fn the_prefill_table_counts_what_goes_up_unprefilled_at_each_share() {
         let (_, examples) = examples();
         let model = quality::train(&examples, &"ab".repeat(32), "toy").expect("trains");
-        let table = when_to_prefill(&model, &examples, 0.5);
+        let (model, rows) = quality::with_pre_generation_share(model, &examples, 0.5);
+        let table = when_to_prefill(&rows, model.pre_generation_share, examples.len(), 0.5);
         let rows: Vec<&str> = table.lines().skip(2).collect();
         assert_eq!(rows.len(), 5, "{table}");
         let sent_up = |row: &str| -> usize {
@@ -207,5 +200,10 @@ mod tests {
             "a larger share sends up at least as many: {table}"
         );
         assert!(rows.iter().all(|r| r.contains("of 80")), "{table}");
+        assert_eq!(
+            rows.iter().filter(|r| r.contains("(chosen)")).count(),
+            1,
+            "{table}"
+        );
     }
 }

@@ -618,9 +618,10 @@ pub fn train_quality(
     let groups: Vec<&str> = items.iter().map(|i| i.group.as_str()).collect();
     let bar = Policy::default().min_edge_quality;
     let fitted = quality::train(&examples, grader.sha256(), &provenance)?;
-    let model = quality::with_pre_generation_share(fitted, &examples, bar);
+    let (model, shares) = quality::with_pre_generation_share(fitted, &examples, bar);
+    let chosen = model.pre_generation_share;
     Ok(TrainedQuality {
-        prefill: quality_folds::when_to_prefill(&model, &examples, bar),
+        prefill: quality_folds::when_to_prefill(&shares, chosen, examples.len(), bar),
         folds: quality_folds::leave_one_set_out(&groups, &examples, grader.sha256()),
         model,
     })

@@ -19,9 +19,7 @@ use crate::signals::{self, OutputEstimate};
 use crate::task::{self, TaskGuess, TaskType};
 
 mod train;
-pub use train::{
-    Example, PRE_GENERATION_SHARES, ShareRow, share_rows, train, with_pre_generation_share,
-};
+pub use train::{Example, ShareRow, train, with_pre_generation_share};
 
 /// Names of the features, in vector order: the text features, then the first token's.
 pub const FEATURE_NAMES: [&str; DIM] = [
@@ -569,27 +567,35 @@ mod tests {
     fn the_pre_generation_share_is_the_largest_that_sends_up_nothing_the_state_would_keep() {
         let examples = toy();
         let fitted = train(&examples, &"ab".repeat(32), "toy").expect("trains");
-        let rows = share_rows(&fitted, &examples, 0.5);
-        let m = with_pre_generation_share(fitted.clone(), &examples, 0.5);
-        let qualifies = |r: &ShareRow| r.kept as f64 <= 0.01 * r.sent_up as f64;
+        let (m, rows) = with_pre_generation_share(fitted.clone(), &examples, 0.5);
+        assert_eq!(rows.len(), train::PRE_GENERATION_SHARES.len());
         let chosen = rows
             .iter()
             .find(|r| r.share == m.pre_generation_share)
             .expect("a share of the grid");
         assert!(
-            chosen.share == PRE_GENERATION_SHARES[0] || qualifies(chosen),
+            chosen.share == train::PRE_GENERATION_SHARES[0] || chosen.qualifies(),
             "{rows:?}"
         );
         assert!(
             rows.iter()
                 .filter(|r| r.share > chosen.share)
-                .all(|r| !qualifies(r)),
+                .all(|r| !r.qualifies()),
             "{rows:?}"
         );
         assert!(
             rows.windows(2).all(|w| w[0].sent_up <= w[1].sent_up),
             "a larger share sends up at least as many: {rows:?}"
         );
+        // The rule itself: at most one in a hundred of what a share sends up kept.
+        let row = |sent_up, kept| ShareRow {
+            share: 0.7,
+            sent_up,
+            kept,
+            kept_right: kept,
+        };
+        assert!(row(245, 1).qualifies() && row(100, 1).qualifies() && row(0, 0).qualifies());
+        assert!(!row(532, 31).qualifies() && !row(99, 1).qualifies());
         assert_eq!(m.pre_generation_share == 0.5, m.version == fitted.version);
     }
 

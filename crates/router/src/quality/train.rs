@@ -84,7 +84,7 @@ pub fn train(
 }
 
 /// The shares of the first-token bar [`with_pre_generation_share`] weighs, lowest first.
-pub const PRE_GENERATION_SHARES: [f64; 5] = [0.5, 0.6, 0.7, 0.8, 0.9];
+pub(super) const PRE_GENERATION_SHARES: [f64; 5] = [0.5, 0.6, 0.7, 0.8, 0.9];
 
 /// Of the requests a share sends up before prefill, at most this fraction may be ones the
 /// state probe would have kept on the edge at the whole bar: a request sent up unprefilled
@@ -104,16 +104,24 @@ pub struct ShareRow {
     pub kept_right: usize,
 }
 
+impl ShareRow {
+    /// Whether the share loses at most [`MAX_KEPT_OF_SENT_UP`] of what it sends up.
+    pub fn qualifies(&self) -> bool {
+        self.kept as f64 <= MAX_KEPT_OF_SENT_UP * self.sent_up as f64
+    }
+}
+
 /// [`ShareRow`]s for each of [`PRE_GENERATION_SHARES`] at the first-token `bar`.
-pub fn share_rows(model: &QualityModel, examples: &[Example], bar: f64) -> Vec<ShareRow> {
+fn share_rows(model: &QualityModel, examples: &[Example], bar: f64) -> Vec<ShareRow> {
     PRE_GENERATION_SHARES
         .iter()
         .map(|&share| {
-            let up = examples
+            let up: Vec<&Example> = examples
                 .iter()
-                .filter(|e| model.estimate(&e.text, None, None).p_edge_ok < share * bar);
-            let kept: Vec<&Example> = up
-                .clone()
+                .filter(|e| model.estimate(&e.text, None, None).p_edge_ok < share * bar)
+                .collect();
+            let kept: Vec<&&Example> = up
+                .iter()
                 .filter(|e| {
                     model
                         .estimate(&e.text, Some(e.edge), Some(&e.state))
@@ -123,7 +131,7 @@ pub fn share_rows(model: &QualityModel, examples: &[Example], bar: f64) -> Vec<S
                 .collect();
             ShareRow {
                 share,
-                sent_up: up.count(),
+                sent_up: up.len(),
                 kept: kept.len(),
                 kept_right: kept.iter().filter(|e| e.edge_ok).count(),
             }
@@ -131,23 +139,22 @@ pub fn share_rows(model: &QualityModel, examples: &[Example], bar: f64) -> Vec<S
         .collect()
 }
 
-/// `model` with the largest pre-generation share whose requests sent up unprefilled the
-/// state probe would keep at most [`MAX_KEPT_OF_SENT_UP`] of, on `examples` at `bar`; the
-/// lowest share where none qualifies. A larger share spares the device the prefill of what
-/// goes up anyway.
+/// `model` with the largest pre-generation share that [`ShareRow::qualifies`] on `examples`
+/// at `bar` (the lowest where none does), and every share's row, the evidence for it. A
+/// larger share spares the device the prefill of what goes up anyway.
 pub fn with_pre_generation_share(
     mut model: QualityModel,
     examples: &[Example],
     bar: f64,
-) -> QualityModel {
+) -> (QualityModel, Vec<ShareRow>) {
     let rows = share_rows(&model, examples, bar);
     model.pre_generation_share = rows
         .iter()
-        .filter(|r| r.kept as f64 <= MAX_KEPT_OF_SENT_UP * r.sent_up as f64)
+        .filter(|r| r.qualifies())
         .map(|r| r.share)
         .fold(PRE_GENERATION_SHARES[0], f64::max);
     model.version = version(&model);
-    model
+    (model, rows)
 }
 
 /// `quality-<edge model>-<fingerprint of the weights and the share>`.
@@ -271,7 +278,8 @@ fn uniform(rng: &mut SplitMix) -> f32 {
     (rng.next_u64() >> 40) as f32 / (1u64 << 24) as f32
 }
 
-/// A short hash of the weights, so a retrained model gets a new version.
+/// A short hash of the weights and of a share other than the default (so versions written
+/// before models carried a share still read the same), so a retrained model gets a new version.
 fn fingerprint<'a>(models: impl Iterator<Item = &'a Logistic>, share: f64) -> u32 {
     let mut h = 0xcbf2_9ce4_8422_2325u64;
     for v in models.flat_map(|m| m.weights.iter().chain([&m.bias])) {
