@@ -9,7 +9,7 @@ use anyhow::Context;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::edge_answers::Question;
+use crate::question::Question;
 
 /// A model's answers through its on-disk cache: the edge model run here, or a cloud endpoint.
 pub trait Answerer {

@@ -13,7 +13,8 @@ use straddle_engine::{ChatMessage, GenerateParams};
 
 use crate::answer_cache::{AnswerCache, Answerer};
 use crate::cloud_client;
-use crate::edge_answers::{AnswerGrader, Question};
+use crate::edge_answers::AnswerGrader;
+use crate::question::Question;
 
 /// How long one answer may take: a long program on a slow server.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(900);

@@ -15,6 +15,7 @@ mod model_file;
 mod pii;
 mod progress;
 mod quality_folds;
+mod question;
 mod requant;
 mod route_data;
 mod route_eval;

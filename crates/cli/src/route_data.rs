@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use serde::Deserialize;
 use straddle_router::rng::SplitMix;
 
-use crate::edge_answers::Question;
+use crate::question::Question;
 use crate::routellm;
 
 /// One graded prompt of one benchmark.
