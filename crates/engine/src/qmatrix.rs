@@ -1137,9 +1137,13 @@ fn requantized(parts: &[(&QMatrix, &mut [f32])], xs: &[QActs]) -> Vec<Option<Vec
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
+mod avx2_k_quants;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod avx512_k_quants;
+#[cfg(target_arch = "x86_64")]
+mod lane_tiles;
 mod super_blocks;
 
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]

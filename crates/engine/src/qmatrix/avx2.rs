@@ -24,8 +24,8 @@ pub(super) const TABLE: KernelTable = KernelTable {
     q4_0: ONE_AT_A_TIME,
     q8_0: SIGNED,
     q5_0: SIGNED,
-    q4k: ONE_AT_A_TIME,
-    q6k: ONE_AT_A_TIME,
+    q4k: K_QUANT_LANES,
+    q6k: K_QUANT_LANES,
     f32: PORTABLE_FORMAT,
 };
 
@@ -33,6 +33,13 @@ pub(super) const TABLE: KernelTable = KernelTable {
 const ONE_AT_A_TIME: FormatKernels = FormatKernels {
     dot: row_dot,
     rows: None,
+};
+
+/// The K-quants: eight rows side by side (`avx2_k_quants`), single rows where a token's
+/// order or the rows left over call for the one-row kernel.
+const K_QUANT_LANES: FormatKernels = FormatKernels {
+    dot: row_dot,
+    rows: Some(super::avx2_k_quants::rows),
 };
 
 /// The formats read as 32 unsigned values, a scale and a minimum a block (Q4_1's nibbles,
@@ -130,6 +137,16 @@ pub(super) fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
     _mm_cvtss_f32(s)
+}
+
+/// The sum of eight integer lanes (exact in any order).
+#[target_feature(enable = "avx2")]
+#[inline]
+fn hsum_i32(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+    let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01>(s));
+    _mm_cvtsi128_si32(s)
 }
 
 /// How far ahead of the block being read the weights are requested. Decoding one token
@@ -462,26 +479,12 @@ impl IntSums for Avx2 {
     #[target_feature(enable = "avx2,fma")]
     #[inline]
     unsafe fn q4k(row: &Q4KRow<'_>, s: usize, x: &QActs) -> ([i32; 4], [i32; 4]) {
-        assert!(row.m.len() >= (s + 1) * 8 && x.bsums.len() >= (s + 1) * 16);
         // Each pair's sums stay in lanes: the four are reduced together at the end.
         let mut pairs = [_mm256_setzero_si256(); 4];
         for j in 0..8 {
-            let b = s * 8 + j;
-            prefetch_ahead(row.qs, b * 16);
-            // SAFETY: block b lies inside the row and `x` (the caller's guarantee).
-            let (raw, xv) = unsafe {
-                (
-                    _mm_loadu_si128(row.qs.as_ptr().add(b * 16) as *const __m128i),
-                    activation_block(x, b),
-                )
-            };
-            let q = _mm256_and_si256(
-                _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw),
-                _mm256_set1_epi8(0x0F),
-            );
-            let pairs_of_values = _mm256_maddubs_epi16(q, xv);
-            let sc = _mm256_set1_epi16(i16::from(row.sc[b]));
-            pairs[j / 2] = _mm256_add_epi32(pairs[j / 2], _mm256_madd_epi16(pairs_of_values, sc));
+            // SAFETY: the caller's guarantee.
+            let products = unsafe { q4k_sub_block(row, s * 8 + j, x) };
+            pairs[j / 2] = _mm256_add_epi32(pairs[j / 2], products);
         }
         // hadd(hadd(p0, p1), hadd(p2, p3)) holds each pair's lanes 0–3 then 4–7 in turn.
         let h = _mm256_hadd_epi32(
@@ -489,20 +492,8 @@ impl IntSums for Avx2 {
             _mm256_hadd_epi32(pairs[2], pairs[3]),
         );
         let scaled = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
-        // SAFETY: the assert above puts the super-block's 16 sums and 8 minimums inside.
-        let (sixteens, m) = unsafe {
-            (
-                [0, 8].map(|h| {
-                    _mm256_loadu_si256(x.bsums.as_ptr().add(s * 16 + h) as *const __m256i)
-                }),
-                _mm256_cvtepu8_epi32(_mm_loadl_epi64(row.m.as_ptr().add(s * 8) as *const __m128i)),
-            )
-        };
-        // Sub-blocks' sums of x, in the order hadd leaves them: 0, 1, 4, 5 | 2, 3, 6, 7.
-        let sub_blocks = _mm256_hadd_epi32(sixteens[0], sixteens[1]);
-        let in_that_order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
-        let products =
-            _mm256_mullo_epi32(sub_blocks, _mm256_permutevar8x32_epi32(m, in_that_order));
+        // SAFETY: the caller's guarantee.
+        let products = unsafe { q4k_min_products(row, s, x) };
         // Neighbours added: pairs 0, 2 in the low half's first lanes, 1, 3 in the high half's.
         let neighbours = _mm256_hadd_epi32(products, products);
         let mins =
@@ -517,6 +508,21 @@ impl IntSums for Avx2 {
             );
         }
         (scaled_out, mins_out)
+    }
+
+    /// One register for the whole super-block, and one horizontal sum: a decoded token's
+    /// order needs no pair apart.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn q4k_total(row: &Q4KRow<'_>, s: usize, x: &QActs) -> (i32, i32) {
+        let mut scaled = _mm256_setzero_si256();
+        for b in s * 8..s * 8 + 8 {
+            // SAFETY: the caller's guarantee.
+            scaled = _mm256_add_epi32(scaled, unsafe { q4k_sub_block(row, b, x) });
+        }
+        // SAFETY: the caller's guarantee.
+        let mins = unsafe { q4k_min_products(row, s, x) };
+        (hsum_i32(scaled), hsum_i32(mins))
     }
 
     /// `ggml_vec_dot_q6_K_q8_K`'s integer steps, on values already unpacked to bytes.
@@ -565,6 +571,50 @@ impl IntSums for Avx2 {
         };
         out
     }
+}
+
+/// Q4_K sub-block `b`'s products with `x`, times its scale, in eight lanes of sums.
+///
+/// # Safety
+/// AVX2 runs here, and sub-block `b` lies inside the row and `x`.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn q4k_sub_block(row: &Q4KRow<'_>, b: usize, x: &QActs) -> __m256i {
+    prefetch_ahead(row.qs, b * 16);
+    // SAFETY: the caller's guarantee.
+    let (raw, xv) = unsafe {
+        (
+            _mm_loadu_si128(row.qs.as_ptr().add(b * 16) as *const __m128i),
+            activation_block(x, b),
+        )
+    };
+    let q = _mm256_and_si256(
+        _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw),
+        _mm256_set1_epi8(0x0F),
+    );
+    let sc = _mm256_set1_epi16(i16::from(row.sc[b]));
+    _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), sc)
+}
+
+/// Q4_K super-block `s`'s eight minimums times the sums of `x` over their sub-blocks, in the
+/// order hadd leaves those sums: sub-blocks 0, 1, 4, 5 | 2, 3, 6, 7.
+///
+/// # Safety
+/// AVX2 runs here, and super-block `s` lies inside the row and `x`.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn q4k_min_products(row: &Q4KRow<'_>, s: usize, x: &QActs) -> __m256i {
+    assert!(row.m.len() >= (s + 1) * 8 && x.bsums.len() >= (s + 1) * 16);
+    // SAFETY: the assert above puts the super-block's 16 sums and 8 minimums inside.
+    let (sixteens, m) = unsafe {
+        (
+            [0, 8].map(|h| _mm256_loadu_si256(x.bsums.as_ptr().add(s * 16 + h) as *const __m256i)),
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64(row.m.as_ptr().add(s * 8) as *const __m128i)),
+        )
+    };
+    let sub_blocks = _mm256_hadd_epi32(sixteens[0], sixteens[1]);
+    let in_that_order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+    _mm256_mullo_epi32(sub_blocks, _mm256_permutevar8x32_epi32(m, in_that_order))
 }
 
 /// A K-quant row · `x`, in the order `x`'s place in its pass decides.

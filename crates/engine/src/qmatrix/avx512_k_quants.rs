@@ -12,8 +12,9 @@
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
-use super::super_blocks::{q4k_in_fours, q6k_tiled};
-use super::{BLOCK, QActs, QK_K, QMatrix, avx2};
+use super::lane_tiles::{self, LanePanel};
+use super::super_blocks::q4k_in_fours;
+use super::{BLOCK, QActs, QK_K, QMatrix};
 
 /// Rows side by side in a register.
 const LANES: usize = 16;
@@ -22,53 +23,9 @@ const TOKENS: usize = 4;
 
 /// Rows `first..first + count` against every token of `xs` into `out[k * xs.len() + t]`.
 pub(super) fn rows(w: &QMatrix, first: usize, count: usize, xs: &[QActs], out: &mut [f32]) {
-    let n = xs.len();
-    if n == 1 {
-        // A decoded token: each row alone.
-        for (k, o) in out.iter_mut().enumerate() {
-            *o = (avx2::TABLE.q4k.dot)(w, first + k, &xs[0]);
-        }
-        return;
-    }
-    let tiled: Vec<usize> = (0..n).filter(|&t| takes_tiles(w, &xs[t])).collect();
-    let mut in_tiles = vec![false; n];
-    tiled.iter().for_each(|&t| in_tiles[t] = true);
-    let whole = if tiled.len() > 1 {
-        count / LANES * LANES
-    } else {
-        0
-    };
-    PANEL.with_borrow_mut(|panel| {
-        for k in (0..whole).step_by(LANES) {
-            // SAFETY: AVX-512 F, BW and VNNI run here (the family's table is handed out only
-            // where they do); the rows and tokens lie inside the matrix and `xs`.
-            unsafe {
-                panel.unpack(w, first + k);
-                for block in tiled.chunks(TOKENS) {
-                    let values = panel.tile(w, block, xs);
-                    for (&t, v) in block.iter().zip(&values) {
-                        for (r, v) in v.iter().enumerate() {
-                            out[(k + r) * n + t] = *v;
-                        }
-                    }
-                }
-            }
-        }
-    });
-    for k in 0..count {
-        for t in (0..n).filter(|&t| k >= whole || !in_tiles[t]) {
-            out[k * n + t] = (avx2::TABLE.q4k.dot)(w, first + k, &xs[t]);
-        }
-    }
-}
-
-/// Whether a tile computes `x`'s products with `w` (else the AVX2 kernel, one row at a time).
-fn takes_tiles(w: &QMatrix, x: &QActs) -> bool {
-    match w {
-        QMatrix::Q4K { .. } => x.place.of > 1,
-        QMatrix::Q6K { .. } => q6k_tiled(x.place),
-        _ => false,
-    }
+    // SAFETY: AVX-512 F, BW and VNNI run here (the family's table is handed out only where
+    // they do); the task's rows lie inside the matrix.
+    unsafe { lane_tiles::rows::<Panel>(w, first, count, xs, out) }
 }
 
 thread_local! {
@@ -88,11 +45,16 @@ struct Panel {
     dmin: Vec<__m512>,
 }
 
-impl Panel {
-    /// Rows `first..first + 16` of `w`.
-    ///
-    /// # Safety
-    /// AVX-512 F runs here, and the rows lie inside `w`.
+impl LanePanel for Panel {
+    const LANES: usize = LANES;
+    const TOKENS: usize = TOKENS;
+    /// A decoded token goes to the one-row kernel.
+    const MIN_TOKENS: usize = 2;
+
+    fn with<R>(f: impl FnOnce(&mut Self) -> R) -> R {
+        PANEL.with_borrow_mut(f)
+    }
+
     #[target_feature(enable = "avx512f,avx512bw")]
     unsafe fn unpack(&mut self, w: &QMatrix, first: usize) {
         self.values.clear();
@@ -179,29 +141,26 @@ impl Panel {
         }
     }
 
-    /// The sixteen rows against the tokens `xs[t]` for `t` in `tokens` (at most [`TOKENS`]).
-    ///
-    /// # Safety
-    /// AVX-512 F, BW and VNNI run here; the panel holds `w`'s rows; every token holds the
-    /// matrix's columns in Q8_K.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn tile(&self, w: &QMatrix, tokens: &[usize], xs: &[QActs]) -> [[f32; LANES]; TOKENS] {
-        let x: [&QActs; TOKENS] = std::array::from_fn(|j| &xs[tokens[j.min(tokens.len() - 1)]]);
-        let x = &x[..tokens.len()];
+    unsafe fn tile(&self, w: &QMatrix, xs: &[&QActs], put: &mut dyn FnMut(usize, usize, f32)) {
         let sums = match w {
             // SAFETY: the caller's guarantees.
-            QMatrix::Q4K { .. } => unsafe { self.q4k(x) },
-            QMatrix::Q6K { .. } => unsafe { self.q6k(x) },
+            QMatrix::Q4K { .. } => unsafe { self.q4k(xs) },
+            QMatrix::Q6K { .. } => unsafe { self.q6k(xs) },
             _ => unreachable!("a K-quant matrix"),
         };
-        sums.map(|v| {
+        for (j, v) in sums.iter().take(xs.len()).enumerate() {
             let mut out = [0f32; LANES];
             // SAFETY: sixteen floats.
-            unsafe { _mm512_storeu_ps(out.as_mut_ptr(), v) };
-            out
-        })
+            unsafe { _mm512_storeu_ps(out.as_mut_ptr(), *v) };
+            out.iter()
+                .enumerate()
+                .for_each(|(lane, &v)| put(j, lane, v));
+        }
     }
+}
 
+impl Panel {
     /// Q4_K: per token, the scaled sums' chain less the minimums' chain, each a link a pair
     /// of sub-blocks (`gemm`) or a super-block (`gemv`), as the token's place has it.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]

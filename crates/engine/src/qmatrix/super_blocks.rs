@@ -42,6 +42,18 @@ pub(super) trait IntSums {
     /// The machine runs the family's instruction set.
     unsafe fn q4k(row: &Q4KRow<'_>, s: usize, x: &QActs) -> ([i32; 4], [i32; 4]);
 
+    /// Q4_K's super-block `s` whole: the totals of [`IntSums::q4k`]'s pairs, which is all
+    /// `gemv`'s order reads (a family may sum them without keeping the pairs apart).
+    ///
+    /// # Safety
+    /// As [`IntSums::q4k`].
+    #[inline(always)]
+    unsafe fn q4k_total(row: &Q4KRow<'_>, s: usize, x: &QActs) -> (i32, i32) {
+        // SAFETY: the caller's guarantee.
+        let (scaled, mins) = unsafe { Self::q4k(row, s, x) };
+        (scaled.iter().sum(), mins.iter().sum())
+    }
+
     /// Q6_K's super-block `s` in the eight lanes of `ggml_vec_dot_q6_K_q8_K` on AVX2: lane
     /// `l` holds, over the eight runs `c` of 32 values, sc[2c + l/4] times the products of
     /// values 4l..4l + 4 of the run (q unsigned), less 32·(sc[2l]·Σx[2l] + sc[2l+1]·Σx[2l+1])
@@ -108,17 +120,19 @@ pub(super) unsafe fn dot<K: IntSums>(row: RowBlocks<'_>, x: &QActs) -> f32 {
             let row = Q4KRow { d, dmin, sc, m, qs };
             let (mut acc, mut acc_min) = (0f32, 0f32);
             for s in 0..row.d.len() {
-                // SAFETY: the caller's guarantee.
-                let (scaled, mins) = unsafe { K::q4k(&row, s, x) };
                 let (scale, min) = (row.d[s] * x.d[s * 8], row.dmin[s] * x.d[s * 8]);
                 if q4k_in_fours(x.place) {
+                    // SAFETY: the caller's guarantee.
+                    let (scaled, mins) = unsafe { K::q4k(&row, s, x) };
                     for (&sum, &min_sum) in scaled.iter().zip(&mins) {
                         acc = fused(sum as f32, scale, acc);
                         acc_min = fused(min_sum as f32, min, acc_min);
                     }
                 } else {
-                    acc = fused(scaled.iter().sum::<i32>() as f32, scale, acc);
-                    acc_min = fused(mins.iter().sum::<i32>() as f32, min, acc_min);
+                    // SAFETY: the caller's guarantee.
+                    let (sum, min_sum) = unsafe { K::q4k_total(&row, s, x) };
+                    acc = fused(sum as f32, scale, acc);
+                    acc_min = fused(min_sum as f32, min, acc_min);
                 }
             }
             acc - acc_min

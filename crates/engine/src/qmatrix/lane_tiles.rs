@@ -1,0 +1,83 @@
+//! The K-quant driver both lane families share (`avx2_k_quants`, `avx512_k_quants`): a
+//! task's rows in whole tiles of a register's lanes go through the family's [`LanePanel`],
+//! unpacked once for every token it takes; the rest, one row at a time through the AVX2
+//! kernel.
+
+use super::super_blocks::q6k_tiled;
+use super::{QActs, QMatrix, avx2};
+
+/// A kernel family's rows side by side in a register's lanes.
+pub(super) trait LanePanel: Sized {
+    /// Rows side by side.
+    const LANES: usize;
+    /// Tokens a tile computes at once.
+    const TOKENS: usize;
+    /// Fewest tokens whose products pay for unpacking the rows.
+    const MIN_TOKENS: usize;
+
+    /// Runs `f` with this thread's panel, reused from task to task.
+    fn with<R>(f: impl FnOnce(&mut Self) -> R) -> R;
+
+    /// Rows `first..first + LANES` of `w`.
+    ///
+    /// # Safety
+    /// The machine runs the family's instruction set, and the rows lie inside `w`.
+    unsafe fn unpack(&mut self, w: &QMatrix, first: usize);
+
+    /// The panel's rows against `xs` (at most [`Self::TOKENS`]): `put(j, lane, value)` for
+    /// token `xs[j]` and the row in `lane`.
+    ///
+    /// # Safety
+    /// As [`Self::unpack`]; the panel holds `w`'s rows, and every token holds its columns
+    /// in Q8_K.
+    unsafe fn tile(&self, w: &QMatrix, xs: &[&QActs], put: &mut dyn FnMut(usize, usize, f32));
+}
+
+/// Rows `first..first + count` against every token of `xs` into `out[k * xs.len() + t]`.
+///
+/// # Safety
+/// The machine runs `P`'s instruction set, and the rows lie inside `w`.
+pub(super) unsafe fn rows<P: LanePanel>(
+    w: &QMatrix,
+    first: usize,
+    count: usize,
+    xs: &[QActs],
+    out: &mut [f32],
+) {
+    let n = xs.len();
+    let tiled: Vec<usize> = (0..n).filter(|&t| takes_tiles(w, &xs[t])).collect();
+    let whole = match tiled.len() >= P::MIN_TOKENS {
+        true => count / P::LANES * P::LANES,
+        false => 0,
+    };
+    P::with(|panel| {
+        for k in (0..whole).step_by(P::LANES) {
+            // SAFETY: the caller's guarantees; the tile's rows lie below `count`.
+            unsafe { panel.unpack(w, first + k) };
+            for block in tiled.chunks(P::TOKENS) {
+                let tokens: Vec<&QActs> = block.iter().map(|&t| &xs[t]).collect();
+                let mut put = |j: usize, lane: usize, v: f32| out[(k + lane) * n + block[j]] = v;
+                // SAFETY: the panel was just filled with `w`'s rows.
+                unsafe { panel.tile(w, &tokens, &mut put) };
+            }
+        }
+    });
+    let mut in_tiles = vec![false; n];
+    tiled.iter().for_each(|&t| in_tiles[t] = true);
+    for k in 0..count {
+        for t in (0..n).filter(|&t| k >= whole || !in_tiles[t]) {
+            out[k * n + t] = (avx2::TABLE.q4k.dot)(w, first + k, &xs[t]);
+        }
+    }
+}
+
+/// Whether a tile computes `x`'s products with `w`: every Q4_K token (its order is the
+/// token's own either way), and Q6_K's from its tiled kernel's batch; else the one-row
+/// kernel, whose Q6_K order is `ggml_vec_dot_q6_K_q8_K`'s.
+fn takes_tiles(w: &QMatrix, x: &QActs) -> bool {
+    match w {
+        QMatrix::Q4K { .. } => true,
+        QMatrix::Q6K { .. } => q6k_tiled(x.place),
+        _ => false,
+    }
+}
