@@ -1,9 +1,10 @@
 //! `straddle-cloud`: serves a GGUF model over an OpenAI-compatible API.
 
+use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Parser;
@@ -36,6 +37,10 @@ struct Args {
     /// `/v1/verify` sessions that may hold a KV cache at once (the least recent give theirs up).
     #[arg(long, env = "STRADDLE_CLOUD_VERIFY_SESSIONS", default_value_t = 16)]
     verify_sessions: usize,
+    /// Seconds the server keeps answering what it holds after Ctrl-C or SIGTERM before it
+    /// exits anyway (a process manager's grace period; Kubernetes' default is 30).
+    #[arg(long, env = "STRADDLE_CLOUD_DRAIN_SECONDS", default_value_t = 30)]
+    drain_seconds: u64,
     /// Where the model runs: `auto` takes a GPU through wgpu (Vulkan, Metal, DX12) when one is
     /// present and the CPU kernels otherwise; `wgpu` insists, even on a software adapter.
     #[arg(long, env = "STRADDLE_CLOUD_BACKEND", value_enum, default_value_t = BackendChoice::Auto)]
@@ -77,10 +82,28 @@ async fn main() -> anyhow::Result<()> {
         } => loader.on_wgpu(source, adapter, software)?,
     };
     let app = straddle_cloud::router(Arc::new(state));
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
-    Ok(())
+    let stopping = Arc::new(tokio::sync::Notify::new());
+    let signalled = stopping.clone();
+    let serving = axum::serve(listener, app).with_graceful_shutdown(async move {
+        shutdown_signal().await;
+        signalled.notify_one();
+    });
+    tokio::select! {
+        served = serving.into_future() => Ok(served?),
+        () = drained_for(&stopping, Duration::from_secs(args.drain_seconds)) => {
+            tracing::warn!(seconds = args.drain_seconds, "answers still open after the drain; exiting");
+            // Leaving `main` would drop the runtime, which waits for blocking work: exit now.
+            std::process::exit(0)
+        }
+    }
+}
+
+/// Resolves `drain` after `stopping` is notified: how long a shutdown may wait for the
+/// answers still streaming (the default graceful shutdown waits for every one).
+async fn drained_for(stopping: &tokio::sync::Notify, drain: Duration) {
+    stopping.notified().await;
+    tracing::info!(seconds = drain.as_secs(), "draining the open answers");
+    tokio::time::sleep(drain).await;
 }
 
 /// Logs go where `RUST_LOG` says, so operators tune them without a rebuild.

@@ -637,6 +637,30 @@ fn idle_sequences(port: u16, seconds: u64) -> f64 {
     }
 }
 
+/// A streamed story of `max_tokens` that cannot end early (its end-of-turn tokens banned).
+fn endless_story(max_tokens: u32) -> String {
+    format!(
+        r#"{{"messages":[{{"role":"user","content":"Tell me a long story."}}],"max_tokens":{max_tokens},"stream":true,"logit_bias":{{"0":-100,"1":-100,"2":-100}}}}"#
+    )
+}
+
+/// Sends `body` as a streamed chat request and reads until its first token's text: the
+/// connection, and what it has read.
+fn stream_until_first_token(port: u16, body: &str) -> (TcpStream, Vec<u8>) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    write!(s, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).expect("send");
+    s.set_read_timeout(Some(Duration::from_secs(120)))
+        .expect("timeout");
+    let mut seen = Vec::new();
+    while !has_text(&String::from_utf8_lossy(&seen)) {
+        let mut buf = [0u8; 256];
+        let n = s.read(&mut buf).expect("first bytes");
+        assert!(n > 0, "the stream ended before its first token");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    (s, seen)
+}
+
 /// Whether an SSE stream so far carries a delta with some text (not only the role chunk).
 fn has_text(sse: &str) -> bool {
     const KEY: &str = "\"content\":\"";
@@ -676,22 +700,9 @@ fn sixteen_concurrent_streams_complete_in_shared_batches_and_a_dropped_client_fr
     // A client that goes away mid-stream: its sequence must stop long before max_tokens, in an
     // answer that cannot end early (its end-of-turn tokens banned).
     let before = metric(p, "straddle_generated_tokens_total");
-    {
-        let mut s = TcpStream::connect(("127.0.0.1", p)).expect("connect");
-        let body = r#"{"messages":[{"role":"user","content":"Tell me a long story."}],"max_tokens":400,"stream":true,"logit_bias":{"0":-100,"1":-100,"2":-100}}"#;
-        write!(s, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).expect("send");
-        // Hang up once the first token's text has arrived: the sequence is then live, and the
-        // server's count of active sequences already includes it.
-        s.set_read_timeout(Some(Duration::from_secs(60)))
-            .expect("timeout");
-        let mut seen = Vec::new();
-        while !has_text(&String::from_utf8_lossy(&seen)) {
-            let mut buf = [0u8; 256];
-            let n = s.read(&mut buf).expect("first bytes");
-            assert!(n > 0, "the stream ended before its first token");
-            seen.extend_from_slice(&buf[..n]);
-        }
-    }
+    // Hang up once the first token's text has arrived: the sequence is then live, and the
+    // server's count of active sequences already includes it.
+    drop(stream_until_first_token(p, &endless_story(400)));
     // The bound is generous because a loaded test machine decodes slowly; what proves the
     // cancellation is that far fewer than max_tokens were generated.
     assert_eq!(idle_sequences(p, 90), 0.0, "slot freed");
@@ -713,6 +724,51 @@ fn sixteen_concurrent_streams_complete_in_shared_batches_and_a_dropped_client_fr
         metric(p, "straddle_prefix_reused_tokens_total") - reused_before > 10.0,
         "the shared prompt prefix was reused"
     );
+}
+
+#[test]
+fn sigterm_ends_the_drain_after_its_bound_with_answers_still_open() {
+    let Some(mut server) = start_with(&["--drain-seconds", "1"]) else {
+        return;
+    };
+    let p = server.port;
+    // Answers that cannot end early (end-of-turn tokens banned) and share the batch: each
+    // would stream for far longer than the drain.
+    let others: Vec<_> = (0..5)
+        .map(|_| {
+            std::thread::spawn(move || {
+                http(p, "POST", "/v1/chat/completions", &endless_story(1800))
+            })
+        })
+        .collect();
+    let (mut s, mut seen) = stream_until_first_token(p, &endless_story(1800));
+    let status = Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "SIGTERM sent");
+    // The server exits with our answer still open: the stream is cut, not finished.
+    let _ = s.read_to_end(&mut seen);
+    let sse = String::from_utf8_lossy(&seen);
+    assert!(
+        !sse.contains("[DONE]"),
+        "the answer was cut by the exit: {sse}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let exited = loop {
+        match server.child.try_wait().expect("wait") {
+            Some(status) => break Some(status),
+            None if Instant::now() > deadline => break None,
+            None => std::thread::sleep(Duration::from_millis(100)),
+        }
+    };
+    assert!(
+        exited.is_some_and(|s| s.success()),
+        "exited after the drain: {exited:?}"
+    );
+    for h in others {
+        let _ = h.join();
+    }
 }
 
 /// A system prompt in place of the template's default: lavapipe spends about as long on each
