@@ -85,19 +85,11 @@ fn with_verifier(
     port: u16,
     bench: impl FnOnce(&std::path::Path, &str) -> anyhow::Result<String>,
 ) -> anyhow::Result<String> {
-    // The test profile: the engine and every dependency at opt-level 3 (as fast as the `fast`
-    // profile for this workload), without a second burn build.
-    util::run(
-        util::cargo()
-            .args(["build", "--quiet", "--workspace", "--bins"])
-            .current_dir(root()),
-    )?;
-    let straddle = util::target_dir().join("debug/straddle");
-    let mut child = spawn_cloud(
-        &util::target_dir().join("debug/straddle-cloud"),
-        model,
-        port,
-    )?;
+    // The fast profile, as `bench cloud` serves: the test profile's debug assertions left the
+    // 1.5B answering at well under half its speed (BENCHMARKS.md, the real pair's section).
+    util::build_fast(&["-p", "straddle-cloud", "-p", "straddle-cli"])?;
+    let straddle = util::target_dir().join("fast/straddle");
+    let mut child = spawn_cloud(&util::target_dir().join("fast/straddle-cloud"), model, port)?;
     let base = format!("http://127.0.0.1:{port}");
     let result =
         wait_health(&format!("{base}/health"), &mut child).and_then(|()| bench(&straddle, &base));
