@@ -51,9 +51,6 @@ fn halves(low: i32, high: i32) -> i32 {
 }
 
 /// Eight lanes, lane `i` from `f(i)`.
-///
-/// # Safety
-/// AVX runs here.
 #[target_feature(enable = "avx2")]
 #[inline]
 fn lanes_i32(f: impl Fn(usize) -> i32) -> __m256i {

@@ -45,28 +45,48 @@ pub(super) unsafe fn rows<P: LanePanel>(
     out: &mut [f32],
 ) {
     let n = xs.len();
+    if n < P::MIN_TOKENS {
+        // A decoded token: every row alone, with nothing to allocate per task.
+        return each_row(w, first, xs, out, |_, _| true);
+    }
     let tiled: Vec<usize> = (0..n).filter(|&t| takes_tiles(w, &xs[t])).collect();
     let whole = match tiled.len() >= P::MIN_TOKENS {
         true => count / P::LANES * P::LANES,
         false => 0,
     };
+    // Each tile's tokens, gathered once for every tile of rows.
+    let blocks: Vec<(&[usize], Vec<&QActs>)> = tiled
+        .chunks(P::TOKENS)
+        .map(|block| (block, block.iter().map(|&t| &xs[t]).collect()))
+        .collect();
     P::with(|panel| {
         for k in (0..whole).step_by(P::LANES) {
             // SAFETY: the caller's guarantees; the tile's rows lie below `count`.
             unsafe { panel.unpack(w, first + k) };
-            for block in tiled.chunks(P::TOKENS) {
-                let tokens: Vec<&QActs> = block.iter().map(|&t| &xs[t]).collect();
+            for (block, tokens) in &blocks {
                 let mut put = |j: usize, lane: usize, v: f32| out[(k + lane) * n + block[j]] = v;
                 // SAFETY: the panel was just filled with `w`'s rows.
-                unsafe { panel.tile(w, &tokens, &mut put) };
+                unsafe { panel.tile(w, tokens, &mut put) };
             }
         }
     });
     let mut in_tiles = vec![false; n];
     tiled.iter().for_each(|&t| in_tiles[t] = true);
-    for k in 0..count {
-        for t in (0..n).filter(|&t| k >= whole || !in_tiles[t]) {
-            out[k * n + t] = (avx2::TABLE.q4k.dot)(w, first + k, &xs[t]);
+    each_row(w, first, xs, out, |k, t| k >= whole || !in_tiles[t]);
+}
+
+/// Row `first + k` · token `t` through the AVX2 one-row kernel, for each pair `wanted`.
+fn each_row(
+    w: &QMatrix,
+    first: usize,
+    xs: &[QActs],
+    out: &mut [f32],
+    wanted: impl Fn(usize, usize) -> bool,
+) {
+    let n = xs.len();
+    for (k, values) in out.chunks_mut(n).enumerate() {
+        for (t, slot) in values.iter_mut().enumerate().filter(|&(t, _)| wanted(k, t)) {
+            *slot = (avx2::TABLE.q4k.dot)(w, first + k, &xs[t]);
         }
     }
 }
