@@ -79,7 +79,7 @@ enum SumOrder {
 impl SumOrder {
     /// The order of a row at `place` in its pass.
     fn of(place: Place) -> SumOrder {
-        if place.of > 1 {
+        if place.batched() {
             SumOrder::TinyBlas
         } else {
             SumOrder::VecDot

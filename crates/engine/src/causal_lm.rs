@@ -10,6 +10,7 @@ use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
+use crate::chunk::Chunk;
 use crate::config::ModelError;
 use crate::kv::KvCache;
 use crate::model::Model;
@@ -42,12 +43,11 @@ pub trait CausalLm {
     fn reserve(&self, cache: &mut Self::Cache, positions: usize);
 
     /// Runs `chunks[i]` at `caches[i]`'s next positions, all in one pass (continuous
-    /// batching); one entry per chunk, the last token's logits where `want_logits[i]`.
+    /// batching); one entry per chunk, the last token's logits where the chunk wants them.
     async fn forward_chunks(
         &self,
-        chunks: &[&[u32]],
+        chunks: &[Chunk<'_>],
         caches: &mut [&mut Self::Cache],
-        want_logits: &[bool],
     ) -> Result<Vec<Option<Vec<f32>>>, ModelError>;
 
     /// Runs `tokens` after the cache's contents and returns the last position's logits.
@@ -148,11 +148,10 @@ impl CausalLm for Model {
 
     async fn forward_chunks(
         &self,
-        chunks: &[&[u32]],
+        chunks: &[Chunk<'_>],
         caches: &mut [&mut KvCache],
-        want_logits: &[bool],
     ) -> Result<Vec<Option<Vec<f32>>>, ModelError> {
-        Model::forward_chunks(self, chunks, caches, want_logits)
+        Model::forward_chunks(self, chunks, caches)
     }
 
     async fn forward_last(

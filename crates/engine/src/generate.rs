@@ -1,15 +1,19 @@
 //! The generation loop: prompt → prefill → decode one token at a time, with stops,
 //! streaming callbacks, cancellation between tokens, usage and timings.
 
+use std::ops::Range;
+
 use web_time::Instant;
 
 use crate::causal_lm::{BlockingLm, CausalLm, ModelCache, ready};
+use crate::chunk::Chunk;
 use crate::config::ModelError;
 use crate::gguf::{ByteSource, Gguf};
 use crate::grammar::{Constraint, GrammarError, Grammars, OutputFormat};
 use crate::kv::KvCache;
 use crate::message::ChatMessage;
 use crate::model::Model;
+use crate::qmatrix::Place;
 use crate::sample::{self, Rng, SamplingParams};
 use crate::template::{ChatTemplate, TemplateError};
 use crate::tokenizer::{Tokenizer, TokenizerError};
@@ -206,10 +210,15 @@ impl<C> PromptPrefix<C> {
         self.tokens.is_empty()
     }
 
-    /// Leading tokens of `ids` it holds, leaving `ids`' last (whose logits are needed).
+    /// Leading tokens of `ids` it holds, leaving `ids`' last (whose logits are needed), each
+    /// computed as a pass over the whole of `ids` would compute it.
     fn shared_with(&self, ids: &[u32]) -> usize {
+        let (held, wanted) = (self.tokens.len(), ids.len());
         let same = self.tokens.iter().zip(ids).take_while(|(a, b)| a == b);
-        same.count().min(ids.len().saturating_sub(1))
+        let same = same.count().min(wanted.saturating_sub(1));
+        (0..same)
+            .take_while(|&at| Place::in_pass(at, held).sums_as(Place::in_pass(at, wanted)))
+            .count()
     }
 }
 
@@ -717,9 +726,8 @@ impl<M: CausalLm> Engine<M> {
         };
         let logits = {
             let mut caches = feed.caches(seqs);
-            let chunks: Vec<&[u32]> = feed.chunks.iter().map(Vec::as_slice).collect();
             self.model
-                .forward_chunks(&chunks, &mut caches, &feed.want)
+                .forward_chunks(&feed.as_chunks(), &mut caches)
                 .await?
         };
         feed.apply(seqs, logits);
@@ -814,6 +822,8 @@ impl<M: BlockingLm> Engine<M> {
 struct Feed {
     seqs: Vec<usize>,
     chunks: Vec<Vec<u32>>,
+    /// Each chunk's pass: its sequence's whole prompt, or the decoded token alone.
+    passes: Vec<Range<usize>>,
     want: Vec<bool>,
 }
 
@@ -825,6 +835,7 @@ impl Feed {
         let mut feed = Feed {
             seqs: Vec::new(),
             chunks: Vec::new(),
+            passes: Vec::new(),
             want: Vec::new(),
         };
         for (i, s) in seqs.iter().enumerate() {
@@ -832,20 +843,33 @@ impl Feed {
             if s.finished || unfed == 0 {
                 continue;
             }
-            let take = if s.is_decoding() {
-                unfed
+            let (take, pass) = if s.is_decoding() {
+                (unfed, s.fed..s.fed + unfed)
             } else {
                 let take = unfed.min(budget);
                 budget -= take;
-                take
+                (take, 0..s.context.len())
             };
             if take > 0 {
                 feed.seqs.push(i);
                 feed.chunks.push(s.context[s.fed..s.fed + take].to_vec());
+                feed.passes.push(pass);
                 feed.want.push(s.fed + take == s.context.len());
             }
         }
         (!feed.seqs.is_empty()).then_some(feed)
+    }
+
+    /// The chunks to run.
+    fn as_chunks(&self) -> Vec<Chunk<'_>> {
+        let parts = self.chunks.iter().zip(&self.passes).zip(&self.want);
+        parts
+            .map(|((tokens, pass), &want_logits)| Chunk {
+                tokens,
+                pass: pass.clone(),
+                want_logits,
+            })
+            .collect()
     }
 
     /// The fed sequences' caches, in feed order.
@@ -908,6 +932,25 @@ fn stable_text(text: &str, stops: &[String]) -> (usize, bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_prefix_lends_only_the_rows_its_prompt_computed_as_the_new_one_would() {
+        let prefix = |n: u32| PromptPrefix {
+            tokens: (0..n).collect(),
+            cache: KvCache::new(1, 64, 8),
+        };
+        let prompt: Vec<u32> = (0..13).collect();
+        // A prompt of 13 sums its first 12 rows' Q4_K products in fours; one of 10 took its
+        // rows 8 and 9 one at a time, so they are computed again.
+        assert_eq!(prefix(10).shared_with(&prompt), 8);
+        // One of 5 was too short for Q6_K's tiles: none of its rows is the same.
+        assert_eq!(prefix(5).shared_with(&prompt), 0);
+        // The same prompt again: all but the last, whose logits are needed.
+        assert_eq!(prefix(13).shared_with(&prompt), 12);
+        // Another prompt of its length: the tokens they share.
+        let other: Vec<u32> = (0..3).chain(100..120).collect();
+        assert_eq!(prefix(20).shared_with(&other), 3);
+    }
 
     #[test]
     fn stop_strings_cut_and_partial_stops_are_held_back() {

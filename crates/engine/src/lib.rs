@@ -7,8 +7,8 @@
 //! (chat templates) with `tool_prompt` (how tools and calls are written), `weights` (which
 //! tensors each family reads), `model` (forward on the CPU) with `attention` (its attention
 //! kernels), `device_model` (the same model on a burn device: WebGPU, Vulkan, flex) and
-//! `kernels` (our cubecl kernels for it), `kv` (the cache), `causal_lm` (what the loop needs
-//! of either model), `sample` (choosing tokens, and how sure the model is), `grammar`
+//! `kernels` (our cubecl kernels for it), `kv` (the cache), `chunk` (a sequence's tokens in a pass, and the
+//! pass they belong to), `causal_lm` (what the loop needs of either model), `sample` (choosing tokens, and how sure the model is), `grammar`
 //! (constrained decoding: the masks that keep an answer to a JSON schema), `generate` (the
 //! loop: one `Engine<M>` over either model, and the look at a prefilled prompt the router
 //! reads), `speculative` (draft and verify), and `bandwidth` (what the memory delivers, the
@@ -20,6 +20,7 @@
 mod attention;
 pub mod bandwidth;
 mod causal_lm;
+mod chunk;
 mod config;
 #[cfg(feature = "device")]
 mod device_model;
@@ -45,6 +46,7 @@ pub use straddle_gguf::{gguf, quant};
 #[cfg(feature = "device")]
 pub use burn::tensor::Device;
 pub use causal_lm::{BlockingLm, CausalLm, ModelCache};
+pub use chunk::Chunk;
 pub use config::{Arch, Config, ModelError};
 #[cfg(feature = "device")]
 pub use device_model::{DeviceCache, DeviceModel};

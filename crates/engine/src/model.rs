@@ -5,6 +5,7 @@
 //! RoPE and grouped-query heads → residual → RMSNorm → SwiGLU MLP → residual) → RMSNorm →
 //! output head (tied to the embedding when the file has no `output.weight`).
 
+use crate::chunk::Chunk;
 use crate::config::{Config, ModelError};
 use crate::gguf::{ByteSource, Gguf};
 use crate::kv::{KvCache, PASS_ROWS};
@@ -154,7 +155,10 @@ impl Model {
         cache: &mut KvCache,
         all_logits: bool,
     ) -> Result<Vec<Vec<f32>>, ModelError> {
-        self.forward_sequence(tokens, cache, (all_logits, Numerics::Together))
+        let places: Vec<Place> = Chunk::whole(tokens, cache.len(), all_logits)
+            .places(cache.len())
+            .collect();
+        self.forward_sequence(tokens, cache, (all_logits, &places))
     }
 
     /// Every position's logits for `tokens` after the cache's contents, each position
@@ -165,16 +169,16 @@ impl Model {
         tokens: &[u32],
         cache: &mut KvCache,
     ) -> Result<Vec<Vec<f32>>, ModelError> {
-        self.forward_sequence(tokens, cache, (true, Numerics::Alone))
+        self.forward_sequence(tokens, cache, (true, &vec![Place::ALONE; tokens.len()]))
     }
 
-    /// One sequence's `tokens` after the cache's contents, computed as `numerics` says: every
+    /// One sequence's `tokens` after the cache's contents, each at its place: every
     /// position's logits, or the last one's.
     fn forward_sequence(
         &self,
         tokens: &[u32],
         cache: &mut KvCache,
-        (all_logits, numerics): (bool, Numerics),
+        (all_logits, places): (bool, &[Place]),
     ) -> Result<Vec<Vec<f32>>, ModelError> {
         let (start, n) = (cache.len(), tokens.len());
         if n == 0 {
@@ -192,7 +196,8 @@ impl Model {
         } else {
             vec![n - 1]
         };
-        self.forward_rows(tokens, &rows, &mut [cache], (&wanted, numerics))
+        let outputs = (&wanted[..], !all_logits);
+        self.forward_rows(tokens, (&rows, places), &mut [cache], outputs)
     }
 
     /// One decode step for several sequences at once: token `i` goes to `caches[i]` at its next
@@ -218,34 +223,34 @@ impl Model {
             .map(|(i, c)| (i, c.len()))
             .collect();
         let wanted: Vec<usize> = (0..tokens.len()).collect();
-        self.forward_rows(tokens, &rows, caches, (&wanted, Numerics::Together))
+        let places = vec![Place::ALONE; tokens.len()];
+        self.forward_rows(tokens, (&rows, &places), caches, (&wanted, true))
     }
 
     /// One forward pass over a chunk of tokens for each of several sequences: `chunks[i]`
     /// goes to `caches[i]` at its next positions (a prompt being prefilled, or one token
-    /// being decoded). The weights are read once for every row of every chunk. Returns the
-    /// logits of each chunk's last token where `want_logits[i]`.
+    /// being decoded), each token at its place in its chunk's pass. The weights are read once
+    /// for every row of every chunk. Returns the logits of each chunk's last token where it
+    /// wants them.
     pub fn forward_chunks(
         &self,
-        chunks: &[&[u32]],
+        chunks: &[Chunk<'_>],
         caches: &mut [&mut KvCache],
-        want_logits: &[bool],
     ) -> Result<Vec<Option<Vec<f32>>>, ModelError> {
         debug_assert_eq!(chunks.len(), caches.len());
-        debug_assert_eq!(chunks.len(), want_logits.len());
-        let mut tokens = Vec::new();
-        let mut rows = Vec::new();
-        let mut wanted = Vec::new();
+        let (mut tokens, mut rows, mut places, mut wanted) = (vec![], vec![], vec![], vec![]);
         for (i, (chunk, cache)) in chunks.iter().zip(caches.iter()).enumerate() {
-            if cache.len() + chunk.len() > cache.capacity() {
+            let (start, n) = (cache.len(), chunk.tokens.len());
+            if start + n > cache.capacity() {
                 return Err(ModelError::ContextFull {
-                    needed: cache.len() + chunk.len(),
+                    needed: start + n,
                     capacity: cache.capacity(),
                 });
             }
-            tokens.extend_from_slice(chunk);
-            rows.extend((0..chunk.len()).map(|j| (i, cache.len() + j)));
-            if want_logits[i] && !chunk.is_empty() {
+            tokens.extend_from_slice(chunk.tokens);
+            rows.extend((start..start + n).map(|at| (i, at)));
+            places.extend(chunk.places(start));
+            if chunk.want_logits && n > 0 {
                 wanted.push(rows.len() - 1);
             }
         }
@@ -253,32 +258,28 @@ impl Model {
             return Ok(vec![None; chunks.len()]);
         }
         let mut logits = self
-            .forward_rows(&tokens, &rows, caches, (&wanted, Numerics::Together))?
+            .forward_rows(&tokens, (&rows, &places), caches, (&wanted, true))?
             .into_iter();
         Ok(chunks
             .iter()
-            .zip(want_logits)
-            .map(|(chunk, &want)| {
-                if want && !chunk.is_empty() {
-                    logits.next()
-                } else {
-                    None
-                }
+            .map(|c| match c.want_logits && !c.tokens.is_empty() {
+                true => logits.next(),
+                false => None,
             })
             .collect())
     }
 
     /// The transformer over rows of (sequence, position): row `t` is `tokens[t]` at position
-    /// `rows[t].1` of `caches[rows[t].0]`, a sequence's rows consecutive. Advances each cache
-    /// by its rows; returns the logits of the rows in `wanted`, computed as `numerics` says.
+    /// `rows[t].1` of `caches[rows[t].0]`, a sequence's rows consecutive, computed at
+    /// `places[t]`. Advances each cache by its rows; returns the logits of the rows in
+    /// `wanted`, each as its sequence's one output where `alone` (see [`Self::forward_pass`]).
     fn forward_rows(
         &self,
         tokens: &[u32],
-        rows: &[(usize, usize)],
+        (rows, places): (&[(usize, usize)], &[Place]),
         caches: &mut [&mut KvCache],
-        (wanted, numerics): (&[usize], Numerics),
+        (wanted, alone): (&[usize], bool),
     ) -> Result<Vec<Vec<f32>>, ModelError> {
-        let places = places(rows, numerics);
         // A sliding-window layer's ring holds a pass's rows beyond its window (`kv.rs`), so a
         // longer pass goes in parts; the rows' values are the same either way.
         let part = match self.config.sliding_window {
@@ -297,7 +298,8 @@ impl Model {
                 .map(|t| t - start)
                 .collect();
             let part_rows = (&rows[start..end], &places[start..end]);
-            let pass = self.forward_pass(&tokens[start..end], part_rows, caches, &want)?;
+            let outputs = (&want[..], alone);
+            let pass = self.forward_pass(&tokens[start..end], part_rows, caches, outputs)?;
             logits.extend(pass);
         }
         Ok(logits)
@@ -309,7 +311,7 @@ impl Model {
         tokens: &[u32],
         (rows, places): (&[(usize, usize)], &[Place]),
         caches: &mut [&mut KvCache],
-        wanted: &[usize],
+        (wanted, alone): (&[usize], bool),
     ) -> Result<Vec<Vec<f32>>, ModelError> {
         let mut s = RunState::new(&self.config, tokens.len());
         for (acts, &place) in s.acts.iter_mut().zip(places) {
@@ -325,8 +327,9 @@ impl Model {
             self.attention(li, layer, (rows, places), caches, &mut s);
             // As llama.cpp: the last layer's MLP runs on the rows whose logits are wanted
             // only, each as its sequence's one output (which is also where its sums are
-            // ordered as a server's are).
-            if li == last && wanted.len() < rows.len() {
+            // ordered as a server's are), unless every row's are wanted. A chunk's last
+            // token is its prompt's one output even when the chunk holds only it.
+            if li == last && alone {
                 s.keep_rows(wanted, self.config.dim);
                 out_rows = wanted.iter().map(|&t| rows[t]).collect();
             }
@@ -574,38 +577,6 @@ impl RunState {
             ffn_acts: vec![QActs::default(); n],
         }
     }
-}
-
-/// How a pass computes its rows: llama.cpp picks some products' kernels (and so their
-/// order of sums) by how many tokens a batch holds and where a token stands in it.
-#[derive(Clone, Copy, Debug)]
-enum Numerics {
-    /// Each sequence's consecutive rows as one of llama.cpp's batches: a prompt's.
-    Together,
-    /// Each row as decoding it alone would compute it: a draft being verified.
-    Alone,
-}
-
-/// The tokens llama.cpp computes in one batch at most (its default `n_ubatch`, the
-/// reference's).
-const UBATCH: usize = 512;
-
-/// Each row's [`Place`] in its pass, as `numerics` places it.
-fn places(rows: &[(usize, usize)], numerics: Numerics) -> Vec<Place> {
-    if let Numerics::Alone = numerics {
-        return vec![Place::ALONE; rows.len()];
-    }
-    let batches = rows
-        .chunk_by(|a, b| a.0 == b.0)
-        .flat_map(|run| run.chunks(UBATCH));
-    batches
-        .flat_map(|batch| {
-            (0..batch.len()).map(|index| Place {
-                index,
-                of: batch.len(),
-            })
-        })
-        .collect()
 }
 
 /// RMSNorm of every row of `x` by `weight` into `xn`, and its 8-bit rounding into `acts`

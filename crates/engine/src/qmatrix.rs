@@ -155,9 +155,37 @@ pub struct Place {
     pub of: usize,
 }
 
+/// The tokens llama.cpp computes in one batch at most (its default `n_ubatch`, the
+/// reference's).
+pub(crate) const UBATCH: usize = 512;
+
 impl Place {
     /// A token computed alone (decoding).
     pub const ALONE: Place = Place { index: 0, of: 1 };
+
+    /// Where the token `at` of a pass over `len` tokens stands: llama.cpp cuts a pass into
+    /// batches of [`UBATCH`].
+    pub(crate) fn in_pass(at: usize, len: usize) -> Place {
+        let first = at - at % UBATCH;
+        Place {
+            index: at - first,
+            of: (len - first).min(UBATCH),
+        }
+    }
+
+    /// Whether the token shares its batch with others, which takes llama.cpp's attention
+    /// products through tinyBLAS.
+    pub(crate) fn batched(self) -> bool {
+        self.of > 1
+    }
+
+    /// Whether a token here sums every product in the order it would at `other`: the two
+    /// places differ only in what no kernel reads.
+    pub(crate) fn sums_as(self, other: Place) -> bool {
+        self.batched() == other.batched()
+            && super_blocks::q4k_in_fours(self) == super_blocks::q4k_in_fours(other)
+            && super_blocks::q6k_tiled(self) == super_blocks::q6k_tiled(other)
+    }
 }
 
 impl Default for Place {

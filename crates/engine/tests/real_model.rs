@@ -1,10 +1,12 @@
-//! The real default model (SmolLM2-135M-Instruct Q4_1) end to end on the CPU.
+//! The real models end to end on the CPU: SmolLM2-135M-Instruct Q4_1, the smallest, and
+//! Qwen2.5-Coder-0.5B-Instruct, the edge model, whose K-quants sum in an order set by a
+//! token's place in its pass.
 
 mod common;
 
 use straddle_engine::gguf::FileSource;
 use straddle_engine::speculative;
-use straddle_engine::{ChatMessage, Engine, Finish, Flow, GenerateParams, Prompt};
+use straddle_engine::{ChatMessage, Engine, Finish, Flow, GenerateParams, Prompt, Sequence};
 
 fn engine() -> Option<Engine> {
     let path = common::model_path()?;
@@ -245,4 +247,66 @@ fn chunked_batched_prefill_gives_each_sequence_its_own_greedy_answer() {
         e.step(&mut [&mut again], 5).expect("step");
     }
     assert_eq!(again.into_completion().tokens, alone[1]);
+}
+
+/// The hidden state a prompt leaves once it is all fed, stepping `seq` with chunks of at
+/// most `budget` prompt tokens.
+fn prefilled_state(e: &Engine, mut seq: Sequence, budget: usize) -> Vec<u32> {
+    while seq.prompt_unfed() > 0 {
+        e.step(&mut [&mut seq], budget).expect("step");
+    }
+    let state = e.look(&seq).expect("look").state.expect("a state");
+    state.iter().map(|x| x.to_bits()).collect()
+}
+
+#[test]
+fn a_prompt_fed_in_chunks_or_after_a_reused_prefix_gives_the_bits_of_one_pass() {
+    // A server feeds a prompt in chunks under load and starts it from the keys and values of
+    // an earlier prompt; neither may change its answer, or the same request would get
+    // different answers by what else the server was doing.
+    let Some(path) = common::qwen_edge_path() else {
+        return;
+    };
+    let e = Engine::load(FileSource::open(path).expect("open model"), 1024).expect("load");
+    let params = GenerateParams::default();
+    let first = [ChatMessage::new(
+        "user",
+        "Write a Python function that reverses a list.",
+    )];
+    let next = [
+        first[0].clone(),
+        ChatMessage::new("assistant", "def reverse(xs):\n    return xs[::-1]"),
+        ChatMessage::new("user", "Now do it in place, without slicing."),
+    ];
+    let other = [ChatMessage::new("user", "What does HTTP status 404 mean?")];
+    let one_pass = |msgs: &[ChatMessage]| {
+        let queued = e.queue(Prompt::Messages(msgs), &params).expect("queue");
+        prefilled_state(&e, queued, usize::MAX)
+    };
+    let mut earlier = e.queue(Prompt::Messages(&first), &params).expect("queue");
+    while earlier.prompt_unfed() > 0 {
+        e.step(&mut [&mut earlier], usize::MAX).expect("step");
+    }
+    let prefix = earlier.prompt_prefix().expect("the prompt is in the cache");
+    for (name, msgs) in [("the next turn", &next[..]), ("another question", &other)] {
+        let want = one_pass(msgs);
+        for budget in [1, 5, 9] {
+            let chunked = e.queue(Prompt::Messages(msgs), &params).expect("queue");
+            assert!(
+                prefilled_state(&e, chunked, budget) == want,
+                "{name}, {budget} a step"
+            );
+        }
+        let after = e.queue_after(Prompt::Messages(msgs), &params, Some(&prefix));
+        let after = after.expect("queue");
+        assert!(
+            after.prompt_reused() > 10,
+            "{name} reused {}",
+            after.prompt_reused()
+        );
+        assert!(
+            prefilled_state(&e, after, 7) == want,
+            "{name} after a prefix"
+        );
+    }
 }

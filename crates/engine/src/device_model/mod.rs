@@ -20,6 +20,7 @@ use burn::tensor::{Device, Tensor, TensorData, activation};
 #[cfg(not(target_arch = "wasm32"))]
 use crate::causal_lm::{BlockingLm, ready};
 use crate::causal_lm::{CausalLm, ModelCache};
+use crate::chunk::Chunk;
 use crate::config::{Config, ModelError};
 use crate::gguf::{ByteSource, Gguf};
 use crate::kernels;
@@ -889,11 +890,13 @@ impl CausalLm for DeviceModel {
 
     async fn forward_chunks(
         &self,
-        chunks: &[&[u32]],
+        chunks: &[Chunk<'_>],
         caches: &mut [&mut DeviceCache],
-        want_logits: &[bool],
     ) -> Result<Vec<Option<Vec<f32>>>, ModelError> {
-        self.forward_chunks_read(chunks, caches, want_logits).await
+        // A device's sums do not follow llama.cpp's batches, so a chunk's pass changes nothing.
+        let tokens: Vec<&[u32]> = chunks.iter().map(|c| c.tokens).collect();
+        let want: Vec<bool> = chunks.iter().map(|c| c.want_logits).collect();
+        self.forward_chunks_read(&tokens, caches, &want).await
     }
 
     async fn forward_last(
