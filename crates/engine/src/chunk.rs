@@ -18,16 +18,7 @@ pub struct Chunk<'a> {
     pub want_logits: bool,
 }
 
-impl<'a> Chunk<'a> {
-    /// `tokens` from position `start` as a pass of their own.
-    pub fn whole(tokens: &'a [u32], start: usize, want_logits: bool) -> Self {
-        Chunk {
-            tokens,
-            pass: start..start + tokens.len(),
-            want_logits,
-        }
-    }
-
+impl Chunk<'_> {
     /// Each token's place in its pass, the first token at position `start`.
     pub(crate) fn places(&self, start: usize) -> impl Iterator<Item = Place> + '_ {
         (start..start + self.tokens.len()).map(|at| self.place(at))

@@ -7,12 +7,13 @@
 //! (chat templates) with `tool_prompt` (how tools and calls are written), `weights` (which
 //! tensors each family reads), `model` (forward on the CPU) with `attention` (its attention
 //! kernels), `device_model` (the same model on a burn device: WebGPU, Vulkan, flex) and
-//! `kernels` (our cubecl kernels for it), `kv` (the cache), `chunk` (a sequence's tokens in a pass, and the
-//! pass they belong to), `causal_lm` (what the loop needs of either model), `sample` (choosing tokens, and how sure the model is), `grammar`
-//! (constrained decoding: the masks that keep an answer to a JSON schema), `generate` (the
-//! loop: one `Engine<M>` over either model, and the look at a prefilled prompt the router
-//! reads), `speculative` (draft and verify), and `bandwidth` (what the memory delivers, the
-//! bound decoding is measured against).
+//! `kernels` (our cubecl kernels for it), `kv` (the cache), `chunk` (a sequence's tokens in
+//! a pass, and the pass they belong to), `causal_lm` (what the loop needs of either model),
+//! `sample` (choosing tokens, and how sure the model is), `grammar` (constrained decoding:
+//! the masks that keep an answer to a JSON schema), `generate` (the loop: one `Engine<M>` over
+//! either model, and the look at a prefilled prompt the router reads), `speculative` (draft
+//! and verify), and `bandwidth` (what the memory delivers, the bound decoding is measured
+//! against).
 
 // Each item has one path. Types a user names sit at the root; free functions and the types
 // that only they take sit in the namespaces below (`sample`, `speculative`, `bandwidth`,

@@ -155,9 +155,8 @@ impl Model {
         cache: &mut KvCache,
         all_logits: bool,
     ) -> Result<Vec<Vec<f32>>, ModelError> {
-        let places: Vec<Place> = Chunk::whole(tokens, cache.len(), all_logits)
-            .places(cache.len())
-            .collect();
+        let n = tokens.len();
+        let places: Vec<Place> = (0..n).map(|t| Place::in_pass(t, n)).collect();
         self.forward_sequence(tokens, cache, (all_logits, &places))
     }
 
