@@ -12,7 +12,7 @@ use std::time::Instant;
 use straddle_engine::Kernels;
 use straddle_engine::bandwidth;
 use straddle_engine::gguf::{FileSource, Gguf};
-use straddle_engine::{Device, DeviceModel, Engine, MatvecKernel};
+use straddle_engine::{BlockingLm, Device, DeviceModel, Engine, MatvecKernel};
 
 /// The context every row is measured at (the 2,048-token budget).
 const CONTEXT: usize = 2048;
@@ -156,19 +156,13 @@ fn bench_device(
     };
     let mut cache = model.new_cache(CONTEXT);
     let t = Instant::now();
-    let mut logits = model
-        .forward_blocking(prompt, &mut cache, false)?
-        .pop()
-        .ok_or("no logits")?;
+    let mut logits = model.forward_last_blocking(prompt, &mut cache)?;
     let prefill_s = t.elapsed().as_secs_f64();
     sample_peak();
     let t = Instant::now();
     for _ in 0..n_decode {
         let tok = straddle_engine::sample::argmax(&logits);
-        logits = model
-            .forward_blocking(&[tok], &mut cache, false)?
-            .pop()
-            .ok_or("no logits")?;
+        logits = model.forward_last_blocking(&[tok], &mut cache)?;
         sample_peak();
     }
     let decode_s = t.elapsed().as_secs_f64();

@@ -74,6 +74,15 @@ pub trait CausalLm {
 /// A model whose passes finish without waiting (the CPU model everywhere, a device model
 /// outside the browser, whose readback blocks): synchronous callers may run it.
 pub trait BlockingLm: CausalLm {
+    /// [`CausalLm::forward_chunks`], run to completion on this thread.
+    fn forward_chunks_blocking(
+        &self,
+        chunks: &[Chunk<'_>],
+        caches: &mut [&mut Self::Cache],
+    ) -> Result<Vec<Option<Vec<f32>>>, ModelError> {
+        ready(self.forward_chunks(chunks, caches))
+    }
+
     /// [`CausalLm::forward_last`], run to completion on this thread.
     fn forward_last_blocking(
         &self,

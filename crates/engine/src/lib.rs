@@ -20,6 +20,7 @@
 // `parallel`, `tool_prompt`), and the container's modules are straddle-gguf's own.
 mod attention;
 pub mod bandwidth;
+mod block;
 mod causal_lm;
 mod chunk;
 mod config;

@@ -1,18 +1,15 @@
-//! A Llama-family transformer on the CPU: quantized weights, forward pass (its config is in
-//! `config.rs`).
-//!
-//! Reads top to bottom like the paper's diagram: embedding → N × (RMSNorm → attention with
-//! RoPE and grouped-query heads → residual → RMSNorm → SwiGLU MLP → residual) → RMSNorm →
-//! output head (tied to the embedding when the file has no `output.weight`).
+//! The transformer on the CPU: weights in their quantized block formats in host memory, and
+//! the operations of a layer ([`block::Ops`]) on a pass's rows, which [`block::layers`]
+//! sequences for every architecture (its config is in `config.rs`).
 
+use crate::block;
 use crate::chunk::Chunk;
 use crate::config::{Config, ModelError};
 use crate::gguf::{ByteSource, Gguf};
 use crate::kv::{KvCache, PASS_ROWS};
 use crate::lanes::silu_in_place;
 use crate::qmatrix::{
-    ActFormat, Place, QActs, QMatrix, f16_bits, fused, matmul_many, round_slice_to_f16,
-    round_to_f16,
+    Place, QActs, QMatrix, f16_bits, fused, matmul_many, round_slice_to_f16, round_to_f16,
 };
 use crate::quant::TensorType;
 use crate::weights::{self, LayerWeights, WeightStore};
@@ -163,7 +160,7 @@ impl Model {
     /// Every position's logits for `tokens` after the cache's contents, each position
     /// computed to the bits decoding it alone gives (in one pass): what verifying a draft
     /// needs, so that speculation reproduces plain greedy decoding exactly.
-    pub fn forward_decoded(
+    pub(crate) fn forward_decoded(
         &self,
         tokens: &[u32],
         cache: &mut KvCache,
@@ -199,39 +196,12 @@ impl Model {
         self.forward_rows(tokens, (&rows, places), &mut [cache], outputs)
     }
 
-    /// One decode step for several sequences at once: token `i` goes to `caches[i]` at its next
-    /// position. The weights are read once for the whole batch, which is what makes batching
-    /// pay. Returns each sequence's logits.
-    pub fn forward_batch(
-        &self,
-        tokens: &[u32],
-        caches: &mut [&mut KvCache],
-    ) -> Result<Vec<Vec<f32>>, ModelError> {
-        debug_assert_eq!(tokens.len(), caches.len());
-        for c in caches.iter() {
-            if c.len() + 1 > c.capacity() {
-                return Err(ModelError::ContextFull {
-                    needed: c.len() + 1,
-                    capacity: c.capacity(),
-                });
-            }
-        }
-        let rows: Vec<(usize, usize)> = caches
-            .iter()
-            .enumerate()
-            .map(|(i, c)| (i, c.len()))
-            .collect();
-        let wanted: Vec<usize> = (0..tokens.len()).collect();
-        let places = vec![Place::ALONE; tokens.len()];
-        self.forward_rows(tokens, (&rows, &places), caches, (&wanted, true))
-    }
-
     /// One forward pass over a chunk of tokens for each of several sequences: `chunks[i]`
     /// goes to `caches[i]` at its next positions (a prompt being prefilled, or one token
     /// being decoded), each token at its place in its chunk's pass. The weights are read once
     /// for every row of every chunk. Returns the logits of each chunk's last token where it
     /// wants them.
-    pub fn forward_chunks(
+    pub(crate) fn forward_chunks(
         &self,
         chunks: &[Chunk<'_>],
         caches: &mut [&mut KvCache],
@@ -312,174 +282,58 @@ impl Model {
         caches: &mut [&mut KvCache],
         (wanted, alone): (&[usize], bool),
     ) -> Result<Vec<Vec<f32>>, ModelError> {
-        let mut s = RunState::new(&self.config, tokens.len());
-        for (acts, &place) in s.acts.iter_mut().zip(places) {
-            acts.place = place;
-        }
-        for (acts, &place) in s.ffn_acts.iter_mut().zip(places) {
-            acts.place = place;
-        }
-        self.embed_rows(tokens, &mut s.x)?;
-        let last = self.layers.len().saturating_sub(1);
-        let mut out_rows: Vec<(usize, usize)> = rows.to_vec();
-        for (li, layer) in self.layers.iter().enumerate() {
-            self.attention(li, layer, (rows, places), caches, &mut s);
+        let c = &self.config;
+        let mut x = vec![0.0; tokens.len() * c.dim];
+        block::embed(&self.embed, c, tokens, &mut x)?;
+        let mut pass = HostPass {
+            model: self,
+            rows: rows.to_vec(),
+            places: places.to_vec(),
+            acts: places
+                .iter()
+                .map(|&place| QActs {
+                    place,
+                    ..QActs::default()
+                })
+                .collect(),
+            caches: &mut *caches,
             // As llama.cpp: the last layer's MLP runs on the rows whose logits are wanted
             // only, each as its sequence's one output (which is also where its sums are
             // ordered as a server's are), unless every row's are wanted. A chunk's last
             // token is its prompt's one output even when the chunk holds only it.
-            if li == last && alone {
-                s.keep_rows(wanted, self.config.dim);
-                out_rows = wanted.iter().map(|&t| rows[t]).collect();
-            }
-            self.mlp(layer, &mut s);
-        }
+            outputs: alone.then(|| wanted.to_vec()),
+            spare: Vec::new(),
+        };
+        let x = block::layers(&mut pass, c, &self.layers, x)?;
+        let out_rows = pass.rows;
         for &(ci, _) in rows {
             caches[ci].advance(1);
         }
-        let wanted: Vec<usize> = match out_rows.len() < rows.len() {
-            true => (0..out_rows.len()).collect(),
+        let wanted: Vec<usize> = match alone {
+            true => (0..wanted.len()).collect(),
             false => wanted.to_vec(),
         };
-        Ok(self.head_logits(&mut s, (&out_rows, &wanted), caches))
+        Ok(self.head_logits(&x, (&out_rows, &wanted), caches))
     }
 
-    /// The embedding of every row's token into `x` (`[n, d]`).
-    fn embed_rows(&self, tokens: &[u32], x: &mut [f32]) -> Result<(), ModelError> {
-        let d = self.config.dim;
-        for (t, &tok) in tokens.iter().enumerate() {
-            if tok as usize >= self.config.vocab {
-                return Err(ModelError::BadToken(tok));
-            }
-            let row = &mut x[t * d..(t + 1) * d];
-            self.embed.row(tok as usize, row);
-            if let Some(scale) = self.config.embedding_scale() {
-                row.iter_mut().for_each(|v| *v *= scale);
-            }
-        }
-        Ok(())
-    }
-
-    /// The attention block of layer `li`: RMSNorm, the Q/K/V products (Qwen 2: plus biases),
-    /// (Qwen 3, Gemma: a norm per query and key head), RoPE, the new keys and values into the caches, attention per
-    /// (row, head), the output product, (Gemma: its norm), residual.
-    fn attention(
-        &self,
-        li: usize,
-        layer: &Layer,
-        (rows, places): (&[(usize, usize)], &[Place]),
-        caches: &mut [&mut KvCache],
-        s: &mut RunState,
-    ) {
-        let c = &self.config;
-        let (qd, kv_dim, hd) = (c.q_dim(), c.kv_dim(), c.head_dim);
-        let format = layer.wq.act_format();
-        norm_rows(&s.x, &layer.attn_norm, c, &mut s.xn, (&mut s.acts, format));
-        matmul_many(
-            &mut [
-                (&layer.wq, &mut s.q[..]),
-                (&layer.wk, &mut s.k[..]),
-                (&layer.wv, &mut s.v[..]),
-            ],
-            &s.acts,
-        );
-        if let Some([bq, bk, bv]) = &layer.qkv_bias {
-            for (out, bias) in [(&mut s.q, bq), (&mut s.k, bk), (&mut s.v, bv)] {
-                out.chunks_mut(bias.len())
-                    .for_each(|row| row.iter_mut().zip(bias).for_each(|(o, b)| *o += b));
-            }
-        }
-        let rotated = s.q.chunks_mut(qd).zip(s.k.chunks_mut(kv_dim)).zip(rows);
-        per_token(rotated, |((q, k), &(_, pos))| {
-            if let Some([wq, wk]) = &layer.qk_norm {
-                q.chunks_mut(hd)
-                    .for_each(|h| rms_norm_in_place(h, wq, c.rms_eps));
-                k.chunks_mut(hd)
-                    .for_each(|h| rms_norm_in_place(h, wk, c.rms_eps));
-            }
-            for head in q.chunks_mut(hd).chain(k.chunks_mut(hd)) {
-                self.rope(li, head, pos);
-            }
-            if let Some(scale) = c.query_scale() {
-                q.iter_mut().for_each(|v| *v *= scale);
-            }
-            round_slice_to_f16(q);
-        });
-        for (t, &(ci, pos)) in rows.iter().enumerate() {
-            let span = t * kv_dim..(t + 1) * kv_dim;
-            caches[ci].write(li, pos, &s.k[span.clone()], &s.v[span]);
-        }
-        let readonly: Vec<&KvCache> = caches.iter().map(|c| &**c).collect();
-        let rows = (rows, places);
-        crate::attention::attend_rows(c, li, &s.q, rows, &readonly, &mut s.attn);
-        let format = layer.wo.act_format();
-        per_token(s.acts.iter_mut().zip(s.attn.chunks(qd)), |(act, row)| {
-            act.fill(row, format);
-        });
-        layer.wo.matmul(&s.acts, &mut s.proj);
-        let post = layer
-            .post_norms
-            .as_ref()
-            .map(|[attention, _]| &attention[..]);
-        add_residual(&mut s.x, &mut s.proj, post, c);
-    }
-
-    /// The MLP block: RMSNorm, then down(act(gate(x)) · up(x)) with SiLU or GELU, (Gemma: its
-    /// norm), residual.
-    fn mlp(&self, layer: &Layer, s: &mut RunState) {
-        let c = &self.config;
-        let format = layer.w_gate.act_format();
-        norm_rows(&s.x, &layer.ffn_norm, c, &mut s.xn, (&mut s.acts, format));
-        matmul_many(
-            &mut [
-                (&layer.w_gate, &mut s.gate[..]),
-                (&layer.w_up, &mut s.up[..]),
-            ],
-            &s.acts,
-        );
-        let f = c.ffn_dim;
-        let gated = s
-            .gate
-            .chunks_mut(f)
-            .zip(s.up.chunks(f))
-            .zip(s.ffn_acts.iter_mut());
-        let activation = if c.arch.gelu_gate() {
-            gelu_in_place
-        } else {
-            silu_in_place
-        };
-        let format = layer.w_down.act_format();
-        per_token(gated, |((gate, up), act)| {
-            activation(gate);
-            gate.iter_mut().zip(up).for_each(|(g, &u)| *g *= u);
-            act.fill(gate, format);
-        });
-        layer.w_down.matmul(&s.ffn_acts, &mut s.proj);
-        let post = layer.post_norms.as_ref().map(|[_, mlp]| &mlp[..]);
-        add_residual(&mut s.x, &mut s.proj, post, c);
-    }
-
-    /// The final RMSNorm and the output head over the `wanted` rows; each row's normalised
-    /// state is also kept in its sequence's cache (the last one a sequence has stays).
+    /// The final RMSNorm and the output head over the `wanted` rows of `x`; each row's
+    /// normalised state is also kept in its sequence's cache (the last one a sequence has
+    /// stays).
     fn head_logits(
         &self,
-        s: &mut RunState,
+        x: &[f32],
         (rows, wanted): (&[(usize, usize)], &[usize]),
         caches: &mut [&mut KvCache],
     ) -> Vec<Vec<f32>> {
         let c = &self.config;
         let d = c.dim;
         let head = self.head.as_ref().unwrap_or(&self.embed);
+        let mut normed = vec![0f32; d];
         let mut head_acts = Vec::with_capacity(wanted.len());
         for &t in wanted {
-            rms_norm(
-                &s.x[t * d..(t + 1) * d],
-                &self.norm,
-                c.rms_eps,
-                &mut s.xn[..d],
-            );
-            caches[rows[t].0].set_state(&s.xn[..d]);
-            head_acts.push(QActs::quantize_as(&s.xn[..d], head.act_format()));
+            rms_norm(&x[t * d..(t + 1) * d], &self.norm, c.rms_eps, &mut normed);
+            caches[rows[t].0].set_state(&normed);
+            head_acts.push(QActs::quantize_as(&normed, head.act_format()));
         }
         let mut logits = vec![0f32; wanted.len() * c.vocab];
         head.matmul(&head_acts, &mut logits);
@@ -508,93 +362,159 @@ impl Model {
     }
 }
 
-/// The buffers of one forward pass over `n` rows, allocated once per pass and reused by
-/// every layer (llama2.c's `RunState`).
-struct RunState {
-    /// The residual stream, `[n, d]`.
-    x: Vec<f32>,
-    /// Its normalised copy, and the same rounded to 8 bits for the products.
-    xn: Vec<f32>,
+/// One pass of the CPU model over its rows, for [`block::layers`]: each row's (sequence,
+/// position) and place in its pass, and the caches its keys and values go to.
+struct HostPass<'p, 'c> {
+    model: &'p Model,
+    rows: Vec<(usize, usize)>,
+    places: Vec<Place>,
+    /// Each row's activations rounded to 8 bits for a product, at its place.
     acts: Vec<QActs>,
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    /// Attention's output per row, `[n, q_dim]`.
-    attn: Vec<f32>,
-    /// A block's output product, added to `x`.
-    proj: Vec<f32>,
-    gate: Vec<f32>,
-    up: Vec<f32>,
-    ffn_acts: Vec<QActs>,
+    caches: &'p mut [&'c mut KvCache],
+    /// The rows whose logits the pass returns, where the last layer's MLP runs on them alone.
+    outputs: Option<Vec<usize>>,
+    /// Buffers a finished operation left, for the next to fill: a prompt's rows are
+    /// megabytes a layer, and fresh pages cost more than the per-row work on them.
+    spare: Vec<Vec<f32>>,
 }
 
-impl RunState {
-    /// Keeps the rows `keep` of the residual stream, in order, each as a token computed
-    /// alone, and shortens every buffer to them.
-    fn keep_rows(&mut self, keep: &[usize], d: usize) {
-        for (to, &from) in keep.iter().enumerate() {
-            self.x.copy_within(from * d..(from + 1) * d, to * d);
+impl HostPass<'_, '_> {
+    /// The width of a row of `x`, one of the pass's rows (at least 1, for a pass that keeps
+    /// no row to its end).
+    fn width(&self, x: &[f32]) -> usize {
+        (x.len() / self.rows.len().max(1)).max(1)
+    }
+
+    /// A buffer of `len` values, from the spares where one is large enough; its contents are
+    /// whatever they were (each caller writes every value).
+    fn buffer(&mut self, len: usize) -> Vec<f32> {
+        let fits = (0..self.spare.len())
+            .filter(|&i| self.spare[i].capacity() >= len)
+            .min_by_key(|&i| self.spare[i].capacity());
+        let mut buffer = fits.map_or_else(Vec::new, |i| self.spare.swap_remove(i));
+        buffer.resize(len, 0.0);
+        buffer
+    }
+
+    /// Runs `work` on each row of `x` with its index: on the pool for a prompt.
+    fn each_row(&self, x: &mut [f32], work: impl Fn(usize, &mut [f32]) + Sync) {
+        let width = self.width(x);
+        per_token(x.chunks_mut(width).enumerate(), |(t, row)| work(t, row));
+    }
+}
+
+impl block::Ops for HostPass<'_, '_> {
+    type Matrix = QMatrix;
+    type Vector = Vec<f32>;
+    type Rows = Vec<f32>;
+
+    fn norm(&mut self, x: &Vec<f32>, weight: &Vec<f32>) -> Vec<f32> {
+        let eps = self.model.config.rms_eps;
+        let mut out = self.buffer(x.len());
+        out.copy_from_slice(x);
+        self.each_row(&mut out, |_, row| rms_norm_in_place(row, weight, eps));
+        out
+    }
+
+    fn head_norm(&mut self, mut x: Vec<f32>, weight: &Vec<f32>) -> Vec<f32> {
+        let eps = self.model.config.rms_eps;
+        self.each_row(&mut x, |_, row| {
+            row.chunks_mut(weight.len())
+                .for_each(|head| rms_norm_in_place(head, weight, eps))
+        });
+        x
+    }
+
+    fn products<const N: usize>(&mut self, x: Vec<f32>, w: [&QMatrix; N]) -> [Vec<f32>; N] {
+        let n = self.rows.len();
+        let format = w[0].act_format();
+        let width = self.width(&x);
+        let rounded = self.acts.iter_mut().zip(x.chunks(width));
+        per_token(rounded, |(act, row)| act.fill(row, format));
+        let mut out = w.map(|m| self.buffer(n * m.shape().0));
+        let mut parts: Vec<(&QMatrix, &mut [f32])> = w
+            .into_iter()
+            .zip(out.iter_mut().map(Vec::as_mut_slice))
+            .collect();
+        matmul_many(&mut parts, &self.acts);
+        drop(parts);
+        self.spare.push(x);
+        out
+    }
+
+    fn add_bias(&mut self, mut x: Vec<f32>, bias: &Vec<f32>) -> Vec<f32> {
+        x.chunks_mut(bias.len())
+            .for_each(|row| row.iter_mut().zip(bias).for_each(|(v, b)| *v += b));
+        x
+    }
+
+    fn rope(&mut self, mut x: Vec<f32>, li: usize) -> Vec<f32> {
+        let (model, rows) = (self.model, &self.rows);
+        let hd = model.config.head_dim;
+        self.each_row(&mut x, |t, row| {
+            row.chunks_mut(hd)
+                .for_each(|head| model.rope(li, head, rows[t].1))
+        });
+        x
+    }
+
+    fn scale(&mut self, mut x: Vec<f32>, by: f32) -> Vec<f32> {
+        x.iter_mut().for_each(|v| *v *= by);
+        x
+    }
+
+    fn attend(
+        &mut self,
+        li: usize,
+        mut q: Vec<f32>,
+        k: Vec<f32>,
+        v: Vec<f32>,
+    ) -> Result<Vec<f32>, ModelError> {
+        let c = &self.model.config;
+        self.each_row(&mut q, |_, row| round_slice_to_f16(row));
+        let kv_dim = c.kv_dim();
+        for (t, &(ci, pos)) in self.rows.iter().enumerate() {
+            let span = t * kv_dim..(t + 1) * kv_dim;
+            self.caches[ci].write(li, pos, &k[span.clone()], &v[span]);
         }
-        let n = keep.len();
-        let per_row = |v: &mut Vec<f32>, n_before: usize| {
-            let width = v.len() / n_before.max(1);
-            v.truncate(n * width);
+        let mut out = self.buffer(q.len());
+        let readonly: Vec<&KvCache> = self.caches.iter().map(|c| &**c).collect();
+        let rows = (&self.rows[..], &self.places[..]);
+        crate::attention::attend_rows(c, li, &q, rows, &readonly, &mut out);
+        self.spare.extend([q, k, v]);
+        Ok(out)
+    }
+
+    fn gate(&mut self, mut gate: Vec<f32>, up: Vec<f32>, gelu: bool) -> Vec<f32> {
+        let activation = if gelu { gelu_in_place } else { silu_in_place };
+        let f = self.model.config.ffn_dim;
+        per_token(gate.chunks_mut(f).zip(up.chunks(f)), |(gate, up)| {
+            activation(gate);
+            gate.iter_mut().zip(up).for_each(|(g, &u)| *g *= u);
+        });
+        self.spare.push(up);
+        gate
+    }
+
+    fn add(&mut self, mut x: Vec<f32>, y: Vec<f32>) -> Vec<f32> {
+        x.iter_mut().zip(&y).for_each(|(a, b)| *a += b);
+        self.spare.push(y);
+        x
+    }
+
+    fn keep_outputs(&mut self, x: Vec<f32>) -> Vec<f32> {
+        let Some(keep) = self.outputs.take() else {
+            return x;
         };
-        let before = self.acts.len();
-        for v in [
-            &mut self.x,
-            &mut self.xn,
-            &mut self.q,
-            &mut self.k,
-            &mut self.v,
-            &mut self.attn,
-            &mut self.proj,
-            &mut self.gate,
-            &mut self.up,
-        ] {
-            per_row(v, before);
-        }
-        for acts in [&mut self.acts, &mut self.ffn_acts] {
-            acts.truncate(n);
-            acts.iter_mut().for_each(|a| a.place = Place::ALONE);
-        }
+        let d = self.model.config.dim;
+        self.rows = keep.iter().map(|&t| self.rows[t]).collect();
+        self.places = vec![Place::ALONE; keep.len()];
+        self.acts.truncate(keep.len());
+        self.acts.iter_mut().for_each(|a| a.place = Place::ALONE);
+        keep.iter()
+            .flat_map(|&t| x[t * d..(t + 1) * d].iter().copied())
+            .collect()
     }
-
-    fn new(c: &Config, n: usize) -> Self {
-        let (d, qd, kv_dim, f) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim);
-        Self {
-            x: vec![0.0; n * d],
-            xn: vec![0.0; n * d],
-            acts: vec![QActs::default(); n],
-            q: vec![0.0; n * qd],
-            k: vec![0.0; n * kv_dim],
-            v: vec![0.0; n * kv_dim],
-            attn: vec![0.0; n * qd],
-            proj: vec![0.0; n * d],
-            gate: vec![0.0; n * f],
-            up: vec![0.0; n * f],
-            ffn_acts: vec![QActs::default(); n],
-        }
-    }
-}
-
-/// RMSNorm of every row of `x` by `weight` into `xn`, and its 8-bit rounding into `acts`
-/// in the given format.
-fn norm_rows(
-    x: &[f32],
-    weight: &[f32],
-    c: &Config,
-    xn: &mut [f32],
-    (acts, format): (&mut [QActs], ActFormat),
-) {
-    let normed = x
-        .chunks(c.dim)
-        .zip(xn.chunks_mut(c.dim))
-        .zip(acts.iter_mut());
-    per_token(normed, |((x, xn), act)| {
-        rms_norm(x, weight, c.rms_eps, xn);
-        act.fill(xn, format);
-    });
 }
 
 fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
@@ -637,16 +557,6 @@ where
     } else {
         items.for_each(work);
     }
-}
-
-/// `x += proj`, with `proj` RMS-normalised by `post_norm` first where the block has one.
-fn add_residual(x: &mut [f32], proj: &mut [f32], post_norm: Option<&[f32]>, c: &Config) {
-    if let Some(w) = post_norm {
-        per_token(proj.chunks_mut(c.dim), |row| {
-            rms_norm_in_place(row, w, c.rms_eps)
-        });
-    }
-    x.iter_mut().zip(&*proj).for_each(|(a, b)| *a += b);
 }
 
 /// √(2/π), GELU's tanh approximation's scale.

@@ -13,9 +13,9 @@ mod tiny;
 use std::sync::OnceLock;
 
 use straddle_engine::Device;
-use straddle_engine::DeviceModel;
 use straddle_engine::gguf::{FileSource, Gguf};
 use straddle_engine::quant::TensorType;
+use straddle_engine::{BlockingLm, Chunk, DeviceCache, DeviceModel};
 use straddle_engine::{Engine, Prompt};
 use straddle_engine::{Model, ModelError};
 use straddle_testkit::llama_reference::{Reference, Tolerance};
@@ -23,6 +23,40 @@ use straddle_testkit::llama_reference::{Reference, Tolerance};
 /// Relative tolerance between the device model (f32 attention) and the CPU model on the same
 /// f32 weights (attention at f16 precision, as llama.cpp's cache holds it).
 const ATTENTION_TOL: f32 = 1e-2;
+
+/// The device model's logits for `tokens` after `cache`: every position's where `all`, else
+/// the last one's.
+fn device_logits(
+    dev: &DeviceModel,
+    tokens: &[u32],
+    cache: &mut DeviceCache,
+    all: bool,
+) -> Result<Vec<Vec<f32>>, ModelError> {
+    match all {
+        true => dev.forward_all_blocking(tokens, cache),
+        false => dev.forward_last_blocking(tokens, cache).map(|l| vec![l]),
+    }
+}
+
+/// One pass over `chunks[i]` at `caches[i]`'s next positions, logits where `want`.
+fn device_chunks(
+    dev: &DeviceModel,
+    chunks: &[&[u32]],
+    caches: &mut [&mut DeviceCache],
+    want: &[bool],
+) -> Result<Vec<Option<Vec<f32>>>, ModelError> {
+    let chunks: Vec<Chunk> = chunks
+        .iter()
+        .zip(caches.iter())
+        .zip(want)
+        .map(|((&tokens, cache), &want_logits)| Chunk {
+            tokens,
+            pass: cache.len()..cache.len() + tokens.len(),
+            want_logits,
+        })
+        .collect();
+    dev.forward_chunks_blocking(&chunks, caches)
+}
 
 /// The wgpu device, initialised once per test process (burn refuses a second init);
 /// without an adapter, [`straddle_testkit::no_wgpu_adapter`].
@@ -99,11 +133,10 @@ fn tiny_models_match_the_cpu_model_on_every_backend() {
                     cpu.forward(&tokens[5..], &mut cpu_cache, false)
                         .expect("cpu decode"),
                 );
-                let mut got = dev
-                    .forward_blocking(&tokens[..5], &mut dev_cache, true)
+                let mut got = device_logits(&dev, &tokens[..5], &mut dev_cache, true)
                     .expect("device prefill");
                 got.extend(
-                    dev.forward_blocking(&tokens[5..], &mut dev_cache, false)
+                    device_logits(&dev, &tokens[5..], &mut dev_cache, false)
                         .expect("device decode"),
                 );
                 assert_eq!(got.len(), want.len(), "{what}");
@@ -145,20 +178,19 @@ fn batched_sequences_equal_each_alone_on_every_backend() {
 
         // Alone: each prompt, then one decoded token each.
         let (mut ca, mut cb) = (dev.new_cache(64), dev.new_cache(64));
-        let la = dev.forward_blocking(&a, &mut ca, false).expect("a")[0].clone();
-        let lb = dev.forward_blocking(&b, &mut cb, false).expect("b")[0].clone();
-        let la2 = dev.forward_blocking(&[6], &mut ca, false).expect("a+1")[0].clone();
-        let lb2 = dev.forward_blocking(&[8], &mut cb, false).expect("b+1")[0].clone();
+        let la = device_logits(&dev, &a, &mut ca, false).expect("a")[0].clone();
+        let lb = device_logits(&dev, &b, &mut cb, false).expect("b")[0].clone();
+        let la2 = device_logits(&dev, &[6], &mut ca, false).expect("a+1")[0].clone();
+        let lb2 = device_logits(&dev, &[8], &mut cb, false).expect("b+1")[0].clone();
 
         // Together, the first sequence in a cache too small for its decode step until grown.
         let (mut ta, mut tb) = (dev.new_cache(3), dev.new_cache(64));
-        let both = dev
-            .forward_chunks_blocking(&[&a, &b], &mut [&mut ta, &mut tb], &[true, true])
+        let both = device_chunks(&dev, &[&a, &b], &mut [&mut ta, &mut tb], &[true, true])
             .expect("batched prefill");
         close(both[0].as_deref().expect("logits a"), &la, "prefill a");
         close(both[1].as_deref().expect("logits b"), &lb, "prefill b");
         assert!(matches!(
-            dev.forward_chunks_blocking(&[&[6], &[8]], &mut [&mut ta, &mut tb], &[true, true]),
+            device_chunks(&dev, &[&[6], &[8]], &mut [&mut ta, &mut tb], &[true, true]),
             Err(ModelError::ContextFull { .. })
         ));
         assert_eq!(
@@ -168,22 +200,21 @@ fn batched_sequences_equal_each_alone_on_every_backend() {
         );
         dev.reserve(&mut ta, 16);
         assert_eq!((ta.len(), ta.capacity()), (3, 16));
-        let next = dev
-            .forward_chunks_blocking(&[&[6], &[8]], &mut [&mut ta, &mut tb], &[false, true])
+        let next = device_chunks(&dev, &[&[6], &[8]], &mut [&mut ta, &mut tb], &[false, true])
             .expect("batched decode");
         assert!(next[0].is_none(), "{backend}: logits came back unasked");
         close(next[1].as_deref().expect("logits b+1"), &lb2, "decode b");
-        let again = dev.forward_blocking(&[7], &mut ta, false).expect("a+2");
+        let again = device_logits(&dev, &[7], &mut ta, false).expect("a+2");
         let mut check = dev.new_cache(64);
-        dev.forward_blocking(&a, &mut check, false).expect("a");
+        device_logits(&dev, &a, &mut check, false).expect("a");
         close(
-            &dev.forward_blocking(&[6], &mut check, false).expect("a+1")[0],
+            &device_logits(&dev, &[6], &mut check, false).expect("a+1")[0],
             &la2,
             "decode a alone twice",
         );
         close(
             &again[0],
-            &dev.forward_blocking(&[7], &mut check, false).expect("a+2")[0],
+            &device_logits(&dev, &[7], &mut check, false).expect("a+2")[0],
             "decode after growing",
         );
 
@@ -191,19 +222,15 @@ fn batched_sequences_equal_each_alone_on_every_backend() {
         // to a token that is not it.
         let mut greedy = Vec::new();
         let mut cache = dev.new_cache(64);
-        let mut logits = dev.forward_blocking(&a, &mut cache, false).expect("a")[0].clone();
+        let mut logits = device_logits(&dev, &a, &mut cache, false).expect("a")[0].clone();
         for _ in 0..3 {
             let t = argmax(&logits);
             greedy.push(t);
-            logits = dev
-                .forward_blocking(&[t], &mut cache, false)
-                .expect("greedy")[0]
-                .clone();
+            logits = device_logits(&dev, &[t], &mut cache, false).expect("greedy")[0].clone();
         }
         let wrong = (greedy[2] + 1) % tiny::VOCAB as u32;
         let mut cache = dev.new_cache(64);
-        dev.forward_blocking(&a[..2], &mut cache, false)
-            .expect("held");
+        device_logits(&dev, &a[..2], &mut cache, false).expect("held");
         let verdict = straddle_engine::speculative::verify_after(
             &dev,
             &mut cache,
@@ -233,7 +260,7 @@ fn device_model_reports_bad_tokens_and_a_full_context() {
     let dev = DeviceModel::load(&g, 8, &Device::flex()).expect("load");
     let mut cache = dev.new_cache(8);
     assert!(matches!(
-        dev.forward_blocking(&[tiny::VOCAB as u32], &mut cache, false),
+        device_logits(&dev, &[tiny::VOCAB as u32], &mut cache, false),
         Err(ModelError::BadToken(_))
     ));
     assert_eq!(
@@ -241,10 +268,9 @@ fn device_model_reports_bad_tokens_and_a_full_context() {
         0,
         "a rejected token must not advance the cache"
     );
-    dev.forward_blocking(&[1; 8], &mut cache, false)
-        .expect("fills the cache");
+    device_logits(&dev, &[1; 8], &mut cache, false).expect("fills the cache");
     assert!(matches!(
-        dev.forward_blocking(&[1], &mut cache, false),
+        device_logits(&dev, &[1], &mut cache, false),
         Err(ModelError::ContextFull {
             needed: 9,
             capacity: 8
@@ -322,8 +348,7 @@ fn agrees_with_llama_cpp(path: &std::path::Path, reference: &str, cases: &[&str]
             let mut cache = dev.new_cache(512);
             let mut tokens = ids;
             for step in 0..STEPS.min(case.greedy.len()) {
-                let logits = dev
-                    .forward_blocking(&tokens, &mut cache, false)
+                let logits = device_logits(&dev, &tokens, &mut cache, false)
                     .expect("forward")
                     .pop()
                     .expect("logits");
@@ -360,15 +385,10 @@ fn every_architecture_matches_the_cpu_model_on_every_backend() {
             let dev = DeviceModel::load(&g, 64, &device).expect("device load");
             let (mut cpu_cache, mut dev_cache) = (cpu.new_cache(64), dev.new_cache(64));
             let mut want = cpu.forward(&prompt, &mut cpu_cache, true).expect("cpu");
-            let mut got = dev
-                .forward_blocking(&prompt, &mut dev_cache, true)
-                .expect("device");
+            let mut got = device_logits(&dev, &prompt, &mut dev_cache, true).expect("device");
             for tok in [7u32, 2, 11] {
                 want.extend(cpu.forward(&[tok], &mut cpu_cache, false).expect("cpu"));
-                got.extend(
-                    dev.forward_blocking(&[tok], &mut dev_cache, false)
-                        .expect("device"),
-                );
+                got.extend(device_logits(&dev, &[tok], &mut dev_cache, false).expect("device"));
             }
             for (step, (g, w)) in got.iter().zip(&want).enumerate() {
                 let tol = ATTENTION_TOL * max_abs(w) + ATTENTION_TOL;
@@ -408,16 +428,11 @@ fn gemma3_ring_cache_on_the_device_matches_the_cpu_model() {
         );
         let (mut cpu_cache, mut dev_cache) = (cpu.new_cache(CONTEXT), dev.new_cache(CONTEXT));
         let mut want = cpu.forward(&prompt, &mut cpu_cache, true).expect("cpu");
-        let mut got = dev
-            .forward_blocking(&prompt, &mut dev_cache, true)
-            .expect("device");
+        let mut got = device_logits(&dev, &prompt, &mut dev_cache, true).expect("device");
         assert_eq!(dev_cache.len(), prompt.len());
         for tok in [7u32, 2, 11] {
             want.extend(cpu.forward(&[tok], &mut cpu_cache, false).expect("cpu"));
-            got.extend(
-                dev.forward_blocking(&[tok], &mut dev_cache, false)
-                    .expect("device"),
-            );
+            got.extend(device_logits(&dev, &[tok], &mut dev_cache, false).expect("device"));
         }
         assert_eq!(got.len(), want.len());
         for (row, (g, w)) in got.iter().zip(&want).enumerate() {

@@ -5,7 +5,7 @@ mod tiny;
 
 use straddle_engine::gguf::Gguf;
 use straddle_engine::quant::TensorType;
-use straddle_engine::{KvCache, Model, ModelError};
+use straddle_engine::{BlockingLm, Chunk, KvCache, Model, ModelError};
 use tiny::VOCAB;
 
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
@@ -129,8 +129,21 @@ fn batched_decode_across_sequences_equals_decoding_each_alone() {
         );
         caches.push(c);
     }
-    let mut refs: Vec<&mut straddle_engine::KvCache> = caches.iter_mut().collect();
-    let batched = m.forward_batch(&[7, 7, 7], &mut refs).expect("batch");
+    let steps: Vec<Chunk> = caches
+        .iter()
+        .map(|c| Chunk {
+            tokens: &[7],
+            pass: c.len()..c.len() + 1,
+            want_logits: true,
+        })
+        .collect();
+    let mut refs: Vec<&mut KvCache> = caches.iter_mut().collect();
+    let batched: Vec<Vec<f32>> = m
+        .forward_chunks_blocking(&steps, &mut refs)
+        .expect("batch")
+        .into_iter()
+        .map(|logits| logits.expect("logits"))
+        .collect();
     for (i, (a, b)) in alone.iter().zip(&batched).enumerate() {
         assert!(max_diff(a, b) < 1e-4, "sequence {i}: {}", max_diff(a, b));
     }

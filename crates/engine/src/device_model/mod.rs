@@ -1,7 +1,7 @@
-//! The same transformers as [`crate::model`] (every [`crate::Arch`]: the layers' tensors are
-//! read by [`crate::weights`] for both), run on a burn [`Device`] chosen at run time: WebGPU in
-//! the browser, Vulkan (Mesa lavapipe on a machine without a GPU) or burn's pure-Rust `flex`
-//! CPU backend natively.
+//! The layers of [`crate::block`] (every [`crate::Arch`]; their tensors read by
+//! [`crate::weights`], as for the CPU model), run on a burn [`Device`] chosen at run time:
+//! WebGPU in the browser, Vulkan (Mesa lavapipe on a machine without a GPU) or burn's
+//! pure-Rust `flex` CPU backend natively.
 //!
 //! Weights stay quantized on the device, as [`matrix`] maps GGUF's blocks onto burn's.
 //!
@@ -17,8 +17,9 @@ use std::ops::Range;
 
 use burn::tensor::{Device, Tensor, TensorData, activation};
 
+use crate::block;
 #[cfg(not(target_arch = "wasm32"))]
-use crate::causal_lm::{BlockingLm, ready};
+use crate::causal_lm::BlockingLm;
 use crate::causal_lm::{CausalLm, ModelCache};
 use crate::chunk::Chunk;
 use crate::config::{Config, ModelError};
@@ -318,7 +319,7 @@ impl DeviceModel {
 
     /// Runs `tokens` at positions `cache.len()..` and returns the logits, still on the device,
     /// of the last token (`[1, vocab]`) or of every token (`[n, vocab]`) when `all_logits`.
-    pub fn forward(
+    fn logits(
         &self,
         tokens: &[u32],
         cache: &mut DeviceCache,
@@ -341,7 +342,7 @@ impl DeviceModel {
     /// `caches[i].len()..`, every product over all their rows together. Returns, still on the
     /// device, the logits of the last token of each chunk whose `want_logits` is set, in order
     /// (`None` when none is).
-    pub fn forward_chunks(
+    fn chunk_logits(
         &self,
         chunks: &[&[u32]],
         caches: &mut [&mut DeviceCache],
@@ -376,7 +377,7 @@ impl DeviceModel {
 
     /// The final hidden state (after the output norm) at the last position of `cache` whose
     /// logits a pass computed, read back: what a probe of the model's own state reads.
-    pub async fn read_state(&self, cache: &DeviceCache) -> Result<Option<Vec<f32>>, ModelError> {
+    async fn read_state(&self, cache: &DeviceCache) -> Result<Option<Vec<f32>>, ModelError> {
         let Some(state) = cache.state.as_deref() else {
             return Ok(None);
         };
@@ -386,15 +387,15 @@ impl DeviceModel {
             .pop())
     }
 
-    /// [`Self::forward_chunks`] with the logits read back: one entry per chunk, the logits
+    /// [`Self::chunk_logits`] with the logits read back: one entry per chunk, the logits
     /// where they were wanted.
-    pub(crate) async fn forward_chunks_read(
+    async fn forward_chunks_read(
         &self,
         chunks: &[&[u32]],
         caches: &mut [&mut DeviceCache],
         want_logits: &[bool],
     ) -> Result<Vec<Option<Vec<f32>>>, ModelError> {
-        let rows = match self.forward_chunks(chunks, caches, want_logits)? {
+        let rows = match self.chunk_logits(chunks, caches, want_logits)? {
             Some(logits) => self.read_rows(logits).await?,
             None => Vec::new(),
         };
@@ -403,17 +404,6 @@ impl DeviceModel {
             .iter()
             .map(|&want| if want { rows.next() } else { None })
             .collect())
-    }
-
-    /// [`Self::forward_chunks`] for native callers, blocking on the readback.
-    #[cfg(not(target_arch = "wasm32"))]
-    pub fn forward_chunks_blocking(
-        &self,
-        chunks: &[&[u32]],
-        caches: &mut [&mut DeviceCache],
-        want_logits: &[bool],
-    ) -> Result<Vec<Option<Vec<f32>>>, ModelError> {
-        ready(self.forward_chunks_read(chunks, caches, want_logits))
     }
 
     /// Reads logits `[n, vocab]` back as rows: awaited in a browser, which cannot block;
@@ -492,10 +482,10 @@ impl DeviceModel {
         caches: &mut [&mut DeviceCache],
     ) -> Result<Tensor<2>, ModelError> {
         let pass = self.pass(chunks, caches)?;
-        let mut x = self.embed_rows(chunks, pass.rows)?;
+        let x = self.embed_rows(chunks, pass.rows)?;
         // Each layer's cache tensors are moved out and back so that burn holds the only handle
         // and writes the new positions in place; a clone would make it copy the whole cache.
-        let mut taken: Vec<TakenLayers> = caches
+        let taken: Vec<TakenLayers> = caches
             .iter_mut()
             .map(|cache| {
                 (
@@ -504,13 +494,15 @@ impl DeviceModel {
                 )
             })
             .collect();
-        for (li, layer) in self.layers.iter().enumerate() {
-            let attention = self.attention(li, layer, &x, &pass, &mut taken, caches)?;
-            x = x + attention;
-            let mlp = self.mlp(layer, &x);
-            x = x + mlp;
-        }
-        for (cache, span) in caches.iter_mut().zip(&pass.spans) {
+        let mut ops = DevicePass {
+            model: self,
+            pass,
+            taken,
+            caches: &mut *caches,
+        };
+        let x = block::layers(&mut ops, &self.config, &self.layers, x)?;
+        let spans = ops.pass.spans;
+        for (cache, span) in caches.iter_mut().zip(&spans) {
             cache.len += span.n;
         }
         Ok(x)
@@ -615,18 +607,9 @@ impl DeviceModel {
 
     /// The chunks' token embeddings, end to end: `[rows, dim]`.
     fn embed_rows(&self, chunks: &[&[u32]], rows: usize) -> Result<Tensor<2>, ModelError> {
-        let (d, vocab) = (self.config.dim, self.config.vocab);
+        let d = self.config.dim;
         let mut values = vec![0f32; rows * d];
-        for (t, &tok) in chunks.iter().flat_map(|ch| ch.iter()).enumerate() {
-            if tok as usize >= vocab {
-                return Err(ModelError::BadToken(tok));
-            }
-            let row = &mut values[t * d..(t + 1) * d];
-            self.embed.row(tok as usize, row);
-            if let Some(scale) = self.config.embedding_scale() {
-                row.iter_mut().for_each(|v| *v *= scale);
-            }
-        }
+        block::embed(&self.embed, &self.config, &chunks.concat(), &mut values)?;
         Ok(Tensor::<2>::from_data(
             TensorData::new(values, [rows, d]),
             &self.device,
@@ -636,88 +619,6 @@ impl DeviceModel {
     /// RMSNorm of each row of `x` by `weight`.
     fn norm(&self, x: Tensor<2>, weight: &Tensor<2>) -> Tensor<2> {
         rms_norm(x, weight, self.config.rms_eps, self.own_kernels)
-    }
-
-    /// A block's output product `w · x`, RMS-normalised by `post_norm` where the block has one
-    /// (Gemma).
-    fn block_output(&self, w: &Matrix, x: Tensor<2>, post_norm: Option<&Tensor<2>>) -> Tensor<2> {
-        let y = w.forward(x, self.matvec());
-        match post_norm {
-            Some(weight) => self.norm(y, weight),
-            None => y,
-        }
-    }
-
-    /// `w · h` (plus `bias`) as `heads` heads of `[rows, heads, hd]`, each RMS-normalised by
-    /// `head_norm` where the model has one (Qwen 3, Gemma), then rotated by `kind`'s angles
-    /// when `rotate`.
-    fn heads(
-        &self,
-        (w, bias, head_norm): (&Matrix, Option<&Tensor<2>>, Option<&Tensor<2>>),
-        h: Tensor<2>,
-        heads: usize,
-        rotate: Option<&LayerKind>,
-    ) -> Tensor<3> {
-        let c = &self.config;
-        let mut y = w.forward(h, self.matvec());
-        let rows = y.dims()[0];
-        if let Some(bias) = bias {
-            y = y + bias.clone();
-        }
-        if let Some(weight) = head_norm {
-            y = self
-                .norm(y.reshape([rows * heads, c.head_dim]), weight)
-                .reshape([rows, heads * c.head_dim]);
-        }
-        let y = y.reshape([rows, heads, c.head_dim]);
-        match rotate {
-            Some(kind) => rope(y, kind, c.arch.rope_halves(), self.own_kernels),
-            None => y,
-        }
-    }
-
-    /// Layer `li`'s attention block output `[rows, dim]` for the residual `x`: each chunk
-    /// against its own cache, which gains the chunk's keys and values.
-    fn attention(
-        &self,
-        li: usize,
-        layer: &Layer,
-        x: &Tensor<2>,
-        pass: &Pass,
-        taken: &mut [TakenLayers],
-        caches: &mut [&mut DeviceCache],
-    ) -> Result<Tensor<2>, ModelError> {
-        let c = &self.config;
-        let kind = pass.kind(c, li);
-        let h = self.norm(x.clone(), &layer.attn_norm);
-        let bias = |i: usize| layer.qkv_bias.as_ref().map(|b| &b[i]);
-        let head_norm = |i: usize| layer.qk_norm.as_ref().map(|n| &n[i]);
-        let q = self.heads(
-            (&layer.wq, bias(0), head_norm(0)),
-            h.clone(),
-            c.n_heads,
-            Some(kind),
-        );
-        let k = self.heads(
-            (&layer.wk, bias(1), head_norm(1)),
-            h.clone(),
-            c.n_kv_heads,
-            Some(kind),
-        );
-        let v = self.heads((&layer.wv, bias(2), None), h, c.n_kv_heads, None);
-        let mut attn = Vec::with_capacity(pass.spans.len());
-        for (i, &span) in pass.spans.iter().enumerate() {
-            let (keys, values) = self.append(pass, span, (&k, &v), &mut taken[i], caches[i])?;
-            let q = pass.rows_of(&q, span);
-            attn.push(self.span_attention(q, keys, values, kind, span));
-        }
-        let attn = if attn.len() == 1 {
-            attn.swap_remove(0)
-        } else {
-            Tensor::cat(attn, 0)
-        };
-        let post_norm = layer.post_norms.as_ref().map(|[a, _]| a);
-        Ok(self.block_output(&layer.wo, attn, post_norm))
     }
 
     /// Writes `span`'s new keys and values into this layer's cache tensors, hands them back to
@@ -765,7 +666,7 @@ impl DeviceModel {
         kind: &LayerKind,
         span: Span,
     ) -> Tensor<2> {
-        let scale = 1.0 / (self.config.head_dim as f32).sqrt();
+        let scale = self.config.score_scale();
         let fused = self
             .own_kernels
             .then(|| {
@@ -785,26 +686,6 @@ impl DeviceModel {
         }
     }
 
-    /// The MLP block's output for the residual `x`: down(act(gate(h)) · up(h)), with SiLU
-    /// or (Gemma) GELU.
-    fn mlp(&self, layer: &Layer, x: &Tensor<2>) -> Tensor<2> {
-        let h = self.norm(x.clone(), &layer.ffn_norm);
-        let gate = layer.w_gate.forward(h.clone(), self.matvec());
-        let up = layer.w_up.forward(h, self.matvec());
-        let gelu = self.config.arch.gelu_gate();
-        let gated = match self
-            .own_kernels
-            .then(|| kernels::elementwise::gated(&gate, &up, gelu))
-            .flatten()
-        {
-            Some(gated) => gated,
-            None if gelu => gelu_tanh(gate) * up,
-            None => activation::silu(gate) * up,
-        };
-        let post_norm = layer.post_norms.as_ref().map(|[_, m]| m);
-        self.block_output(&layer.w_down, gated, post_norm)
-    }
-
     /// Attention composed from burn's operations (the `flex` backend, contexts longer than the
     /// fused kernel holds): `[n, heads·hd]` for queries `q [n, heads, hd]` of `span`, under
     /// `window`. The mask is built here, so a pass our kernel serves uploads none.
@@ -820,7 +701,7 @@ impl DeviceModel {
         let (n, hd) = (span.n, c.head_dim);
         let total = span.start + n;
         let group = c.n_heads / c.n_kv_heads;
-        let scale = 1.0 / (hd as f32).sqrt();
+        let scale = c.score_scale();
         let (keys, held) = in_order(keys, total);
         let (values, _) = in_order(values, total);
         let total = held.len();
@@ -842,25 +723,114 @@ impl DeviceModel {
     }
 
     /// Runs `tokens` and reads back the logits of the last token (or every token).
-    pub async fn forward_read(
+    async fn forward_read(
         &self,
         tokens: &[u32],
         cache: &mut DeviceCache,
         all_logits: bool,
     ) -> Result<Vec<Vec<f32>>, ModelError> {
-        let logits = self.forward(tokens, cache, all_logits)?;
+        let logits = self.logits(tokens, cache, all_logits)?;
         self.read_rows(logits).await
     }
+}
 
-    /// [`Self::forward_read`] for native callers, blocking on the readback.
-    #[cfg(not(target_arch = "wasm32"))]
-    pub fn forward_blocking(
-        &self,
-        tokens: &[u32],
-        cache: &mut DeviceCache,
-        all_logits: bool,
-    ) -> Result<Vec<Vec<f32>>, ModelError> {
-        ready(self.forward_read(tokens, cache, all_logits))
+/// One pass of the device model over its chunks' rows, for [`block::layers`]: where each
+/// chunk's rows sit, each kind of layer's angles, and the caches.
+struct DevicePass<'p, 'c> {
+    model: &'p DeviceModel,
+    pass: Pass,
+    /// Each cache's per-layer tensors, moved out for the pass (see `forward_pass`).
+    taken: Vec<TakenLayers>,
+    caches: &'p mut [&'c mut DeviceCache],
+}
+
+impl DevicePass<'_, '_> {
+    /// `x [rows, heads·hd]` as `[rows, heads, hd]`.
+    fn heads(&self, x: Tensor<2>) -> Tensor<3> {
+        let ([rows, width], hd) = (x.dims(), self.model.config.head_dim);
+        x.reshape([rows, width / hd, hd])
+    }
+}
+
+impl block::Ops for DevicePass<'_, '_> {
+    type Matrix = Matrix;
+    type Vector = Tensor<2>;
+    type Rows = Tensor<2>;
+
+    fn norm(&mut self, x: &Tensor<2>, weight: &Tensor<2>) -> Tensor<2> {
+        self.model.norm(x.clone(), weight)
+    }
+
+    fn head_norm(&mut self, x: Tensor<2>, weight: &Tensor<2>) -> Tensor<2> {
+        let ([rows, width], hd) = (x.dims(), self.model.config.head_dim);
+        let normed = self.model.norm(x.reshape([rows * width / hd, hd]), weight);
+        normed.reshape([rows, width])
+    }
+
+    fn products<const N: usize>(&mut self, x: Tensor<2>, w: [&Matrix; N]) -> [Tensor<2>; N] {
+        let matvec = self.model.matvec();
+        w.map(|m| m.forward(x.clone(), matvec))
+    }
+
+    fn add_bias(&mut self, x: Tensor<2>, bias: &Tensor<2>) -> Tensor<2> {
+        x + bias.clone()
+    }
+
+    fn rope(&mut self, x: Tensor<2>, li: usize) -> Tensor<2> {
+        let (c, dims) = (&self.model.config, x.dims());
+        let kind = self.pass.kind(c, li);
+        let halves = c.arch.rope_halves();
+        rope(self.heads(x), kind, halves, self.model.own_kernels).reshape(dims)
+    }
+
+    fn scale(&mut self, x: Tensor<2>, by: f32) -> Tensor<2> {
+        x.mul_scalar(by)
+    }
+
+    fn attend(
+        &mut self,
+        li: usize,
+        q: Tensor<2>,
+        k: Tensor<2>,
+        v: Tensor<2>,
+    ) -> Result<Tensor<2>, ModelError> {
+        let (q, k, v) = (self.heads(q), self.heads(k), self.heads(v));
+        let (model, pass) = (self.model, &self.pass);
+        let kind = pass.kind(&model.config, li);
+        let mut attn = Vec::with_capacity(pass.spans.len());
+        for (i, &span) in pass.spans.iter().enumerate() {
+            let taken = &mut self.taken[i];
+            let (keys, values) = model.append(pass, span, (&k, &v), taken, self.caches[i])?;
+            let q = pass.rows_of(&q, span);
+            attn.push(model.span_attention(q, keys, values, kind, span));
+        }
+        Ok(match attn.len() {
+            1 => attn.swap_remove(0),
+            _ => Tensor::cat(attn, 0),
+        })
+    }
+
+    fn gate(&mut self, gate: Tensor<2>, up: Tensor<2>, gelu: bool) -> Tensor<2> {
+        match self
+            .model
+            .own_kernels
+            .then(|| kernels::elementwise::gated(&gate, &up, gelu))
+            .flatten()
+        {
+            Some(gated) => gated,
+            None if gelu => gelu_tanh(gate) * up,
+            None => activation::silu(gate) * up,
+        }
+    }
+
+    fn add(&mut self, x: Tensor<2>, y: Tensor<2>) -> Tensor<2> {
+        x + y
+    }
+
+    /// Every row goes on: the pass picks its outputs from the final rows (a pass in parts
+    /// would otherwise have to know which part holds each).
+    fn keep_outputs(&mut self, x: Tensor<2>) -> Tensor<2> {
+        x
     }
 }
 
