@@ -36,6 +36,10 @@ pub struct BenchArgs {
     pub min_draft: usize,
     #[arg(long, default_value_t = 16)]
     pub max_draft: usize,
+    /// Only stream each prompt from `--cloud` (a peer's own server, with or without its own
+    /// speculation) and print the completion tokens, seconds and texts as JSON.
+    #[arg(long)]
+    pub stream_only: bool,
 }
 
 #[derive(serde::Deserialize)]
@@ -96,6 +100,9 @@ fn read_cases(path: &Path) -> anyhow::Result<Vec<Case>> {
 /// Runs the benchmark and returns its tables (markdown).
 pub fn run(args: &BenchArgs) -> anyhow::Result<String> {
     let cases = read_cases(&args.prompts)?;
+    if args.stream_only {
+        return stream_only(args, &cases);
+    }
     let model = args
         .model
         .clone()
@@ -119,6 +126,40 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<String> {
         results.push((rtt, bench.at_rtt(upstream, rtt, &cases)?));
     }
     Ok(render(&results))
+}
+
+/// Every case streamed from `args.cloud` directly, after one warm-up answer: the completion
+/// tokens, the seconds and each text, as one JSON object.
+fn stream_only(args: &BenchArgs, cases: &[Case]) -> anyhow::Result<String> {
+    let params = GenerateParams {
+        max_tokens: args.max_tokens,
+        ..Default::default()
+    };
+    let stream = |case: &Case| {
+        let messages = [ChatMessage::new("user", case.prompt.clone())];
+        let timeout = Duration::from_secs(300);
+        cloud_client::stream_cloud(
+            &args.cloud,
+            None,
+            &messages,
+            &params,
+            timeout,
+            false,
+            |_| {},
+        )
+    };
+    if let Some(first) = cases.first() {
+        stream(first)?;
+    }
+    let (mut tokens, mut seconds, mut texts) = (0u64, 0f64, Vec::new());
+    for case in cases {
+        let answer = stream(case)?;
+        tokens += u64::from(answer.completion_tokens);
+        seconds += answer.elapsed.as_secs_f64();
+        texts.push(answer.text);
+    }
+    let summary = serde_json::json!({ "tokens": tokens, "seconds": seconds, "texts": texts });
+    Ok(format!("{summary}\n"))
 }
 
 /// The cloud server's socket address, which the delay proxy forwards to.

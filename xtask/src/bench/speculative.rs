@@ -2,6 +2,7 @@
 
 use super::cloud::{spawn_cloud, wait_health};
 use super::write_section;
+use crate::llama_cpp;
 use crate::setup;
 use crate::util::{self, root};
 use std::process::Command;
@@ -63,6 +64,9 @@ fn speculative_pair() -> anyhow::Result<()> {
         }
         Ok(body)
     })?;
+    let peer = llama_server_speculation(&tools)?;
+    println!("{peer}");
+    let body = format!("{body}{peer}");
     write_section(
         "Speculative decoding with the real pair: Qwen2.5-Coder 0.5B drafts, 1.5B verifies",
         &format!(
@@ -70,11 +74,91 @@ fn speculative_pair() -> anyhow::Result<()> {
              `crates/cli/data/speculative-prompts.jsonl`, 64 tokens each, greedy; verifier: \
              `straddle-cloud` with {} on 127.0.0.1 behind a delay proxy adding the RTT; drafter: \
              the native engine with {} in the client's process; plain = the 1.5B streaming \
-             `/v1/chat/completions` alone through the same proxy; all on the same 2 cores, one \
-             after the other).\n\n{body}",
+             `/v1/chat/completions` alone through the same proxy; the peer: llama.cpp's \
+             `llama-server` serving the 1.5B alone and with the 0.5B as its draft model \
+             (`-md`, its draft settings at their defaults), the same prompts streamed straight \
+             from it; all on the same 2 cores, one after the other).\n\n{body}",
             QWEN_CLOUD.title, QWEN_EDGE.title
         ),
     )
+}
+
+/// The peer a user would run for the same pair: llama.cpp's `llama-server` with the 1.5B,
+/// alone and with the 0.5B as its own draft model (`-md`, its other settings left at their
+/// defaults), the same prompts streamed from each with no proxy between (its drafter and
+/// verifier share one process).
+fn llama_server_speculation(tools: &setup::Tools) -> anyhow::Result<String> {
+    let llama = llama_cpp::tools()?;
+    let plain = llama_server_streams(&llama.server, &tools.qwen_cloud, None)?;
+    let spec = llama_server_streams(&llama.server, &tools.qwen_cloud, Some(&tools.qwen_edge))?;
+    let identical = plain
+        .texts
+        .iter()
+        .zip(&spec.texts)
+        .filter(|(a, b)| a == b)
+        .count();
+    Ok(format!(
+        "### The peer: llama.cpp's own speculation (`llama-server -md`)\n\n\
+         | server | plain tok/s | speculative tok/s | speculative ÷ plain | identical to its plain |\n\
+         |---|---|---|---|---|\n\
+         | `llama-server` ({}) | {:.1} | {:.1} | {:.2} | {identical}/{} |\n\n",
+        llama.build,
+        plain.tokens_per_s(),
+        spec.tokens_per_s(),
+        spec.tokens_per_s() / plain.tokens_per_s(),
+        plain.texts.len()
+    ))
+}
+
+/// What `straddle bench-speculative --stream-only` prints: every prompt's answer streamed.
+#[derive(serde::Deserialize)]
+struct Streams {
+    tokens: u64,
+    seconds: f64,
+    texts: Vec<String>,
+}
+
+impl Streams {
+    fn tokens_per_s(&self) -> f64 {
+        self.tokens as f64 / self.seconds
+    }
+}
+
+/// The bench's prompts streamed from `llama-server` serving `model`, with `draft` as its
+/// draft model where given; the server goes down whether the run passed or not.
+fn llama_server_streams(
+    server: &std::path::Path,
+    model: &std::path::Path,
+    draft: Option<&std::path::Path>,
+) -> anyhow::Result<Streams> {
+    let port = 18094u16;
+    let base = format!("http://127.0.0.1:{port}");
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let mut server = Command::new(server);
+    server
+        .arg("-m")
+        .arg(model)
+        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        .args(["-t", &threads.to_string(), "-np", "1", "-c", "4096"]);
+    if let Some(draft) = draft {
+        server.arg("-md").arg(draft);
+    }
+    let mut child = server
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let straddle = util::target_dir().join("fast/straddle");
+    let result = wait_health(&format!("{base}/health"), &mut child).and_then(|()| {
+        let out = util::output(
+            Command::new(&straddle)
+                .args(["bench-speculative", "--stream-only", "--cloud", &base])
+                .current_dir(root()),
+        )?;
+        Ok(serde_json::from_str(&out)?)
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    result
 }
 
 /// Builds the binaries, starts `straddle-cloud` with `model` on `port` as the verifier and
