@@ -502,18 +502,22 @@ impl block::Ops for HostPass<'_, '_> {
         x
     }
 
-    fn keep_outputs(&mut self, x: Vec<f32>) -> Vec<f32> {
+    fn keep_outputs(&mut self, mut x: Vec<f32>) -> Vec<f32> {
         let Some(keep) = self.outputs.take() else {
             return x;
         };
         let d = self.model.config.dim;
+        // `keep` is in order, so each kept row moves down onto a row already passed.
+        debug_assert!(keep.is_sorted(), "output rows out of order: {keep:?}");
+        for (to, &from) in keep.iter().enumerate() {
+            x.copy_within(from * d..(from + 1) * d, to * d);
+        }
+        x.truncate(keep.len() * d);
         self.rows = keep.iter().map(|&t| self.rows[t]).collect();
         self.places = vec![Place::ALONE; keep.len()];
         self.acts.truncate(keep.len());
         self.acts.iter_mut().for_each(|a| a.place = Place::ALONE);
-        keep.iter()
-            .flat_map(|&t| x[t * d..(t + 1) * d].iter().copied())
-            .collect()
+        x
     }
 }
 

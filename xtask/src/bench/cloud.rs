@@ -151,7 +151,7 @@ pub(super) fn cloud(qwen: bool) -> anyhow::Result<()> {
                 "straddle-cloud" => {
                     spawn_cloud(&util::target_dir().join("fast/straddle-cloud"), model, port)?
                 }
-                _ => spawn_llama_server(&llama.server, model, port, *n)?,
+                _ => spawn_llama_server(&llama.server, (model, None), port, *n)?,
             };
             let result = (|| -> anyhow::Result<Load> {
                 wait_health(&format!("{base}/health"), &mut child)?;
@@ -175,23 +175,30 @@ pub(super) fn cloud(qwen: bool) -> anyhow::Result<()> {
     )
 }
 
-/// llama.cpp's `llama-server` on 127.0.0.1:`port` with `slots` slots, continuous batching and
-/// the machine's cores, quietly.
-fn spawn_llama_server(
+/// llama.cpp's `llama-server` on 127.0.0.1:`port` serving `model` (with `draft` as its
+/// speculative draft model, where given) with `slots` slots, continuous batching and the
+/// machine's cores, quietly.
+pub(super) fn spawn_llama_server(
     bin: &std::path::Path,
-    model: &std::path::Path,
+    (model, draft): (&std::path::Path, Option<&std::path::Path>),
     port: u16,
     slots: usize,
 ) -> anyhow::Result<std::process::Child> {
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-    // Each slot holds its prompt (about 40 tokens with the template) and the answer.
+    // Each slot holds its prompt (at most a few hundred tokens with the template) and the
+    // answer.
     let ctx = slots * 512;
-    Ok(Command::new(bin)
+    let mut server = Command::new(bin);
+    server
         .arg("-m")
         .arg(model)
         .args(["--host", "127.0.0.1", "--port", &port.to_string()])
         .args(["-t", &threads.to_string(), "-np", &slots.to_string(), "-cb"])
-        .args(["-c", &ctx.to_string()])
+        .args(["-c", &ctx.to_string()]);
+    if let Some(draft) = draft {
+        server.arg("-md").arg(draft);
+    }
+    Ok(server
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()?)

@@ -1,6 +1,6 @@
 //! `cargo xtask bench speculative`: speculative decoding between the edge and the cloud.
 
-use super::cloud::{spawn_cloud, wait_health};
+use super::cloud::{spawn_cloud, spawn_llama_server, wait_health};
 use super::write_section;
 use crate::llama_cpp;
 use crate::setup;
@@ -133,20 +133,7 @@ fn llama_server_streams(
 ) -> anyhow::Result<Streams> {
     let port = 18094u16;
     let base = format!("http://127.0.0.1:{port}");
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let mut server = Command::new(server);
-    server
-        .arg("-m")
-        .arg(model)
-        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-        .args(["-t", &threads.to_string(), "-np", "1", "-c", "4096"]);
-    if let Some(draft) = draft {
-        server.arg("-md").arg(draft);
-    }
-    let mut child = server
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()?;
+    let mut child = spawn_llama_server(server, (model, draft), port, 1)?;
     let straddle = util::target_dir().join("fast/straddle");
     let result = wait_health(&format!("{base}/health"), &mut child).and_then(|()| {
         let out = util::output(
