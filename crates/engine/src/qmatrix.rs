@@ -7,6 +7,7 @@
 use std::sync::OnceLock;
 
 use crate::quant::{self, Nibbles, QuantError, TensorType, f16_to_f32};
+use super_blocks::{Q4KGroup, Q4KRow, WOVEN, WOVEN_BYTES};
 
 const BLOCK: usize = 32;
 /// Values in a K-quant's super-block.
@@ -59,7 +60,9 @@ pub enum QMatrix {
     },
     /// Q4_K with its integer scales, as llama.cpp's sums need them: per super-block of 256
     /// its scale and minimum scale widened to f32 and the eight sub-blocks' 6-bit scales and
-    /// minimums, then Q4_1's 16 bytes of nibbles per 32 values; x = d·sc·q − dmin·m.
+    /// minimums, then Q4_1's 16 bytes of nibbles per 32 values; x = d·sc·q − dmin·m. Rows
+    /// are woven in groups of eight (`super_blocks::Q4KGroup`), the last group padded with
+    /// zeros.
     Q4K {
         rows: usize,
         cols: usize,
@@ -70,13 +73,15 @@ pub enum QMatrix {
         qs: Vec<u8>,
     },
     /// Q6_K with its integer scales: per super-block its scale widened to f32 and sixteen
-    /// signed scales of 16 values, then one byte per value (`0..64`); x = d·sc·(q − 32).
+    /// signed scales of 16 values, then the values (`q` in `0..64`) packed as the file packs
+    /// them, four low bits and two high (`super_blocks::Q6KRow`); x = d·sc·(q − 32).
     Q6K {
         rows: usize,
         cols: usize,
         d: Vec<f32>,
         sc: Vec<i8>,
-        qs: Vec<u8>,
+        ql: Vec<u8>,
+        qh: Vec<u8>,
     },
     /// Anything else, dequantized once at load.
     F32 {
@@ -112,19 +117,14 @@ enum RowBlocks<'a> {
         m: &'a [f32],
         qs: &'a [u8],
     },
-    /// Per super-block of 256: scales, then 16 bytes of nibbles per 32 values.
-    Q4K {
-        d: &'a [f32],
-        dmin: &'a [f32],
-        sc: &'a [u8],
-        m: &'a [u8],
-        qs: &'a [u8],
-    },
-    /// Per super-block of 256: a scale and 16 sub-block scales, then a byte per value.
+    /// A row of eight woven together.
+    Q4K(Q4KRow<'a>),
+    /// Per super-block of 256: a scale and 16 sub-block scales, then the packed values.
     Q6K {
         d: &'a [f32],
         sc: &'a [i8],
-        qs: &'a [u8],
+        ql: &'a [u8],
+        qh: &'a [u8],
     },
     Other,
 }
@@ -727,55 +727,58 @@ impl QMatrix {
         QMatrix::Q8_0 { rows, cols, d, qs }
     }
 
-    /// Q4_K's layout: integer scales and nibbles.
+    /// Q4_K's layout: integer scales and nibbles, eight rows woven together.
     fn q4_k<'a>(rows: usize, cols: usize, blocks: impl Iterator<Item = &'a [u8]>) -> Self {
-        let nb = rows * cols / QK_K;
-        let mut w = QMatrix::Q4K {
+        let (supers, nb) = (cols / QK_K, cols / BLOCK);
+        let padded = rows.next_multiple_of(WOVEN);
+        let (mut d, mut dmin) = (vec![0f32; padded * supers], vec![0f32; padded * supers]);
+        let (mut sc, mut m) = (vec![0u8; padded * nb], vec![0u8; padded * nb]);
+        let mut qs = vec![0u8; padded * nb * 16];
+        for (i, b) in blocks.enumerate().take(rows * supers) {
+            let (r, s) = (i / supers, i % supers);
+            let (group, lane) = (r / WOVEN, r % WOVEN);
+            let block = quant::unpack_q4_k(b);
+            let at = (group * supers + s) * WOVEN + lane;
+            (d[at], dmin[at]) = (block.d, block.dmin);
+            for (j, (_, _, nibbles)) in block.as_q4_1().iter().enumerate() {
+                let sub = group * nb + s * 8 + j;
+                (sc[sub * WOVEN + lane], m[sub * WOVEN + lane]) = (block.sc[j], block.m[j]);
+                for (g, four) in nibbles.chunks_exact(4).enumerate() {
+                    let at = sub * WOVEN_BYTES + 32 * g + 4 * lane;
+                    qs[at..at + 4].copy_from_slice(four);
+                }
+            }
+        }
+        QMatrix::Q4K {
             rows,
             cols,
-            d: Vec::with_capacity(nb),
-            dmin: Vec::with_capacity(nb),
-            sc: Vec::with_capacity(nb * 8),
-            m: Vec::with_capacity(nb * 8),
-            qs: Vec::with_capacity(nb * QK_K / 2),
-        };
-        let QMatrix::Q4K {
-            d, dmin, sc, m, qs, ..
-        } = &mut w
-        else {
-            unreachable!("built just above")
-        };
-        for b in blocks {
-            let block = quant::unpack_q4_k(b);
-            d.push(block.d);
-            dmin.push(block.dmin);
-            sc.extend_from_slice(&block.sc);
-            m.extend_from_slice(&block.m);
-            qs.extend(block.as_q4_1().iter().flat_map(|(_, _, nibbles)| *nibbles));
+            d,
+            dmin,
+            sc,
+            m,
+            qs,
         }
-        w
     }
 
-    /// Q6_K's layout: integer scales, one byte per value.
+    /// Q6_K's layout: integer scales, the values packed as in the file.
     fn q6_k<'a>(rows: usize, cols: usize, blocks: impl Iterator<Item = &'a [u8]>) -> Self {
         let nb = rows * cols / QK_K;
-        let (mut d, mut sc, mut qs) = (
-            Vec::with_capacity(nb),
-            Vec::with_capacity(nb * 16),
-            Vec::with_capacity(nb * QK_K),
-        );
+        let (mut d, mut sc) = (Vec::with_capacity(nb), Vec::with_capacity(nb * 16));
+        let (mut ql, mut qh) = (Vec::with_capacity(nb * 128), Vec::with_capacity(nb * 64));
         for b in blocks {
             let block = quant::unpack_q6_k(b);
             d.push(block.d);
             sc.extend_from_slice(&block.sc);
-            qs.extend(block.q.iter().map(|&q| (q + 32) as u8));
+            ql.extend_from_slice(&b[..128]);
+            qh.extend_from_slice(&b[128..192]);
         }
         QMatrix::Q6K {
             rows,
             cols,
             d,
             sc,
-            qs,
+            ql,
+            qh,
         }
     }
 
@@ -814,7 +817,7 @@ impl QMatrix {
             QMatrix::Q4K {
                 d, dmin, sc, m, qs, ..
             } => 4 * (d.len() + dmin.len()) + sc.len() + m.len() + qs.len(),
-            QMatrix::Q6K { d, sc, qs, .. } => 4 * d.len() + sc.len() + qs.len(),
+            QMatrix::Q6K { d, sc, ql, qh, .. } => 4 * d.len() + sc.len() + ql.len() + qh.len(),
             QMatrix::F32 { w, .. } => 4 * w.len(),
         }
     }
@@ -869,24 +872,31 @@ impl QMatrix {
                     *o = d[i] * f32::from(q) + m[i];
                 }
             }
-            QMatrix::Q4K {
-                d, dmin, sc, m, qs, ..
-            } => {
+            QMatrix::Q4K { .. } => {
+                let row = self.q4k_row(r);
                 for b in 0..nb {
-                    let (i, s) = (r * nb + b, (r * nb + b) / 8);
-                    let (scale, min) = (d[s] * f32::from(sc[i]), dmin[s] * f32::from(m[i]));
-                    let q = &qs[i * 16..i * 16 + 16];
+                    let s = b / 8;
+                    let scale = row.d(s) * f32::from(row.sc(b));
+                    let min = row.dmin(s) * f32::from(row.m(b));
+                    let q = row.nibbles(b);
                     for j in 0..16 {
                         out[b * BLOCK + j] = scale * f32::from(q[j] & 15) - min;
                         out[b * BLOCK + j + 16] = scale * f32::from(q[j] >> 4) - min;
                     }
                 }
             }
-            QMatrix::Q6K { d, sc, qs, .. } => {
-                let row = r * cols..(r + 1) * cols;
-                for (j, (o, &q)) in out.iter_mut().zip(&qs[row.clone()]).enumerate() {
-                    let i = row.start + j;
-                    *o = d[i / QK_K] * f32::from(sc[i / 16]) * (f32::from(q) - 32.0);
+            QMatrix::Q6K { .. } => {
+                let RowBlocks::Q6K { d, sc, ql, qh } = self.row_blocks(r) else {
+                    unreachable!("a Q6_K row")
+                };
+                let row = super_blocks::Q6KRow { d, sc, ql, qh };
+                for (s, values) in out[..cols].chunks_exact_mut(QK_K).enumerate() {
+                    for (c, run) in values.chunks_exact_mut(32).enumerate() {
+                        for (j, (o, q)) in run.iter_mut().zip(row.run(s, c)).enumerate() {
+                            let scale = f32::from(sc[s * 16 + (32 * c + j) / 16]);
+                            *o = d[s] * scale * (f32::from(q) - 32.0);
+                        }
+                    }
                 }
             }
             QMatrix::F32 { w, .. } => out[..cols].copy_from_slice(&w[r * cols..(r + 1) * cols]),
@@ -898,6 +908,41 @@ impl QMatrix {
     #[allow(dead_code)] // on targets without a kernel
     fn row_blocks(&self, r: usize) -> RowBlocks<'_> {
         self.rows_blocks(r, 1)
+    }
+
+    /// Group `g` of a Q4_K matrix's woven rows.
+    #[allow(dead_code)] // on targets without a lane kernel
+    fn q4k_group(&self, g: usize) -> Q4KGroup<'_> {
+        let QMatrix::Q4K {
+            cols,
+            d,
+            dmin,
+            sc,
+            m,
+            qs,
+            ..
+        } = self
+        else {
+            unreachable!("a Q4_K matrix")
+        };
+        let (supers, nb) = (cols / QK_K, cols / BLOCK);
+        let scales = g * supers * WOVEN..(g + 1) * supers * WOVEN;
+        let subs = g * nb * WOVEN..(g + 1) * nb * WOVEN;
+        Q4KGroup {
+            d: &d[scales.clone()],
+            dmin: &dmin[scales],
+            sc: &sc[subs.clone()],
+            m: &m[subs],
+            qs: &qs[g * nb * WOVEN_BYTES..(g + 1) * nb * WOVEN_BYTES],
+        }
+    }
+
+    /// Row `r` of a Q4_K matrix: a lane of its woven group.
+    fn q4k_row(&self, r: usize) -> Q4KRow<'_> {
+        Q4KRow {
+            group: self.q4k_group(r / WOVEN),
+            lane: r % WOVEN,
+        }
     }
 
     /// The blocks of rows `r..r + count`, one row's after another's.
@@ -932,19 +977,15 @@ impl QMatrix {
                 m: &m[blocks],
                 qs: &qs[r * nb * BLOCK..end * nb * BLOCK],
             },
-            QMatrix::Q4K {
-                d, dmin, sc, m, qs, ..
-            } => RowBlocks::Q4K {
-                d: &d[blocks.start / 8..blocks.end / 8],
-                dmin: &dmin[blocks.start / 8..blocks.end / 8],
-                sc: &sc[blocks.clone()],
-                m: &m[blocks],
-                qs: &qs[nibbles],
-            },
-            QMatrix::Q6K { d, sc, qs, .. } => RowBlocks::Q6K {
+            QMatrix::Q4K { .. } => {
+                assert_eq!(count, 1, "Q4_K's rows are woven: one at a time");
+                RowBlocks::Q4K(self.q4k_row(r))
+            }
+            QMatrix::Q6K { d, sc, ql, qh, .. } => RowBlocks::Q6K {
                 d: &d[blocks.start / 8..blocks.end / 8],
                 sc: &sc[2 * blocks.start..2 * blocks.end],
-                qs: &qs[r * nb * BLOCK..end * nb * BLOCK],
+                ql: &ql[nibbles],
+                qh: &qh[r * nb * 8..end * nb * 8],
             },
             QMatrix::F32 { .. } => RowBlocks::Other,
         }

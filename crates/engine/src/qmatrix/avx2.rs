@@ -156,7 +156,7 @@ const PREFETCH_BYTES: usize = 1024;
 
 /// Requests the cache line `PREFETCH_BYTES` past byte `at` of `bytes`, once per line.
 #[inline(always)]
-fn prefetch_ahead<T>(bytes: &[T], at: usize) {
+pub(super) fn prefetch_ahead<T>(bytes: &[T], at: usize) {
     if at.is_multiple_of(64) {
         // A prefetch never faults, so the address may lie past the slice (the next
         // rows follow in memory).
@@ -525,7 +525,7 @@ impl IntSums for Avx2 {
         (hsum_i32(scaled), hsum_i32(mins))
     }
 
-    /// `ggml_vec_dot_q6_K_q8_K`'s integer steps, on values already unpacked to bytes.
+    /// `ggml_vec_dot_q6_K_q8_K`'s integer steps, each run of 32 values unpacked to bytes.
     #[target_feature(enable = "avx2,fma")]
     #[inline]
     unsafe fn q6k(row: &Q6KRow<'_>, s: usize, x: &QActs) -> [i32; 8] {
@@ -539,6 +539,10 @@ impl IntSums for Avx2 {
                 }),
             )
         };
+        for line in [0, 64] {
+            prefetch_ahead(row.ql, s * 128 + line);
+        }
+        prefetch_ahead(row.qh, s * 64);
         let bsums16 =
             _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(sums[0], sums[1]));
         let offsets =
@@ -546,14 +550,8 @@ impl IntSums for Avx2 {
         let mut lanes = _mm256_setzero_si256();
         for c in 0..8 {
             let at = s * QK_K + 32 * c;
-            prefetch_ahead(row.qs, at);
             // SAFETY: as above.
-            let (q, xv) = unsafe {
-                (
-                    _mm256_loadu_si256(row.qs.as_ptr().add(at) as *const __m256i),
-                    activation_block(x, at / BLOCK),
-                )
-            };
+            let (q, xv) = unsafe { (q6k_run(row, s, c), activation_block(x, at / BLOCK)) };
             let pairs = _mm256_maddubs_epi16(q, xv);
             let sc = _mm256_set_m128i(
                 _mm_set1_epi16(i16::from(row.sc[s * 16 + 2 * c + 1])),
@@ -573,6 +571,53 @@ impl IntSums for Avx2 {
     }
 }
 
+/// Run `c` of a Q6_K row's super-block `s` (`super_blocks::q6k_run_at`): 32 values, each
+/// `q + 32` a byte.
+///
+/// # Safety
+/// AVX2 runs here.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn q6k_run(row: &Q6KRow<'_>, s: usize, c: usize) -> __m256i {
+    let (low_at, low_shift, high_at, high_shift) = super_blocks::q6k_run_at(c);
+    let (ql, qh) = (
+        &row.ql[s * 128 + low_at..][..32],
+        &row.qh[s * 64 + high_at..][..32],
+    );
+    // SAFETY: both slices hold the 32 bytes read.
+    let (low, high) = unsafe {
+        (
+            _mm256_loadu_si256(ql.as_ptr().cast()),
+            _mm256_loadu_si256(qh.as_ptr().cast()),
+        )
+    };
+    let shifted = |v: __m256i, by: u32| _mm256_srl_epi16(v, _mm_cvtsi32_si128(by as i32));
+    let low = _mm256_and_si256(shifted(low, low_shift), _mm256_set1_epi8(0x0F));
+    let high = _mm256_and_si256(shifted(high, high_shift), _mm256_set1_epi8(0x03));
+    _mm256_or_si256(low, _mm256_slli_epi16::<4>(high))
+}
+
+/// Every value of Q6_K row `r` of `w`, `q + 32` a byte, into `out` (for the lane kernels,
+/// which regroup rows' bytes).
+///
+/// # Safety
+/// AVX2 runs here.
+#[target_feature(enable = "avx2")]
+pub(super) fn q6k_row_bytes(w: &QMatrix, r: usize, out: &mut Vec<u8>) {
+    let RowBlocks::Q6K { d, sc, ql, qh } = w.row_blocks(r) else {
+        unreachable!("a Q6_K matrix")
+    };
+    let row = Q6KRow { d, sc, ql, qh };
+    for s in 0..d.len() {
+        for c in 0..8 {
+            let mut run = [0u8; 32];
+            // SAFETY: `run` holds 32 bytes.
+            unsafe { _mm256_storeu_si256(run.as_mut_ptr().cast(), q6k_run(&row, s, c)) };
+            out.extend_from_slice(&run);
+        }
+    }
+}
+
 /// Q4_K sub-block `b`'s products with `x`, times its scale, in eight lanes of sums.
 ///
 /// # Safety
@@ -580,11 +625,11 @@ impl IntSums for Avx2 {
 #[target_feature(enable = "avx2")]
 #[inline]
 unsafe fn q4k_sub_block(row: &Q4KRow<'_>, b: usize, x: &QActs) -> __m256i {
-    prefetch_ahead(row.qs, b * 16);
-    // SAFETY: the caller's guarantee.
+    let words = row.nibble_words(b);
+    // SAFETY: `words` holds sixteen bytes; the caller's guarantee for `x`.
     let (raw, xv) = unsafe {
         (
-            _mm_loadu_si128(row.qs.as_ptr().add(b * 16) as *const __m128i),
+            _mm_loadu_si128(words.as_ptr().cast()),
             activation_block(x, b),
         )
     };
@@ -592,7 +637,7 @@ unsafe fn q4k_sub_block(row: &Q4KRow<'_>, b: usize, x: &QActs) -> __m256i {
         _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw),
         _mm256_set1_epi8(0x0F),
     );
-    let sc = _mm256_set1_epi16(i16::from(row.sc[b]));
+    let sc = _mm256_set1_epi16(i16::from(row.sc(b)));
     _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), sc)
 }
 
@@ -604,12 +649,13 @@ unsafe fn q4k_sub_block(row: &Q4KRow<'_>, b: usize, x: &QActs) -> __m256i {
 #[target_feature(enable = "avx2")]
 #[inline]
 unsafe fn q4k_min_products(row: &Q4KRow<'_>, s: usize, x: &QActs) -> __m256i {
-    assert!(row.m.len() >= (s + 1) * 8 && x.bsums.len() >= (s + 1) * 16);
-    // SAFETY: the assert above puts the super-block's 16 sums and 8 minimums inside.
+    assert!(x.bsums.len() >= (s + 1) * 16);
+    let m: [i32; 8] = std::array::from_fn(|j| i32::from(row.m(s * 8 + j)));
+    // SAFETY: the assert above puts the super-block's 16 sums inside; `m` holds eight lanes.
     let (sixteens, m) = unsafe {
         (
             [0, 8].map(|h| _mm256_loadu_si256(x.bsums.as_ptr().add(s * 16 + h) as *const __m256i)),
-            _mm256_cvtepu8_epi32(_mm_loadl_epi64(row.m.as_ptr().add(s * 8) as *const __m128i)),
+            _mm256_loadu_si256(m.as_ptr().cast()),
         )
     };
     let sub_blocks = _mm256_hadd_epi32(sixteens[0], sixteens[1]);

@@ -6,15 +6,15 @@
 //!
 //! A task's rows are unpacked once into a [`Panel`] (four bytes of a row a lane) and read
 //! for each of its tokens. A product with fewer tokens than pay for the unpacking (a decoded
-//! token), Q6_K's tokens below its tiled kernel's batch, and rows past the last whole eight
-//! go to the one-row kernel.
+//! token) reads Q4_K's woven rows in place ([`woven_rows`]); Q6_K's tokens below its tiled
+//! kernel's batch, and rows past the last whole eight, go to the one-row kernel.
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
 use super::lane_tiles::{self, LanePanel};
-use super::super_blocks::q4k_in_fours;
-use super::{BLOCK, QActs, QK_K, QMatrix};
+use super::super_blocks::{Q4KGroup, WOVEN, WOVEN_BYTES, q4k_in_fours};
+use super::{BLOCK, QActs, QK_K, QMatrix, avx2};
 
 /// Rows side by side in a register.
 const LANES: usize = 8;
@@ -38,6 +38,8 @@ thread_local! {
 /// super-block, each row's scale (and Q4_K's minimum scale).
 #[derive(Default)]
 struct Panel {
+    /// Q6_K's rows unpacked to a byte a value, one after another, before regrouping.
+    bytes: Vec<u8>,
     values: Vec<__m256i>,
     scales: Vec<__m256i>,
     pairs: Vec<__m256i>,
@@ -113,51 +115,39 @@ impl LanePanel for Panel {
         self.d.clear();
         self.dmin.clear();
         match w {
-            QMatrix::Q4K {
-                cols,
-                d,
-                dmin,
-                sc,
-                m,
-                qs,
-                ..
-            } => {
-                let nb = cols / BLOCK;
-                assert!(
-                    (first + LANES) * nb * 16 <= qs.len(),
-                    "rows past the matrix"
-                );
-                let low = _mm256_set1_epi8(0x0F);
-                let at = |i: usize, b: usize| (first + i) * nb + b;
-                for b in 0..nb {
-                    // SAFETY: sixteen bytes of nibbles per sub-block, inside (asserted).
-                    let packed = unsafe { transpose(|i| qs.as_ptr().add(at(i, b) * 16)) };
-                    self.values.extend(packed.map(|v| _mm256_and_si256(v, low)));
-                    self.values
-                        .extend(packed.map(|v| _mm256_and_si256(_mm256_srli_epi16::<4>(v), low)));
-                    let scale = |i: usize| i32::from(sc[at(i, b)]);
-                    self.scales.push(lanes_i32(|i| halves(scale(i), scale(i))));
+            QMatrix::Q4K { cols, .. } => {
+                let group = Woven(w.q4k_group(first / WOVEN));
+                assert!(first.is_multiple_of(WOVEN), "a panel starts a woven group");
+                for b in 0..cols / BLOCK {
+                    // SAFETY: sub-block `b` lies inside the group (the caller's guarantee).
+                    unsafe {
+                        self.values.extend(group.values(b));
+                        self.scales.push(group.scales(b));
+                    }
                 }
-                for p in 0..nb / 2 {
-                    let min = |i: usize, j: usize| i32::from(m[at(i, 2 * p + j)]);
-                    self.pairs.push(lanes_i32(|i| halves(min(i, 0), min(i, 1))));
+                for p in 0..cols / BLOCK / 2 {
+                    // SAFETY: as above.
+                    self.pairs.push(unsafe { group.min_pairs(p) });
                 }
-                let supers = nb / 8;
-                for s in 0..supers {
-                    self.d.push(lanes_f32(|i| d[(first + i) * supers + s]));
-                    self.dmin
-                        .push(lanes_f32(|i| dmin[(first + i) * supers + s]));
+                for s in 0..group.supers() {
+                    // SAFETY: as above.
+                    unsafe {
+                        self.d.push(group.d(s));
+                        self.dmin.push(group.dmin(s));
+                    }
                 }
             }
-            QMatrix::Q6K {
-                cols, d, sc, qs, ..
-            } => {
+            QMatrix::Q6K { cols, d, sc, .. } => {
                 let sixteens = cols / 16;
-                assert!((first + LANES) * cols <= qs.len(), "rows past the matrix");
+                self.bytes.clear();
+                for i in 0..LANES {
+                    avx2::q6k_row_bytes(w, first + i, &mut self.bytes);
+                }
+                let qs = &self.bytes;
+                assert_eq!(qs.len(), LANES * cols, "every row unpacked");
                 for k in 0..sixteens {
-                    // SAFETY: sixteen bytes of each row, inside (asserted).
-                    let grouped =
-                        unsafe { transpose(|i| qs.as_ptr().add((first + i) * cols + 16 * k)) };
+                    // SAFETY: sixteen bytes of each row unpacked, inside (asserted).
+                    let grouped = unsafe { transpose(|i| qs.as_ptr().add(i * cols + 16 * k)) };
                     self.values.extend(grouped);
                     let scale = |i: usize, k: usize| i32::from(sc[(first + i) * sixteens + k]);
                     self.scales
@@ -181,7 +171,7 @@ impl LanePanel for Panel {
         for (j, x) in xs.iter().enumerate() {
             let v = match w {
                 // SAFETY: the caller's guarantees.
-                QMatrix::Q4K { .. } => unsafe { self.q4k(x) },
+                QMatrix::Q4K { .. } => unsafe { q4k_lanes(self, x) },
                 QMatrix::Q6K { .. } => unsafe { self.q6k(x) },
                 _ => unreachable!("a K-quant matrix"),
             };
@@ -195,45 +185,224 @@ impl LanePanel for Panel {
     }
 }
 
-impl Panel {
-    /// Q4_K: the scaled sums' chain less the minimums' chain, each a link a pair of
-    /// sub-blocks (`gemm`) or a super-block (`gemv`), as the token's place has it.
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn q4k(&self, x: &QActs) -> __m256 {
-        let zero = _mm256_setzero_si256();
-        let fours = q4k_in_fours(x.place);
-        let (mut acc, mut acc_min) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        for (s, (&d, &dmin)) in self.d.iter().zip(&self.dmin).enumerate() {
-            let xd = _mm256_set1_ps(x.d[s * 8]);
-            let (scale, min_scale) = (_mm256_mul_ps(d, xd), _mm256_mul_ps(dmin, xd));
-            let (mut total, mut total_min) = (zero, zero);
-            for p in s * 4..s * 4 + 4 {
-                let mut pair = zero;
-                for b in [2 * p, 2 * p + 1] {
-                    // SAFETY: the token holds sub-block `b` (the caller's guarantee).
-                    let dot =
-                        unsafe { dot_groups(&self.values[b * 8..b * 8 + 8], &x.qs[b * BLOCK..]) };
-                    pair = _mm256_add_epi32(pair, _mm256_madd_epi16(dot, self.scales[b]));
-                }
-                let sub_block = |b: usize| x.bsums[2 * b] + x.bsums[2 * b + 1];
-                let sums = _mm256_set1_epi32(halves(sub_block(2 * p), sub_block(2 * p + 1)));
-                let pair_min = _mm256_madd_epi16(self.pairs[p], sums);
-                if fours {
-                    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pair), scale, acc);
-                    acc_min = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pair_min), min_scale, acc_min);
-                } else {
-                    total = _mm256_add_epi32(total, pair);
-                    total_min = _mm256_add_epi32(total_min, pair_min);
-                }
-            }
-            if !fours {
-                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), scale, acc);
-                acc_min = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total_min), min_scale, acc_min);
-            }
-        }
-        _mm256_sub_ps(acc, acc_min)
+/// What the Q4_K lane kernel reads, eight rows a register: a [`Panel`] unpacked once for
+/// many tokens, or a [`Woven`] group read in place for a decoded token.
+trait Q4KLanes {
+    /// Super-blocks in a row.
+    fn supers(&self) -> usize;
+
+    /// Sub-block `b`'s 32 values of each row, four a register (values 0..16, then 16..32).
+    ///
+    /// # Safety
+    /// AVX2 runs here, and the rows hold sub-block `b`.
+    unsafe fn values(&self, b: usize) -> [__m256i; 8];
+
+    /// Sub-block `b`'s integer scale of each row, as a lane's two equal 16-bit halves.
+    ///
+    /// # Safety
+    /// As [`Q4KLanes::values`].
+    unsafe fn scales(&self, b: usize) -> __m256i;
+
+    /// The minimums of sub-blocks 2p and 2p + 1 of each row, as a lane's two halves.
+    ///
+    /// # Safety
+    /// As [`Q4KLanes::values`].
+    unsafe fn min_pairs(&self, p: usize) -> __m256i;
+
+    /// Super-block `s`'s scale of each row.
+    ///
+    /// # Safety
+    /// As [`Q4KLanes::values`].
+    unsafe fn d(&self, s: usize) -> __m256;
+
+    /// Super-block `s`'s minimum scale of each row.
+    ///
+    /// # Safety
+    /// As [`Q4KLanes::values`].
+    unsafe fn dmin(&self, s: usize) -> __m256;
+}
+
+impl Q4KLanes for Panel {
+    fn supers(&self) -> usize {
+        self.d.len()
     }
 
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn values(&self, b: usize) -> [__m256i; 8] {
+        std::array::from_fn(|g| self.values[b * 8 + g])
+    }
+
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn scales(&self, b: usize) -> __m256i {
+        self.scales[b]
+    }
+
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn min_pairs(&self, p: usize) -> __m256i {
+        self.pairs[p]
+    }
+
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn d(&self, s: usize) -> __m256 {
+        self.d[s]
+    }
+
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn dmin(&self, s: usize) -> __m256 {
+        self.dmin[s]
+    }
+}
+
+/// Eight woven Q4_K rows read in place: the matrix's layout is the registers'.
+struct Woven<'a>(Q4KGroup<'a>);
+
+/// Eight bytes from `at` widened to a lane each.
+///
+/// # Safety
+/// AVX2 runs here.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn widened(bytes: &[u8], at: usize) -> __m256i {
+    let eight = &bytes[at..at + WOVEN];
+    // SAFETY: `eight` holds the eight bytes read.
+    _mm256_cvtepu8_epi32(unsafe { _mm_loadl_epi64(eight.as_ptr().cast()) })
+}
+
+impl Q4KLanes for Woven<'_> {
+    fn supers(&self) -> usize {
+        self.0.d.len() / WOVEN
+    }
+
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn values(&self, b: usize) -> [__m256i; 8] {
+        let qs = &self.0.qs[b * WOVEN_BYTES..(b + 1) * WOVEN_BYTES];
+        avx2::prefetch_ahead(self.0.qs, b * WOVEN_BYTES);
+        avx2::prefetch_ahead(self.0.qs, b * WOVEN_BYTES + 64);
+        // SAFETY: `qs` holds the sub-block's four registers of bytes.
+        let packed: [__m256i; 4] =
+            std::array::from_fn(|g| unsafe { _mm256_loadu_si256(qs.as_ptr().add(32 * g).cast()) });
+        let low = _mm256_set1_epi8(0x0F);
+        std::array::from_fn(|g| match g {
+            0..4 => _mm256_and_si256(packed[g], low),
+            _ => _mm256_and_si256(_mm256_srli_epi16::<4>(packed[g - 4]), low),
+        })
+    }
+
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn scales(&self, b: usize) -> __m256i {
+        let sc = widened(self.0.sc, b * WOVEN);
+        _mm256_or_si256(sc, _mm256_slli_epi32::<16>(sc))
+    }
+
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn min_pairs(&self, p: usize) -> __m256i {
+        let (even, odd) = (
+            widened(self.0.m, 2 * p * WOVEN),
+            widened(self.0.m, (2 * p + 1) * WOVEN),
+        );
+        _mm256_or_si256(even, _mm256_slli_epi32::<16>(odd))
+    }
+
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn d(&self, s: usize) -> __m256 {
+        let d = &self.0.d[s * WOVEN..(s + 1) * WOVEN];
+        // SAFETY: eight floats.
+        unsafe { _mm256_loadu_ps(d.as_ptr()) }
+    }
+
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn dmin(&self, s: usize) -> __m256 {
+        let dmin = &self.0.dmin[s * WOVEN..(s + 1) * WOVEN];
+        // SAFETY: eight floats.
+        unsafe { _mm256_loadu_ps(dmin.as_ptr()) }
+    }
+}
+
+/// The rows of `first..first + count` in whole woven groups of a Q4_K matrix, against every
+/// token of `xs` into `out[k * xs.len() + t]`, read in place; returns the rows (`k`) done.
+pub(super) fn woven_rows(
+    w: &QMatrix,
+    first: usize,
+    count: usize,
+    xs: &[QActs],
+    out: &mut [f32],
+) -> std::ops::Range<usize> {
+    let n = xs.len();
+    let start = first.next_multiple_of(WOVEN);
+    let end = (first + count) / WOVEN * WOVEN;
+    for g in (start..end.max(start)).step_by(WOVEN) {
+        let group = Woven(w.q4k_group(g / WOVEN));
+        for (t, x) in xs.iter().enumerate() {
+            // SAFETY: AVX2 and FMA run here (the family's table is handed out only where
+            // they do); every token holds the matrix's columns in Q8_K.
+            let v = unsafe { q4k_lanes(&group, x) };
+            let mut lanes = [0f32; LANES];
+            // SAFETY: eight floats.
+            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), v) };
+            for (lane, &v) in lanes.iter().enumerate() {
+                out[(g + lane - first) * n + t] = v;
+            }
+        }
+    }
+    start - first..end.max(start) - first
+}
+
+/// Q4_K: the scaled sums' chain less the minimums' chain, each a link a pair of sub-blocks
+/// (`gemm`) or a super-block (`gemv`), as the token's place has it.
+///
+/// # Safety
+/// AVX2 and FMA run here; `x` holds the rows' columns in Q8_K.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn q4k_lanes<L: Q4KLanes>(rows: &L, x: &QActs) -> __m256 {
+    let zero = _mm256_setzero_si256();
+    let fours = q4k_in_fours(x.place);
+    let (mut acc, mut acc_min) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    for s in 0..rows.supers() {
+        // SAFETY (each call): the caller's guarantees.
+        let (d, dmin) = unsafe { (rows.d(s), rows.dmin(s)) };
+        let xd = _mm256_set1_ps(x.d[s * 8]);
+        let (scale, min_scale) = (_mm256_mul_ps(d, xd), _mm256_mul_ps(dmin, xd));
+        let (mut total, mut total_min) = (zero, zero);
+        for p in s * 4..s * 4 + 4 {
+            let mut pair = zero;
+            for b in [2 * p, 2 * p + 1] {
+                // SAFETY: the token holds sub-block `b` (the caller's guarantee).
+                let (values, scales) = unsafe { (rows.values(b), rows.scales(b)) };
+                let dot = unsafe { dot_groups(&values, &x.qs[b * BLOCK..]) };
+                pair = _mm256_add_epi32(pair, _mm256_madd_epi16(dot, scales));
+            }
+            let sub_block = |b: usize| x.bsums[2 * b] + x.bsums[2 * b + 1];
+            let sums = _mm256_set1_epi32(halves(sub_block(2 * p), sub_block(2 * p + 1)));
+            // SAFETY: as above.
+            let pair_min = _mm256_madd_epi16(unsafe { rows.min_pairs(p) }, sums);
+            if fours {
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pair), scale, acc);
+                acc_min = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pair_min), min_scale, acc_min);
+            } else {
+                total = _mm256_add_epi32(total, pair);
+                total_min = _mm256_add_epi32(total_min, pair_min);
+            }
+        }
+        if !fours {
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), scale, acc);
+            acc_min = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total_min), min_scale, acc_min);
+        }
+    }
+    _mm256_sub_ps(acc, acc_min)
+}
+
+impl Panel {
     /// Q6_K in the tiled kernel's order: per super-block one integer, Σ sc·(q − 32)·x, times
     /// the row's scale, fused into the output with the token's.
     #[target_feature(enable = "avx2,fma")]

@@ -13,8 +13,8 @@ use std::arch::x86_64::*;
 use std::cell::RefCell;
 
 use super::lane_tiles::{self, LanePanel};
-use super::super_blocks::q4k_in_fours;
-use super::{BLOCK, QActs, QK_K, QMatrix};
+use super::super_blocks::{WOVEN, WOVEN_BYTES, q4k_in_fours};
+use super::{BLOCK, QActs, QK_K, QMatrix, avx2};
 
 /// Rows side by side in a register.
 const LANES: usize = 16;
@@ -38,6 +38,8 @@ thread_local! {
 /// per super-block, each row's scale (and Q4_K's minimum scale).
 #[derive(Default)]
 struct Panel {
+    /// Q6_K's rows unpacked to a byte a value, one after another, before regrouping.
+    bytes: Vec<u8>,
     values: Vec<__m512i>,
     scales: Vec<__m512i>,
     mins: Vec<__m512i>,
@@ -66,61 +68,55 @@ impl LanePanel for Panel {
         self.dmin.clear();
         let lane_rows = |x: &dyn Fn(usize) -> i32| std::array::from_fn::<i32, LANES, _>(x);
         match w {
-            QMatrix::Q4K {
-                cols,
-                d,
-                dmin,
-                sc,
-                m,
-                qs,
-                ..
-            } => {
-                let nb = cols / BLOCK;
-                assert!((first + LANES) * nb <= sc.len(), "rows past the matrix");
-                // Lane i reads row `first + i`: its sub-block's sixteen bytes of nibbles.
-                let rows = _mm512_mullo_epi32(
-                    _mm512_set1_epi32((nb * 16 / 4) as i32),
-                    _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                );
+            QMatrix::Q4K { cols, .. } => {
+                // Lanes 0–7 are one woven group's, 8–15 the next's.
+                assert!(first.is_multiple_of(WOVEN), "a panel starts a woven group");
+                let groups = [0, 1].map(|h| w.q4k_group(first / WOVEN + h));
                 let low = _mm512_set1_epi8(0x0F);
-                for b in 0..nb {
-                    let base = qs[(first * nb + b) * 16..].as_ptr();
+                for b in 0..cols / BLOCK {
+                    let at = b * WOVEN_BYTES;
                     let packed: [__m512i; 4] = std::array::from_fn(|g| {
-                        // SAFETY: every lane reads four bytes of its row's sub-block `b`.
-                        unsafe { _mm512_i32gather_epi32::<4>(rows, base.add(4 * g).cast()) }
+                        let [lo, hi] = groups.map(|group| {
+                            let four = &group.qs[at + 32 * g..at + 32 * g + 32];
+                            // SAFETY: `four` holds the 32 bytes read.
+                            unsafe { _mm256_loadu_si256(four.as_ptr().cast()) }
+                        });
+                        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
                     });
                     self.values.extend(packed.map(|v| _mm512_and_si512(v, low)));
                     self.values
                         .extend(packed.map(|v| _mm512_and_si512(_mm512_srli_epi16::<4>(v), low)));
-                    let at = |i: usize| (first + i) * nb + b;
-                    let scale = lane_rows(&|i| i32::from(sc[at(i)]));
-                    let min = lane_rows(&|i| i32::from(m[at(i)]));
+                    let scale =
+                        lane_rows(&|i| i32::from(groups[i / WOVEN].sc[b * WOVEN + i % WOVEN]));
+                    let min = lane_rows(&|i| i32::from(groups[i / WOVEN].m[b * WOVEN + i % WOVEN]));
                     // SAFETY: arrays of sixteen i32.
                     self.scales
                         .push(unsafe { _mm512_loadu_si512(scale.as_ptr().cast()) });
                     self.mins
                         .push(unsafe { _mm512_loadu_si512(min.as_ptr().cast()) });
                 }
-                let supers = nb / 8;
-                for s in 0..supers {
-                    let at = |i: usize| (first + i) * supers + s;
-                    let dv: [f32; LANES] = std::array::from_fn(|i| d[at(i)]);
-                    let mv: [f32; LANES] = std::array::from_fn(|i| dmin[at(i)]);
+                for s in 0..cols / QK_K {
+                    let at = |i: usize| s * WOVEN + i % WOVEN;
+                    let dv: [f32; LANES] = std::array::from_fn(|i| groups[i / WOVEN].d[at(i)]);
+                    let mv: [f32; LANES] = std::array::from_fn(|i| groups[i / WOVEN].dmin[at(i)]);
                     // SAFETY: arrays of sixteen f32.
                     self.d.push(unsafe { _mm512_loadu_ps(dv.as_ptr()) });
                     self.dmin.push(unsafe { _mm512_loadu_ps(mv.as_ptr()) });
                 }
             }
-            QMatrix::Q6K {
-                cols, d, sc, qs, ..
-            } => {
+            QMatrix::Q6K { cols, d, sc, .. } => {
                 let supers = cols / QK_K;
                 assert!((first + LANES) * supers <= d.len(), "rows past the matrix");
+                self.bytes.clear();
+                for i in 0..LANES {
+                    avx2::q6k_row_bytes(w, first + i, &mut self.bytes);
+                }
+                assert_eq!(self.bytes.len(), LANES * cols, "every row unpacked");
                 let rows = _mm512_mullo_epi32(
                     _mm512_set1_epi32((cols / 4) as i32),
                     _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                 );
-                let base = qs[first * cols..].as_ptr();
+                let base = self.bytes.as_ptr();
                 for group in 0..cols / 4 {
                     // SAFETY: every lane reads four bytes inside its row.
                     let v =

@@ -1,10 +1,10 @@
 //! The K-quant driver both lane families share (`avx2_k_quants`, `avx512_k_quants`): a
 //! task's rows in whole tiles of a register's lanes go through the family's [`LanePanel`],
-//! unpacked once for every token it takes; the rest, one row at a time through the AVX2
-//! kernel.
+//! unpacked once for every token it takes; a decoded token's Q4_K rows, read in place by
+//! eights; the rest, one row at a time through the AVX2 kernel.
 
 use super::super_blocks::q6k_tiled;
-use super::{QActs, QMatrix, avx2};
+use super::{QActs, QMatrix, avx2, avx2_k_quants};
 
 /// A kernel family's rows side by side in a register's lanes.
 pub(super) trait LanePanel: Sized {
@@ -46,8 +46,13 @@ pub(super) unsafe fn rows<P: LanePanel>(
 ) {
     let n = xs.len();
     if n < P::MIN_TOKENS {
-        // A decoded token: every row alone, with nothing to allocate per task.
-        return each_row(w, first, xs, out, |_, _| true);
+        // A decoded token: Q4_K's woven rows read in place, every other row alone, with
+        // nothing to allocate per task.
+        let woven = match w {
+            QMatrix::Q4K { .. } => avx2_k_quants::woven_rows(w, first, count, xs, out),
+            _ => 0..0,
+        };
+        return each_row(w, first, xs, out, |k, _| !woven.contains(&k));
     }
     let tiled: Vec<usize> = (0..n).filter(|&t| takes_tiles(w, &xs[t])).collect();
     let whole = match tiled.len() >= P::MIN_TOKENS {

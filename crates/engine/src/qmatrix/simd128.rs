@@ -84,28 +84,24 @@ struct Simd128;
 impl IntSums for Simd128 {
     unsafe fn q4k(row: &Q4KRow<'_>, s: usize, x: &QActs) -> ([i32; 4], [i32; 4]) {
         let first = s * 8;
-        assert!(
-            (first + 8) * 16 <= row.qs.len()
-                && (first + 8) * BLOCK <= x.qs.len()
-                && (first + 8) * 2 <= x.bsums.len()
-                && first + 8 <= row.sc.len().min(row.m.len())
-        );
+        assert!((first + 8) * BLOCK <= x.qs.len() && (first + 8) * 2 <= x.bsums.len());
         let mask = u8x16_splat(0x0F);
         // Each pair's sums stay in four lanes until the end: one reduction a super-block.
         let mut pairs = [i32x4_splat(0); 4];
         for j in 0..8 {
             let b = first + j;
-            // SAFETY: the assert above puts block b inside both; no alignment needed.
-            let (raw, x0, x1) = unsafe {
+            let [w0, w1, w2, w3] = row.nibble_words(b);
+            let raw = u32x4(w0, w1, w2, w3);
+            // SAFETY: the assert above puts block b inside `x`; no alignment needed.
+            let (x0, x1) = unsafe {
                 (
-                    v128_load(row.qs.as_ptr().add(b * 16) as *const v128),
                     v128_load(x.qs.as_ptr().add(b * BLOCK) as *const v128),
                     v128_load(x.qs.as_ptr().add(b * BLOCK + 16) as *const v128),
                 )
             };
             // Nibbles are below 16, so they read as signed bytes too.
             let sums = i32x4_add(dot16(v128_and(raw, mask), x0), dot16(u8x16_shr(raw, 4), x1));
-            let scaled = i32x4_mul(sums, i32x4_splat(i32::from(row.sc[b])));
+            let scaled = i32x4_mul(sums, i32x4_splat(i32::from(row.sc(b))));
             pairs[j / 2] = i32x4_add(pairs[j / 2], scaled);
         }
         // SAFETY: the assert above puts the super-block's sixteen sums inside `bsums`.
@@ -116,7 +112,7 @@ impl IntSums for Simd128 {
             add_neighbours(sixteens[0], sixteens[1]),
             add_neighbours(sixteens[2], sixteens[3]),
         ];
-        let m = &row.m[first..first + 8];
+        let m: [u8; 8] = std::array::from_fn(|j| row.m(first + j));
         let mins = [
             i32x4_mul(
                 sub_blocks[0],
@@ -135,21 +131,29 @@ impl IntSums for Simd128 {
 
     unsafe fn q6k(row: &Q6KRow<'_>, s: usize, x: &QActs) -> [i32; 8] {
         let start = s * QK_K;
-        assert!(start + QK_K <= row.qs.len() && start + QK_K <= x.qs.len());
+        assert!(start + QK_K <= x.qs.len());
         let sc = &row.sc[s * 16..s * 16 + 16];
+        let (ql, qh) = (&row.ql[s * 128..][..128], &row.qh[s * 64..][..64]);
         // Lanes 0–3 from each run's first sixteen values, 4–7 from its second.
         let mut sums = [i32x4_splat(0); 2];
         for c in 0..8 {
+            let (low_at, low_shift, high_at, high_shift) = super_blocks::q6k_run_at(c);
             for (h, sums) in sums.iter_mut().enumerate() {
                 let at = start + 32 * c + 16 * h;
-                // SAFETY: the assert above puts the sixteen values inside both; values
-                // below 64 read as signed bytes too.
-                let (q, a) = unsafe {
+                let (low, high) = (&ql[low_at + 16 * h..][..16], &qh[high_at + 16 * h..][..16]);
+                // SAFETY: the slices and the assert above put the sixteen values inside.
+                let (low, high, a) = unsafe {
                     (
-                        v128_load(row.qs.as_ptr().add(at) as *const v128),
+                        v128_load(low.as_ptr() as *const v128),
+                        v128_load(high.as_ptr() as *const v128),
                         v128_load(x.qs.as_ptr().add(at) as *const v128),
                     )
                 };
+                // Values below 64 read as signed bytes too.
+                let q = v128_or(
+                    v128_and(u8x16_shr(low, low_shift), u8x16_splat(0x0F)),
+                    u8x16_shl(v128_and(u8x16_shr(high, high_shift), u8x16_splat(3)), 4),
+                );
                 let lo = i32x4_dot_i16x8(i16x8_extend_low_i8x16(q), i16x8_extend_low_i8x16(a));
                 let hi = i32x4_dot_i16x8(i16x8_extend_high_i8x16(q), i16x8_extend_high_i8x16(a));
                 let fours = add_neighbours(lo, hi);
