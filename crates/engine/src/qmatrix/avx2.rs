@@ -553,10 +553,13 @@ impl IntSums for Avx2 {
             // SAFETY: as above.
             let (q, xv) = unsafe { (q6k_run(row, s, c), activation_block(x, at / BLOCK)) };
             let pairs = _mm256_maddubs_epi16(q, xv);
-            let sc = _mm256_set_m128i(
-                _mm_set1_epi16(i16::from(row.sc[s * 16 + 2 * c + 1])),
-                _mm_set1_epi16(i16::from(row.sc[s * 16 + 2 * c])),
+            // The run's two scales from the register already loaded, each over eight lanes.
+            let (first, second) = ((2 * c) as i8, (2 * c + 1) as i8);
+            let spread = _mm_setr_epi8(
+                first, first, first, first, first, first, first, first, second, second, second,
+                second, second, second, second, second,
             );
+            let sc = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, spread));
             lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(sc, pairs));
         }
         let mut out = [0i32; 8];
