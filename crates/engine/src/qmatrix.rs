@@ -7,7 +7,7 @@
 use std::sync::OnceLock;
 
 use crate::quant::{self, Nibbles, QuantError, TensorType, f16_to_f32};
-use super_blocks::{Q4KGroup, Q4KRow, WOVEN, WOVEN_BYTES};
+use super_blocks::{Q4KGroup, Q4KRow, WOVEN, WOVEN_BYTES, woven_place};
 
 const BLOCK: usize = 32;
 /// Values in a K-quant's super-block.
@@ -736,7 +736,7 @@ impl QMatrix {
         let mut qs = vec![0u8; padded * nb * 16];
         for (i, b) in blocks.enumerate().take(rows * supers) {
             let (r, s) = (i / supers, i % supers);
-            let (group, lane) = (r / WOVEN, r % WOVEN);
+            let (group, lane) = woven_place(r);
             let block = quant::unpack_q4_k(b);
             let at = (group * supers + s) * WOVEN + lane;
             (d[at], dmin[at]) = (block.d, block.dmin);
@@ -744,7 +744,7 @@ impl QMatrix {
                 let sub = group * nb + s * 8 + j;
                 (sc[sub * WOVEN + lane], m[sub * WOVEN + lane]) = (block.sc[j], block.m[j]);
                 for (g, four) in nibbles.chunks_exact(4).enumerate() {
-                    let at = sub * WOVEN_BYTES + 32 * g + 4 * lane;
+                    let at = sub * WOVEN_BYTES + 4 * WOVEN * g + 4 * lane;
                     qs[at..at + 4].copy_from_slice(four);
                 }
             }
@@ -939,9 +939,10 @@ impl QMatrix {
 
     /// Row `r` of a Q4_K matrix: a lane of its woven group.
     fn q4k_row(&self, r: usize) -> Q4KRow<'_> {
+        let (group, lane) = woven_place(r);
         Q4KRow {
-            group: self.q4k_group(r / WOVEN),
-            lane: r % WOVEN,
+            group: self.q4k_group(group),
+            lane,
         }
     }
 

@@ -261,6 +261,8 @@ impl Q4KLanes for Panel {
 /// Eight woven Q4_K rows read in place: the matrix's layout is the registers'.
 struct Woven<'a>(Q4KGroup<'a>);
 
+const _: () = assert!(WOVEN == LANES, "a woven group is a register of rows");
+
 /// Eight bytes from `at` widened to a lane each.
 ///
 /// # Safety

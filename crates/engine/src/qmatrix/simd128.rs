@@ -7,7 +7,7 @@ use core::arch::wasm32::*;
 use super::{
     BLOCK, FormatKernels, KernelTable, PORTABLE_FORMAT, QActs, QK_K, QMatrix, RowBlocks,
     f16_to_f32,
-    super_blocks::{self, IntSums, Q4KRow, Q6KRow},
+    super_blocks::{self, IntSums, Q4KRow, Q6KRow, WOVEN, WOVEN_BYTES},
 };
 
 /// This family's kernel for each format (the portable loop for Q4_0).
@@ -81,6 +81,8 @@ fn block_rows<const N: usize>(blocks: RowBlocks<'_>, x: &QActs) -> [f32; N] {
 /// The K-quants' integer sums on wasm SIMD (`super_blocks` takes the float steps).
 struct Simd128;
 
+const _: () = assert!(WOVEN == 1, "wasm SIMD reads Q4_K a row at a time");
+
 impl IntSums for Simd128 {
     unsafe fn q4k(row: &Q4KRow<'_>, s: usize, x: &QActs) -> ([i32; 4], [i32; 4]) {
         let first = s * 8;
@@ -90,11 +92,13 @@ impl IntSums for Simd128 {
         let mut pairs = [i32x4_splat(0); 4];
         for j in 0..8 {
             let b = first + j;
-            let [w0, w1, w2, w3] = row.nibble_words(b);
-            let raw = u32x4(w0, w1, w2, w3);
-            // SAFETY: the assert above puts block b inside `x`; no alignment needed.
-            let (x0, x1) = unsafe {
+            // Rows are not woven here (`WOVEN` is one): a row's sixteen bytes lie together.
+            let nibbles = &row.group.qs[b * WOVEN_BYTES..][..16];
+            // SAFETY: `nibbles` holds the sixteen bytes, and the assert above puts block b
+            // inside `x`; no alignment needed.
+            let (raw, x0, x1) = unsafe {
                 (
+                    v128_load(nibbles.as_ptr() as *const v128),
                     v128_load(x.qs.as_ptr().add(b * BLOCK) as *const v128),
                     v128_load(x.qs.as_ptr().add(b * BLOCK + 16) as *const v128),
                 )
@@ -149,11 +153,17 @@ impl IntSums for Simd128 {
                         v128_load(x.qs.as_ptr().add(at) as *const v128),
                     )
                 };
-                // Values below 64 read as signed bytes too.
-                let q = v128_or(
-                    v128_and(u8x16_shr(low, low_shift), u8x16_splat(0x0F)),
-                    u8x16_shl(v128_and(u8x16_shr(high, high_shift), u8x16_splat(3)), 4),
-                );
+                // Values below 64 read as signed bytes too. A high nibble needs no mask, and
+                // the two high bits land at bits 4–5 in one shift and one mask.
+                let low = match low_shift {
+                    0 => v128_and(low, u8x16_splat(0x0F)),
+                    _ => u8x16_shr(low, low_shift),
+                };
+                let high = match high_shift {
+                    0..=4 => u8x16_shl(high, 4 - high_shift),
+                    _ => u8x16_shr(high, high_shift - 4),
+                };
+                let q = v128_or(low, v128_and(high, u8x16_splat(0x30)));
                 let lo = i32x4_dot_i16x8(i16x8_extend_low_i8x16(q), i16x8_extend_low_i8x16(a));
                 let hi = i32x4_dot_i16x8(i16x8_extend_high_i8x16(q), i16x8_extend_high_i8x16(a));
                 let fours = add_neighbours(lo, hi);

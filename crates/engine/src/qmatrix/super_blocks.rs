@@ -17,17 +17,28 @@ use super::{BLOCK, Place, QActs, QK_K, RowBlocks, dot_nibbles, fused, hsum_lanes
 /// kernel (`ggml_tiled_min_batch`).
 pub(super) const TILED_MIN_TOKENS: usize = 8;
 
-/// Rows a Q4_K matrix weaves together, as llama.cpp's repacked `block_q4_Kx8` does: a
-/// decoded token's product then reads eight rows in one stream, a row a register lane.
+/// Rows a Q4_K matrix weaves together, as llama.cpp's repacked `block_q4_Kx8` does where a
+/// kernel reads them so (x86's lane kernels): a decoded token's product then reads eight rows
+/// in one stream, a row a register lane. Elsewhere one, which is the plain order of rows.
+#[cfg(target_arch = "x86_64")]
 pub(super) const WOVEN: usize = 8;
+/// Rows a Q4_K matrix weaves together: none without a kernel that reads them so.
+#[cfg(not(target_arch = "x86_64"))]
+pub(super) const WOVEN: usize = 1;
+
+/// Row `r`'s woven group and its lane in it.
+#[allow(clippy::modulo_one)] // `WOVEN` is one where no kernel reads rows woven
+pub(super) fn woven_place(r: usize) -> (usize, usize) {
+    (r / WOVEN, r % WOVEN)
+}
 
 /// Bytes of nibbles a woven group holds per sub-block: sixteen of each row.
 pub(super) const WOVEN_BYTES: usize = 16 * WOVEN;
 
-/// Eight Q4_K rows woven together (`QMatrix::Q4K`'s layout), lane `i` row `i`: per
+/// [`WOVEN`] Q4_K rows woven together (`QMatrix::Q4K`'s layout), lane `i` row `i`: per
 /// super-block each row's scale and minimum scale (`d[8s + i]`), per sub-block each row's
 /// integer scale and minimum (`sc[8b + i]`), and per sub-block the rows' sixteen bytes of
-/// nibbles four at a time: bytes `4g..4g + 4` of row `i` at `WOVEN_BYTES·b + 32g + 4i`.
+/// nibbles four at a time: bytes `4g..4g + 4` of row `i` at `WOVEN_BYTES·b + 4·WOVEN·g + 4i`.
 #[derive(Clone, Copy)]
 pub(super) struct Q4KGroup<'a> {
     pub d: &'a [f32],
@@ -75,7 +86,7 @@ impl Q4KRow<'_> {
     pub fn nibble_words(&self, b: usize) -> [u32; 4] {
         let at = b * WOVEN_BYTES + 4 * self.lane;
         std::array::from_fn(|g| {
-            let w = &self.group.qs[at + 32 * g..at + 32 * g + 4];
+            let w = &self.group.qs[at + 4 * WOVEN * g..][..4];
             u32::from_le_bytes([w[0], w[1], w[2], w[3]])
         })
     }
