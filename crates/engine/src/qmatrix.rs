@@ -911,7 +911,6 @@ impl QMatrix {
     }
 
     /// Group `g` of a Q4_K matrix's woven rows.
-    #[allow(dead_code)] // on targets without a lane kernel
     fn q4k_group(&self, g: usize) -> Q4KGroup<'_> {
         let QMatrix::Q4K {
             cols,

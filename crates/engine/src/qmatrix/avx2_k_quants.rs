@@ -341,8 +341,8 @@ pub(super) fn woven_rows(
 ) -> std::ops::Range<usize> {
     let n = xs.len();
     let start = first.next_multiple_of(WOVEN);
-    let end = (first + count) / WOVEN * WOVEN;
-    for g in (start..end.max(start)).step_by(WOVEN) {
+    let end = ((first + count) / WOVEN * WOVEN).max(start);
+    for g in (start..end).step_by(WOVEN) {
         let group = Woven(w.q4k_group(g / WOVEN));
         for (t, x) in xs.iter().enumerate() {
             // SAFETY: AVX2 and FMA run here (the family's table is handed out only where
@@ -356,7 +356,7 @@ pub(super) fn woven_rows(
             }
         }
     }
-    start - first..end.max(start) - first
+    start - first..end - first
 }
 
 /// Q4_K: the scaled sums' chain less the minimums' chain, each a link a pair of sub-blocks
