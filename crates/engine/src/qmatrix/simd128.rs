@@ -87,25 +87,31 @@ impl IntSums for Simd128 {
     unsafe fn q4k(row: &Q4KRow<'_>, s: usize, x: &QActs) -> ([i32; 4], [i32; 4]) {
         let first = s * 8;
         assert!((first + 8) * BLOCK <= x.qs.len() && (first + 8) * 2 <= x.bsums.len());
+        // Rows are not woven here (`WOVEN` is one): a row's scales, minimums and sixteen
+        // bytes of each sub-block lie together, read once a super-block.
+        debug_assert_eq!(row.lane, 0);
+        let (sc, m) = (
+            &row.group.sc[first..first + 8],
+            &row.group.m[first..first + 8],
+        );
+        let nibbles = &row.group.qs[first * WOVEN_BYTES..(first + 8) * WOVEN_BYTES];
         let mask = u8x16_splat(0x0F);
         // Each pair's sums stay in four lanes until the end: one reduction a super-block.
         let mut pairs = [i32x4_splat(0); 4];
         for j in 0..8 {
             let b = first + j;
-            // Rows are not woven here (`WOVEN` is one): a row's sixteen bytes lie together.
-            let nibbles = &row.group.qs[b * WOVEN_BYTES..][..16];
-            // SAFETY: `nibbles` holds the sixteen bytes, and the assert above puts block b
-            // inside `x`; no alignment needed.
+            // SAFETY: `nibbles` holds the super-block's 128 bytes, and the assert above puts
+            // block b inside `x`; no alignment needed.
             let (raw, x0, x1) = unsafe {
                 (
-                    v128_load(nibbles.as_ptr() as *const v128),
+                    v128_load(nibbles.as_ptr().add(j * WOVEN_BYTES) as *const v128),
                     v128_load(x.qs.as_ptr().add(b * BLOCK) as *const v128),
                     v128_load(x.qs.as_ptr().add(b * BLOCK + 16) as *const v128),
                 )
             };
             // Nibbles are below 16, so they read as signed bytes too.
             let sums = i32x4_add(dot16(v128_and(raw, mask), x0), dot16(u8x16_shr(raw, 4), x1));
-            let scaled = i32x4_mul(sums, i32x4_splat(i32::from(row.sc(b))));
+            let scaled = i32x4_mul(sums, i32x4_splat(i32::from(sc[j])));
             pairs[j / 2] = i32x4_add(pairs[j / 2], scaled);
         }
         // SAFETY: the assert above puts the super-block's sixteen sums inside `bsums`.
@@ -116,7 +122,6 @@ impl IntSums for Simd128 {
             add_neighbours(sixteens[0], sixteens[1]),
             add_neighbours(sixteens[2], sixteens[3]),
         ];
-        let m: [u8; 8] = std::array::from_fn(|j| row.m(first + j));
         let mins = [
             i32x4_mul(
                 sub_blocks[0],
@@ -140,35 +145,44 @@ impl IntSums for Simd128 {
         let (ql, qh) = (&row.ql[s * 128..][..128], &row.qh[s * 64..][..64]);
         // Lanes 0–3 from each run's first sixteen values, 4–7 from its second.
         let mut sums = [i32x4_splat(0); 2];
-        for c in 0..8 {
-            let (low_at, low_shift, high_at, high_shift) = super_blocks::q6k_run_at(c);
+        // Each half of the super-block is four runs from 64 bytes of `ql` and 32 of `qh`
+        // ([`super_blocks::q6k_run_at`]): three loads give sixteen values of all four runs.
+        for half in 0..2 {
             for (h, sums) in sums.iter_mut().enumerate() {
-                let at = start + 32 * c + 16 * h;
-                let (low, high) = (&ql[low_at + 16 * h..][..16], &qh[high_at + 16 * h..][..16]);
-                // SAFETY: the slices and the assert above put the sixteen values inside.
-                let (low, high, a) = unsafe {
+                let (low_a, low_b, high) = (
+                    &ql[64 * half + 16 * h..][..16],
+                    &ql[64 * half + 32 + 16 * h..][..16],
+                    &qh[32 * half + 16 * h..][..16],
+                );
+                // SAFETY: each slice holds sixteen bytes.
+                let (low_a, low_b, high) = unsafe {
                     (
-                        v128_load(low.as_ptr() as *const v128),
+                        v128_load(low_a.as_ptr() as *const v128),
+                        v128_load(low_b.as_ptr() as *const v128),
                         v128_load(high.as_ptr() as *const v128),
-                        v128_load(x.qs.as_ptr().add(at) as *const v128),
                     )
                 };
-                // Values below 64 read as signed bytes too. A high nibble needs no mask, and
-                // the two high bits land at bits 4–5 in one shift and one mask.
-                let low = match low_shift {
-                    0 => v128_and(low, u8x16_splat(0x0F)),
-                    _ => u8x16_shr(low, low_shift),
-                };
-                let high = match high_shift {
-                    0..=4 => u8x16_shl(high, 4 - high_shift),
-                    _ => u8x16_shr(high, high_shift - 4),
-                };
-                let q = v128_or(low, v128_and(high, u8x16_splat(0x30)));
-                let lo = i32x4_dot_i16x8(i16x8_extend_low_i8x16(q), i16x8_extend_low_i8x16(a));
-                let hi = i32x4_dot_i16x8(i16x8_extend_high_i8x16(q), i16x8_extend_high_i8x16(a));
-                let fours = add_neighbours(lo, hi);
-                let scale = i32x4_splat(i32::from(sc[2 * c + h]));
-                *sums = i32x4_add(*sums, i32x4_mul(fours, scale));
+                // Sixteen-bit shifts are one instruction where byte shifts are several, and
+                // the masks drop the bits that cross from a neighbouring byte.
+                let (nibble, two) = (u8x16_splat(0x0F), u8x16_splat(0x30));
+                let runs = [
+                    v128_or(v128_and(low_a, nibble), v128_and(i16x8_shl(high, 4), two)),
+                    v128_or(v128_and(low_b, nibble), v128_and(i16x8_shl(high, 2), two)),
+                    v128_or(v128_and(u16x8_shr(low_a, 4), nibble), v128_and(high, two)),
+                    v128_or(
+                        v128_and(u16x8_shr(low_b, 4), nibble),
+                        v128_and(u16x8_shr(high, 2), two),
+                    ),
+                ];
+                for (quarter, q) in runs.into_iter().enumerate() {
+                    let c = 4 * half + quarter;
+                    // SAFETY: the assert above puts the sixteen values inside `x`.
+                    let a = unsafe {
+                        v128_load(x.qs.as_ptr().add(start + 32 * c + 16 * h) as *const v128)
+                    };
+                    let scale = i32x4_splat(i32::from(sc[2 * c + h]));
+                    *sums = i32x4_add(*sums, i32x4_mul(fours(q, a), scale));
+                }
             }
         }
         // Lane l's offset, 32·(sc[2l]·Σx[2l] + sc[2l+1]·Σx[2l+1]), over four sixteens at a time.
@@ -202,6 +216,19 @@ impl IntSums for Simd128 {
             low[0], low[1], low[2], low[3], high[0], high[1], high[2], high[3],
         ]
     }
+}
+
+/// The sums of four neighbouring products of `q` (unsigned bytes below 128) and `a`
+/// (signed bytes): even bytes against even and odd against odd, which widen in one or two
+/// sixteen-bit shifts where widening halves takes more, and meet in the lanes of four.
+#[inline(always)]
+fn fours(q: v128, a: v128) -> v128 {
+    let (q_even, q_odd) = (v128_and(q, u16x8_splat(0x00FF)), u16x8_shr(q, 8));
+    let (a_even, a_odd) = (i16x8_shr(i16x8_shl(a, 8), 8), i16x8_shr(a, 8));
+    i32x4_add(
+        i32x4_dot_i16x8(q_even, a_even),
+        i32x4_dot_i16x8(q_odd, a_odd),
+    )
 }
 
 /// `[a0 + a1, a2 + a3, b0 + b1, b2 + b3]` of i32 lanes.
@@ -281,6 +308,7 @@ fn dot16(a: v128, b: v128) -> v128 {
 }
 
 /// Σ over blocks of d·dx·Σ(q·qx) + m·sum_x, for `N` consecutive Q4_1 rows.
+#[inline(always)]
 fn dot_q4_1<const N: usize>(d: &[f32], m: &[f32], qs: &[u8], x: &QActs) -> [f32; N] {
     assert!(qs.len() == d.len() * 16);
     let mask = u8x16_splat(0x0F);
@@ -295,6 +323,7 @@ fn dot_q4_1<const N: usize>(d: &[f32], m: &[f32], qs: &[u8], x: &QActs) -> [f32;
 
 /// Σ over blocks of d·dx·Σ(q·qx) + m·sum_x, for `N` consecutive widened Q5_1 rows (a byte a
 /// value).
+#[inline(always)]
 fn dot_q5_1<const N: usize>(d: &[f32], m: &[f32], qs: &[u8], x: &QActs) -> [f32; N] {
     assert!(qs.len() == d.len() * BLOCK);
     dot_with_min(d, m, x, |b| {
@@ -335,6 +364,7 @@ fn dot_with_min<const N: usize>(
 }
 
 /// Σ over blocks of d·dx·Σ(q·qx), for `N` consecutive Q8_0 rows.
+#[inline(always)]
 fn dot_q8_0<const N: usize>(d: &[u16], qs: &[i8], x: &QActs) -> [f32; N] {
     assert!(qs.len() == d.len() * BLOCK);
     dot_signed(d, x, |b| {
@@ -350,6 +380,7 @@ fn dot_q8_0<const N: usize>(d: &[u16], qs: &[i8], x: &QActs) -> [f32; N] {
 
 /// Σ over blocks of d·dx·Σ((q − 16)·qx), for `N` consecutive Q5_0 rows: each block widened
 /// to Q8_0's signed bytes.
+#[inline(always)]
 fn dot_q5_0<const N: usize>(d: &[u16], qh: &[u32], qs: &[u8], x: &QActs) -> [f32; N] {
     assert!(qh.len() == d.len() && qs.len() == d.len() * 16);
     let mask = u8x16_splat(0x0F);
