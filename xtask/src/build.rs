@@ -148,9 +148,11 @@ fn web_threads(tools: &Tools, cfg: &WasmPackToml, profile: &ProfileSection) -> a
         .env_remove("CARGO")
         .env_remove("RUSTC")
         .env("CARGO_TARGET_DIR", &target_dir)
+        // The main build's target flags (.cargo/config.toml), which this variable replaces,
+        // plus what sharing memory needs.
         .env(
             "RUSTFLAGS",
-            "-C target-feature=+atomics,+bulk-memory,+mutable-globals,+simd128",
+            "-C target-feature=+atomics,+bulk-memory,+mutable-globals,+simd128 -C debug-assertions=off -C overflow-checks=off",
         ))
     .context("building the threaded browser package")?;
     let dir_name = if profile.cargo_profile == "dev" {

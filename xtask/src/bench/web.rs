@@ -36,7 +36,8 @@ pub(super) fn web(release: bool, known: KnownModel) -> anyhow::Result<()> {
         &title,
         &format!(
             "Command: `cargo xtask bench web{flags}` (Debian's Chromium, headless, SwiftShader WebGPU; \
-             wasm built with the `{profile}` profile of wasm-pack.toml; wllama 3.13.0 from npm; \
+             wasm built with the `{profile}` profile of wasm-pack.toml, debug assertions off as in \
+             every wasm32 build; wllama 3.13.0 from npm; \
              the 1-thread rows on a plain page, the 2-thread rows on a cross-origin-isolated one \
              (COOP/COEP), where Straddle runs `web/pkg-threads` and wllama its pthreads)\n\n{table}"
         ),
