@@ -108,6 +108,7 @@ async function readModel(lib, { url, sha256, useStore, progress }) {
   const source = await openModel(url, useStore);
   const { total, kept } = source;
   const buffer = new lib.ModelBuffer(total);
+  if (source.verified) buffer.trust(source.verified);
   const pace = downloadPace(total);
   let lastReport = 0;
   try {
@@ -123,13 +124,14 @@ async function readModel(lib, { url, sha256, useStore, progress }) {
     buffer.free();
     throw e instanceof StraddleError ? e : new StraddleError("model_fetch", `the model download failed: ${e.message ?? e}`);
   }
-  progress("verify", buffer.received, total);
+  if (!source.verified) progress("verify", buffer.received, total);
   const digest = buffer.sha256();
   if (sha256 && digest !== sha256.toLowerCase()) {
     buffer.free();
     await source.discard();
     throw new StraddleError("model_integrity", `the model's SHA-256 is ${digest}, expected ${sha256}; the stored copy was discarded`);
   }
+  if (!source.verified && buffer.received === total) await source.keepDigest(digest);
   return { buffer, fromCache: kept === buffer.received, resumedFrom: kept < buffer.received ? kept : null, digest, bytes: total || buffer.received };
 }
 

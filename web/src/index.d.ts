@@ -355,6 +355,8 @@ export interface StoredModel {
   bytes: number;
   total: number;
   complete: boolean;
+  /** The file's SHA-256 once a load has hashed it whole (later loads then skip hashing). */
+  sha256: string | null;
 }
 
 export class Straddle {

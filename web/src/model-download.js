@@ -2,15 +2,17 @@
 // download resumes with a range request and what arrives is written as it comes; from the
 // Cache API where OPFS is missing; straight from the network when storing is off.
 import { StraddleError } from "./errors.js";
-import { MODEL_CACHE, describe, modelFolder, modelId, removeModel, writeRecord } from "./model-store.js";
+import { MODEL_CACHE, describe, modelFolder, modelId, recordDigest, removeModel, writeRecord } from "./model-store.js";
 
 /** Bytes read from the store at a time, and written between flushes. */
 const PIECE = 8 << 20;
 
 /**
- * The model at `url` as `{total, kept, chunks, discard}`: its size (0 if unknown), the bytes
- * that come from the store, an async iterable of its bytes in order, and a function that
- * drops the stored copy (after a failed integrity check).
+ * The model at `url` as `{total, kept, chunks, discard, verified, keepDigest}`: its size (0 if
+ * unknown), the bytes that come from the store, an async iterable of its bytes in order, a
+ * function that drops the stored copy (after a failed integrity check), the SHA-256 the store
+ * vouches for (null when the bytes must be hashed), and a function that records a digest
+ * once the whole file has been hashed and checked.
  */
 export async function openModel(url, useStore) {
   if (useStore) {
@@ -51,7 +53,8 @@ async function opfsModel(url, folder) {
   try {
     let kept = record ? handle.getSize() : 0;
     if (record?.complete && kept === record.total) {
-      return { total: kept, kept, chunks: storedThenFetched(handle, kept, null), discard };
+      const keepDigest = (sha256) => record.verified ? Promise.resolve() : recordDigest(folder, id, record, sha256);
+      return { total: kept, kept, chunks: storedThenFetched(handle, kept, null), discard, verified: record.verified, keepDigest };
     }
     const resp = await download(url, kept > 0 ? resumeHeaders(kept, record) : {});
     const resumed = kept > 0 && resp.status === 206;
@@ -62,9 +65,12 @@ async function opfsModel(url, folder) {
     const total = resumed ? Number(resp.headers.get("content-range")?.split("/")[1]) || 0
       : Number(resp.headers.get("content-length")) || 0;
     const validator = resumed ? record.validator : resp.headers.get("etag") ?? resp.headers.get("last-modified");
-    const write = (complete) => writeRecord(folder, id, { url: String(url), total, complete, validator });
+    const fields = { url: String(url), total, validator };
+    const write = (complete) => writeRecord(folder, id, { ...fields, complete });
     await write(false);
-    return { total, kept, chunks: storedThenFetched(handle, kept, { resp, total, done: () => write(true) }), discard };
+    const keepDigest = (sha256) => recordDigest(folder, id, fields, sha256);
+    const chunks = storedThenFetched(handle, kept, { resp, total, done: () => write(true) });
+    return { total, kept, chunks, discard, verified: null, keepDigest };
   } catch (e) {
     handle.close();
     throw e;
@@ -121,13 +127,13 @@ async function cachedModel(url, cache) {
     yield* bodyChunks(resp);
     await stored;
   }
-  return { total, kept: hit ? total : 0, chunks: chunks(), discard: () => cache.delete(url) };
+  return { total, kept: hit ? total : 0, chunks: chunks(), discard: () => cache.delete(url), verified: null, keepDigest: async () => {} };
 }
 
 /** The model straight from the network, kept nowhere. */
 function networkModel(resp) {
   const total = Number(resp.headers.get("content-length")) || 0;
-  return { total, kept: 0, chunks: bodyChunks(resp), discard: async () => {} };
+  return { total, kept: 0, chunks: bodyChunks(resp), discard: async () => {}, verified: null, keepDigest: async () => {} };
 }
 
 /** A response body's chunks; a connection lost midway is a typed failure. */

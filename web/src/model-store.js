@@ -2,7 +2,12 @@
 // written as it arrives, so a dropped connection, a reload or a closed tab resumes it with a
 // range request from the bytes already kept; where a browser has no OPFS the Cache API keeps
 // whole files. Each stored model is two entries in the `straddle-models` folder: `<id>.gguf`,
-// its bytes so far, and `<id>.json`, what they are: `{url, total, complete, validator}`.
+// its bytes so far, and `<id>.json`, what they are: `{url, total, complete, validator}`, and
+// once a load has hashed the whole file and found it right, its `sha256`: later loads take
+// that digest instead of hashing half a gigabyte again, as the native model cache's
+// `.verified` files do. The store is the file's only writer, and every write it starts
+// rewrites the record without a digest. (Chromium keeps no modification time for these
+// files, so unlike the native cache this one cannot also notice an outside change.)
 import { StraddleError } from "./errors.js";
 
 /** The Cache API store, by URL, where OPFS is missing. */
@@ -26,13 +31,22 @@ export async function modelId(url) {
   return [...new Uint8Array(digest).slice(0, 16)].map((b) => b.toString(16).padStart(2, "0")).join("");
 }
 
-/** What the folder holds of model `id`: its record plus the bytes kept (`stored`), or null. */
+/**
+ * What the folder holds of model `id`: its record plus the bytes kept (`stored`) and the
+ * digest its record vouches for (`verified`: null unless the file is whole), or null.
+ */
 export async function describe(folder, id) {
   const record = await folder.getFileHandle(`${id}.json`)
     .then((h) => h.getFile()).then((f) => f.text()).then(JSON.parse).catch(() => null);
   if (!record) return null;
   const stored = await folder.getFileHandle(`${id}.gguf`).then((h) => h.getFile()).then((f) => f.size).catch(() => 0);
-  return { id, ...record, stored };
+  const whole = record.complete && stored === record.total;
+  return { id, ...record, stored, verified: whole && record.sha256 ? record.sha256 : null };
+}
+
+/** Records that model `id`'s whole file hashes to `sha256`. */
+export async function recordDigest(folder, id, { url, total, validator }, sha256) {
+  await writeRecord(folder, id, { url, total, complete: true, validator, sha256 });
 }
 
 /** Writes model `id`'s record. */
@@ -73,13 +87,13 @@ export async function listModels() {
     for await (const name of folder.keys()) {
       if (!name.endsWith(".json")) continue;
       const m = await describe(folder, name.slice(0, -".json".length));
-      if (m) out.push({ id: m.id, url: m.url, bytes: m.stored, total: m.total, complete: m.complete });
+      if (m) out.push({ id: m.id, url: m.url, bytes: m.stored, total: m.total, complete: m.complete, sha256: m.verified });
     }
   }
   const cache = "caches" in globalThis ? await caches.open(MODEL_CACHE).catch(() => null) : null;
   for (const req of (await cache?.keys()) ?? []) {
     const bytes = Number((await cache.match(req))?.headers.get("content-length")) || 0;
-    out.push({ id: await modelId(req.url), url: req.url, bytes, total: bytes, complete: true });
+    out.push({ id: await modelId(req.url), url: req.url, bytes, total: bytes, complete: true, sha256: null });
   }
   return out;
 }

@@ -1,6 +1,7 @@
 // The model store in Debian's Chromium, against the project's own static server: a download
 // cut off partway resumes with a range request and fetches only the rest, the stored model is
-// listed and deleted through `Straddle.models`, and a site without room is refused before
+// listed and deleted through `Straddle.models`, a stored model is hashed once and its recorded
+// digest still held to the one the page asks for, and a site without room is refused before
 // any byte of the model is downloaded.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
@@ -57,7 +58,7 @@ async function inPage(context, fn, arg, initScript) {
  * Loads the model in a page of `context`: the device report and the progress events, or the
  * error's code and message.
  */
-const load = (context, initScript) => inPage(context, async (Straddle, { model, sha256 }) => {
+const load = (context, initScript, expected = sha256) => inPage(context, async (Straddle, { model, sha256 }) => {
   const progress = [];
   try {
     const s = await Straddle.create({ model, sha256, backend: "cpu", threads: 1, onProgress: (p) => progress.push(p) });
@@ -67,7 +68,7 @@ const load = (context, initScript) => inPage(context, async (Straddle, { model, 
   } catch (e) {
     return { code: e.code, message: e.message };
   }
-}, { model: modelUrl, sha256 }, initScript);
+}, { model: modelUrl, sha256: expected }, initScript);
 
 const models = (context) => inPage(context, (Straddle) => Straddle.models.list());
 
@@ -96,10 +97,13 @@ test("a model download cut at 60 % resumes from what was kept, and the store lis
     assert.ok(last.bytesPerS > 0 && last.secondsLeft === 0 && last.loaded === size, JSON.stringify(last));
 
     const [whole] = await models(context);
-    assert.deepEqual({ ...whole, id: undefined }, { id: undefined, url: `${webUrl}${modelUrl}`, bytes: size, total: size, complete: true });
+    assert.deepEqual({ ...whole, id: undefined }, { id: undefined, url: `${webUrl}${modelUrl}`, bytes: size, total: size, complete: true, sha256 });
     const third = await load(context);
     assert.equal(third.device.fromCache, true);
     assert.equal(served.bytes - before, again, "a stored model downloads nothing");
+    // The store hashed the file once; loading it unchanged takes that digest, not another pass.
+    assert.equal(third.device.sha256, sha256);
+    assert.deepEqual(third.progress.map((p) => p.phase).filter((p, i, all) => p !== all[i - 1]), ["cache", "compile", "ready"]);
 
     const deleted = await inPage(context, async (Straddle, id) => {
       await Straddle.models.delete(id);
@@ -108,6 +112,28 @@ test("a model download cut at 60 % resumes from what was kept, and the store lis
       return { left, twice };
     }, whole.id);
     assert.deepEqual(deleted, { left: [], twice: "model_not_found" });
+  } finally {
+    await context.close();
+  }
+});
+
+test("a stored model whose digest is not the one the page asks for is refused and dropped, and the next load fetches it again", { skip, timeout: 10 * MINUTES }, async () => {
+  const context = await browser.newContext();
+  try {
+    const first = await load(context);
+    assert.ok(first.device, JSON.stringify(first));
+    const [stored] = await models(context);
+    assert.equal(stored.sha256, sha256, "the store records the digest it checked");
+    // The page now expects another file at the same URL (a new release of the model): the
+    // digest the store recorded must not pass for it.
+    const other = await load(context, undefined, "0".repeat(64));
+    assert.equal(other.code, "model_integrity", JSON.stringify(other));
+    assert.deepEqual(await models(context), [], "the stored copy is dropped");
+    const before = served.bytes;
+    const fetched = await load(context);
+    assert.equal(fetched.device?.sha256, sha256, JSON.stringify(fetched));
+    assert.equal(served.bytes - before, size, "the next load downloads the whole model again");
+    assert.ok(fetched.progress.some((p) => p.phase === "verify"), "and hashes it");
   } finally {
     await context.close();
   }

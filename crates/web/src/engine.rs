@@ -24,13 +24,22 @@ const EDGE_CONTEXT: usize = 1024;
 const MAX_MODEL_BYTES: f64 = 3.0 * (1u64 << 30) as f64;
 
 /// A model file arriving in chunks, kept in wasm memory (the only full copy) and hashed as
-/// it comes.
+/// it comes, unless it is a stored copy already verified.
 #[wasm_bindgen]
 pub struct ModelBuffer {
     bytes: Vec<u8>,
-    hasher: Sha256,
+    /// The running hash, or the digest the store recorded when it verified these bytes.
+    digest: Digesting,
     /// The length the server announced, when it did; more bytes than this are an error.
     declared: Option<usize>,
+}
+
+/// Where a [`ModelBuffer`]'s SHA-256 comes from.
+enum Digesting {
+    /// Hashed as the bytes arrive.
+    Hashing(Sha256),
+    /// Recorded by the store when it verified the same bytes.
+    Recorded(String),
 }
 
 #[wasm_bindgen]
@@ -54,9 +63,15 @@ impl ModelBuffer {
             .map_err(|_| format!("out of memory reserving {declared_len} bytes for the model"))?;
         Ok(ModelBuffer {
             bytes,
-            hasher: Sha256::new(),
+            digest: Digesting::Hashing(Sha256::new()),
             declared,
         })
+    }
+
+    /// Takes the store's word that these bytes hash to `sha256` (it hashed them when it kept
+    /// them, and they have not changed since), so a warm load skips the second of hashing.
+    pub fn trust(&mut self, sha256: String) {
+        self.digest = Digesting::Recorded(sha256);
     }
 
     /// Appends the next chunk.
@@ -80,7 +95,9 @@ impl ModelBuffer {
             .try_reserve(chunk.len())
             .map_err(|_| "out of memory while receiving the model".to_string())?;
         self.bytes.extend_from_slice(chunk);
-        self.hasher.update(chunk);
+        if let Digesting::Hashing(hasher) = &mut self.digest {
+            hasher.update(chunk);
+        }
         Ok(())
     }
 
@@ -90,9 +107,12 @@ impl ModelBuffer {
         self.bytes.len() as f64
     }
 
-    /// Lowercase hex SHA-256 of the bytes received so far.
+    /// Lowercase hex SHA-256 of the bytes received so far (the recorded one if trusted).
     pub fn sha256(&self) -> String {
-        hex::encode(self.hasher.clone().finalize())
+        match &self.digest {
+            Digesting::Hashing(hasher) => hex::encode(hasher.clone().finalize()),
+            Digesting::Recorded(sha256) => sha256.to_lowercase(),
+        }
     }
 
     /// Fails unless every announced byte arrived (a cut download must not reach the parser
@@ -495,6 +515,14 @@ mod tests {
         cut.append(b"abc").expect("chunk");
         assert!(cut.complete().unwrap_err().contains("stopped at 3 of 10"));
         assert!(ModelBuffer::with_len(1e12).is_err());
+    }
+
+    #[test]
+    fn a_trusted_buffer_reports_the_recorded_digest_without_hashing() {
+        let mut b = ModelBuffer::with_len(3.0).expect("buffer");
+        b.trust("AB12".into());
+        b.append(b"abc").expect("chunk");
+        assert_eq!(b.sha256(), "ab12");
     }
 
     fn no_grammar(_: &OutputFormat) -> Result<Constraint, GrammarError> {
