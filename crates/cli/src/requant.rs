@@ -67,7 +67,7 @@ pub fn run(input: &Path, output: &Path, from: Target, to: Target) -> anyhow::Res
             w = w.tensor(&t.name, &t.shape, to.ty(), to.encode(&values));
             changed += 1;
         } else {
-            w = w.tensor(&t.name, &t.shape, t.ty, bytes);
+            w = w.tensor(&t.name, &t.shape, t.ty, bytes.into_owned());
         }
     }
     std::fs::write(output, w.to_bytes())

@@ -4,6 +4,7 @@
 //! checked against the bytes actually present before anything is allocated or read.
 //! A hostile file gets a [`GgufError`], never a panic or an allocation it did not pay for.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -84,6 +85,11 @@ pub trait ByteSource {
     }
     /// Fills `buf` from `offset`; the caller guarantees `offset + buf.len() <= len()`.
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()>;
+    /// Bytes `offset..offset + len` lent in place, where the source holds them in memory
+    /// (then a tensor is read without a copy), or `None`.
+    fn lend(&self, _offset: u64, _len: usize) -> Option<&[u8]> {
+        None
+    }
 }
 
 impl ByteSource for [u8] {
@@ -98,6 +104,10 @@ impl ByteSource for [u8] {
         buf.copy_from_slice(src);
         Ok(())
     }
+    fn lend(&self, offset: u64, len: usize) -> Option<&[u8]> {
+        let start = usize::try_from(offset).ok()?;
+        self.get(start..start.checked_add(len)?)
+    }
 }
 
 impl ByteSource for Vec<u8> {
@@ -106,6 +116,9 @@ impl ByteSource for Vec<u8> {
     }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
         self.as_slice().read_at(offset, buf)
+    }
+    fn lend(&self, offset: u64, len: usize) -> Option<&[u8]> {
+        self.as_slice().lend(offset, len)
     }
 }
 
@@ -557,15 +570,19 @@ impl<S: ByteSource> Gguf<S> {
         self.tensors.iter().find(|t| t.name == name)
     }
 
-    /// Reads the raw (still quantized) bytes of tensor `name`.
-    pub fn tensor_bytes(&self, name: &str) -> Result<Vec<u8>, GgufError> {
+    /// The raw (still quantized) bytes of tensor `name`: lent in place where the source
+    /// holds the file in memory (the page's model buffer), else read into a copy.
+    pub fn tensor_bytes(&self, name: &str) -> Result<Cow<'_, [u8]>, GgufError> {
         let info = self
             .tensor(name)
             .ok_or_else(|| GgufError::MissingTensor(name.into()))?;
+        let offset = self.data_offset + info.offset;
+        if let Some(lent) = self.source.lend(offset, info.size as usize) {
+            return Ok(Cow::Borrowed(lent));
+        }
         let mut buf = vec![0u8; info.size as usize];
-        self.source
-            .read_at(self.data_offset + info.offset, &mut buf)?;
-        Ok(buf)
+        self.source.read_at(offset, &mut buf)?;
+        Ok(Cow::Owned(buf))
     }
 
     /// A metadata value by key.
@@ -797,6 +814,8 @@ mod tests {
             assert_eq!(g.get_f64("x.f64").expect("f64"), 1.5);
             assert_eq!(g.tensor_bytes("w").expect("w"), vec![7u8; 256]);
             assert_eq!(g.tensor_bytes("q").expect("q"), vec![1u8; 34]);
+            // A file held in memory lends its tensors' bytes instead of copying them.
+            assert!(matches!(g.tensor_bytes("q"), Ok(Cow::Borrowed(_))));
             assert_eq!(g.tensor("q").map(|t| t.elements()), Some(32));
         }
     }
