@@ -7,6 +7,9 @@ import { MODEL_CACHE, describe, modelFolder, modelId, recordDigest, removeModel,
 /** Bytes read from the store at a time, and written between flushes. */
 const PIECE = 8 << 20;
 
+/** What a source the OPFS store does not keep says of digests: none vouched for, none kept. */
+const UNRECORDED = { verified: null, keepDigest: async () => {} };
+
 /**
  * The model at `url` as `{total, kept, chunks, discard, verified, keepDigest}`: its size (0 if
  * unknown), the bytes that come from the store, an async iterable of its bytes in order, a
@@ -53,7 +56,7 @@ async function opfsModel(url, folder) {
   try {
     let kept = record ? handle.getSize() : 0;
     if (record?.complete && kept === record.total) {
-      const keepDigest = (sha256) => record.verified ? Promise.resolve() : recordDigest(folder, id, record, sha256);
+      const keepDigest = (sha256) => recordDigest(folder, id, record, sha256);
       return { total: kept, kept, chunks: storedThenFetched(handle, kept, null), discard, verified: record.verified, keepDigest };
     }
     const resp = await download(url, kept > 0 ? resumeHeaders(kept, record) : {});
@@ -127,13 +130,13 @@ async function cachedModel(url, cache) {
     yield* bodyChunks(resp);
     await stored;
   }
-  return { total, kept: hit ? total : 0, chunks: chunks(), discard: () => cache.delete(url), verified: null, keepDigest: async () => {} };
+  return { total, kept: hit ? total : 0, chunks: chunks(), discard: () => cache.delete(url), ...UNRECORDED };
 }
 
 /** The model straight from the network, kept nowhere. */
 function networkModel(resp) {
   const total = Number(resp.headers.get("content-length")) || 0;
-  return { total, kept: 0, chunks: bodyChunks(resp), discard: async () => {}, verified: null, keepDigest: async () => {} };
+  return { total, kept: 0, chunks: bodyChunks(resp), discard: async () => {}, ...UNRECORDED };
 }
 
 /** A response body's chunks; a connection lost midway is a typed failure. */

@@ -97,8 +97,7 @@ impl ByteSource for [u8] {
         <[u8]>::len(self) as u64
     }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        let start = usize::try_from(offset).map_err(std::io::Error::other)?;
-        let src = self.get(start..start + buf.len()).ok_or_else(|| {
+        let src = self.lend(offset, buf.len()).ok_or_else(|| {
             std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "read past end")
         })?;
         buf.copy_from_slice(src);

@@ -87,9 +87,8 @@ impl IntSums for Simd128 {
     unsafe fn q4k(row: &Q4KRow<'_>, s: usize, x: &QActs) -> ([i32; 4], [i32; 4]) {
         let first = s * 8;
         assert!((first + 8) * BLOCK <= x.qs.len() && (first + 8) * 2 <= x.bsums.len());
-        // Rows are not woven here (`WOVEN` is one): a row's scales, minimums and sixteen
-        // bytes of each sub-block lie together, read once a super-block.
-        debug_assert_eq!(row.lane, 0);
+        // Rows are not woven here (`WOVEN` is one, so the group is the row): its scales,
+        // minimums and sixteen bytes of each sub-block lie together, read once a super-block.
         let (sc, m) = (
             &row.group.sc[first..first + 8],
             &row.group.m[first..first + 8],
