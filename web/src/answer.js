@@ -13,6 +13,8 @@ import { runSpeculative, whyNotSpeculative } from "./speculate.js";
  * `{meta, usage, finish_reason, model}` with the decision and the time to first token.
  */
 export async function answer(client, req, emit, started, signal, id) {
+  // A model being loaded again after its device failed is the device's answer soon.
+  await client.reloading?.catch(() => {});
   const decision = decide(client, req);
   if (signal?.aborted) throw new StraddleError("aborted", "the request was aborted");
   let firstAt = null;

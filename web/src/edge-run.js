@@ -1,13 +1,19 @@
 // An answer from the model on this device, in its turn on the engine. When the cloud may take
 // over, the cascade holds the first tokens back and watches them (and the first-token check
-// looks after prefill); a device that fails before showing anything leaves the answer to the
-// cloud. Each answer's measured speed is what the router counts on next.
+// looks after prefill). An engine that fails mid-answer (its GPU device lost, its worker
+// crashed) is loaded again on the CPU kernels and the answer goes on from the text shown; one
+// that cannot be loaded again leaves the answer to the cloud when nothing was shown. Each
+// answer's measured speed is what the router counts on next.
 import { Cascade } from "../pkg/straddle.js";
 import { runCloud } from "./cloud-run.js";
 import { onEdge } from "./edge-queue.js";
 import { StraddleError } from "./errors.js";
-import { edgeParams } from "./request.js";
+import { DEFAULT_MAX_TOKENS, edgeParams } from "./request.js";
 import { cloudUsable, expectedTokens, firstTokenEscalation } from "./routing.js";
+import { reloadEdge } from "./startup.js";
+
+/** Failures of the engine itself, after which a fresh one can go on with the answer. */
+const ENGINE_FAILURES = new Set(["device_lost", "edge_failed"]);
 
 /** The edge answer, in its turn on the device. */
 export function runEdge(client, ctx, options) {
@@ -17,21 +23,28 @@ export function runEdge(client, ctx, options) {
 /** The edge answer, watched by the cascade when the cloud may take over. */
 async function runEdgeNow(client, ctx, { cascade }, job) {
   const { req, decision, signal } = ctx;
-  const gen = client.edge.host.generate(req.messages, edgeParams(req));
-  const onAbort = () => gen.cancel();
-  signal?.addEventListener("abort", onAbort, { once: true });
+  await client.reloading?.catch(() => {});
+  if (!client.edge) return edgeFailed(client, ctx, client.edgeError ?? new StraddleError("edge_unavailable", "the on-device model is not loaded"));
+  const { host, backend } = client.edge;
   const monitor = cascade ? new Cascade(JSON.stringify(decision.cascade)) : null;
-  const run = { held: monitor ? [] : null, count: 0, prefillMs: null, degraded: null, reasons: [...decision.reasons] };
+  // `shown` is the text the caller has seen, `shownTokens` its tokens: where a fresh engine
+  // would go on from.
+  const run = { held: monitor ? [] : null, count: 0, shown: "", shownTokens: 0, prefillMs: null, degraded: null, reasons: [...decision.reasons] };
+  let gen = null;
+  const onAbort = () => gen?.cancel();
+  signal?.addEventListener("abort", onAbort, { once: true });
   let finished = false;
   try {
+    gen = host.generate(req.messages, edgeParams(req));
     const handed = await showTokens(client, ctx, gen, monitor, run, job);
     if (handed) return handed;
     finished = true;
   } catch (e) {
+    if (ENGINE_FAILURES.has(e.code) && !signal?.aborted) return await resumeOnCpu(client, ctx, run, { host, backend }, e);
     return await edgeFailed(client, ctx, e);
   } finally {
     // Escalated, aborted or failed: the device stops working on this answer.
-    if (!finished) gen.cancel();
+    if (!finished) gen?.cancel();
     signal?.removeEventListener("abort", onAbort);
     monitor?.free();
   }
@@ -65,8 +78,7 @@ async function showTokens(client, ctx, gen, monitor, run, job) {
     run.count += 1;
     job.done = run.count;
     if (!run.held) {
-      ctx.emitted = true;
-      ctx.emit(t.text);
+      show(ctx, run, t.text, 1);
       continue;
     }
     run.held.push(t.text);
@@ -78,15 +90,63 @@ async function showTokens(client, ctx, gen, monitor, run, job) {
     } else if (run.count < monitor.settles_after) {
       continue;
     }
-    ctx.emitted = true;
-    ctx.emit(run.held.join(""));
+    show(ctx, run, run.held.join(""), run.held.length);
     run.held = null;
   }
-  if (run.held?.length) {
-    ctx.emitted = true;
-    ctx.emit(run.held.join(""));
-  }
+  if (run.held?.length) show(ctx, run, run.held.join(""), run.held.length);
   return null;
+}
+
+/** Hands `text` (`tokens` of the answer) to the caller, and remembers it as shown. */
+function show(ctx, run, text, tokens) {
+  ctx.emitted = true;
+  ctx.emit(text);
+  run.shown += text;
+  run.shownTokens += tokens;
+}
+
+/**
+ * The engine failed mid-answer: the model is loaded again on the CPU kernels in a fresh
+ * worker and the answer goes on from the text shown, as the same turn, so nothing is shown
+ * twice and nothing is lost; the reasons say so. Where the model cannot be loaded again,
+ * the device failed: the cloud answers if nothing was shown and policy allows.
+ */
+async function resumeOnCpu(client, ctx, run, failed, e) {
+  await reloadEdge(client, failed.host).catch(() => {});
+  if (!client.edge) return edgeFailed(client, ctx, e);
+  const left = Math.max(1, (ctx.req.max_tokens ?? DEFAULT_MAX_TOKENS) - run.shownTokens);
+  const { tokens, completion: c } = await continueOnEdge(client, ctx, run.shown, left);
+  if (ctx.signal?.aborted) throw new StraddleError("aborted", "the request was aborted");
+  run.reasons.push(`the ${failed.backend} engine failed after ${run.shownTokens} tokens shown (${e.code}: ${e.message}); `
+    + `the model was loaded again on the CPU kernels and went on from the text shown`);
+  const end = edgeEnd(client.edge, { ...c, tokens: run.shownTokens + tokens }, run);
+  end.meta.edge.resumed = { from: failed.backend, to: client.edge.backend, after_tokens: run.shownTokens, after_chars: run.shown.length, error: e.code };
+  return end;
+}
+
+/**
+ * The rest of a turn on the device from the text already shown (the assistant's unfinished
+ * message, `continue_final_message`; none shown: the turn from its start). Resolves to the
+ * tokens streamed and the engine's completion.
+ */
+export async function continueOnEdge(client, ctx, shown, maxTokens) {
+  const { req, signal } = ctx;
+  const messages = shown ? [...req.messages, { role: "assistant", content: shown }] : req.messages;
+  const gen = client.edge.host.generate(messages, { ...edgeParams(req), max_tokens: maxTokens, ...(shown && { continue_final_message: true }) });
+  const onAbort = () => gen.cancel();
+  signal?.addEventListener("abort", onAbort, { once: true });
+  try {
+    let tokens = 0;
+    for await (const t of gen.tokens) {
+      if (t.type === "look") continue;
+      tokens += 1;
+      ctx.emitted = true;
+      ctx.emit(t.text);
+    }
+    return { tokens, completion: await gen.completion };
+  } finally {
+    signal?.removeEventListener("abort", onAbort);
+  }
 }
 
 /** The edge answer stands after a failed hand-up: it says why. */

@@ -11,8 +11,13 @@ export class EdgeHost {
     const worker = new Worker(new URL("./engine-worker.js", import.meta.url), { type: "module" });
     const host = new EdgeHost(worker);
     await new Promise((resolve, reject) => {
-      host.onReady = resolve;
-      worker.onerror = (e) => reject(new StraddleError("edge_unavailable", `the engine worker failed to start: ${e.message ?? e}`));
+      // Beside the host's own handler, which must outlive the start.
+      const failed = (e) => reject(new StraddleError("edge_unavailable", `the engine worker failed to start: ${e.message ?? e}`));
+      worker.addEventListener("error", failed, { once: true });
+      host.onReady = () => {
+        worker.removeEventListener("error", failed);
+        resolve();
+      };
       worker.postMessage({ type: "init", module, threads });
     });
     return host;
@@ -24,17 +29,25 @@ export class EdgeHost {
     this.pending = new Map();
     this.crashed = null;
     worker.onmessage = ({ data: m }) => this.dispatch(m);
-    // A worker that dies (out of memory, device lost) fails everything in flight.
+    // A worker that dies (out of memory) fails everything in flight.
     worker.onerror = (e) => {
       e.preventDefault?.();
-      this.crashed = new StraddleError("edge_failed", `the engine worker crashed: ${e.message ?? "unknown error"}`);
-      for (const p of this.pending.values()) p.fail(this.crashed);
-      this.pending.clear();
+      this.fail(new StraddleError("edge_failed", `the engine worker crashed: ${e.message ?? "unknown error"}`));
     };
+  }
+
+  /** The engine is gone: everything in flight and everything after fails with `error`. */
+  fail(error) {
+    this.crashed = error;
+    for (const p of this.pending.values()) p.fail(error);
+    this.pending.clear();
+    this.onFailed?.(error);
   }
 
   dispatch(m) {
     if (m.type === "ready") return this.onReady?.();
+    // What ran on the lost GPU may never finish: it fails now, not when (or if) it returns.
+    if (m.type === "device-lost") return this.fail(new StraddleError("device_lost", `the GPU device was lost (${m.reason}): ${m.message}`));
     const p = this.pending.get(m.id);
     if (!p) return;
     if (m.type === "error") {
@@ -109,6 +122,14 @@ export class EdgeHost {
       async return() { return { value: undefined, done: true }; },
     };
     return { tokens, completion, cancel: () => this.worker.postMessage({ type: "cancel", id }) };
+  }
+
+  /**
+   * Injects a fault, for tests: `"lose-device"` destroys the GPU device under the model,
+   * `"crash"` throws an uncaught error out of the worker.
+   */
+  injectFault(fault) {
+    this.worker.postMessage({ type: "fault", fault });
   }
 
   unload() {

@@ -7,6 +7,10 @@
 //                                     -> (token | degraded)* then done | error
 //   cancel {id}                       (the reply ends as "cancelled")
 //   unload                            (frees the model)
+//   fault {fault}                     (an injected fault, for tests: "lose-device" destroys the
+//                                     GPU device, "crash" throws out of the worker)
+// Unasked, the worker posts `device-lost {reason, message}` when the GPU device under the
+// loaded model is lost; the page then loads the model again in a fresh worker.
 import init, * as single from "../pkg/straddle.js";
 import { StraddleError, toWire } from "./errors.js";
 import { openModel } from "./model-download.js";
@@ -21,6 +25,35 @@ let pool = null;
 const cancelled = new Set();
 
 const post = (m, transfer) => self.postMessage(m, transfer ?? []);
+
+// The GPU devices this worker's engines asked for. A device can be lost at any time (a driver
+// reset, the GPU process crashing, the browser reclaiming memory); what runs on it then fails
+// or never finishes, so the loss is reported the moment the browser reports it.
+const gpuDevices = new Set();
+// Whether the loaded model runs on the GPU (kept here: after a loss the engine may not answer).
+let engineOnGpu = false;
+// Settles with the first loss's `GPUDeviceLostInfo`.
+let reportLoss;
+const deviceLoss = new Promise((resolve) => { reportLoss = resolve; });
+watchGpuDevices();
+
+function watchGpuDevices() {
+  const adapter = globalThis.GPUAdapter?.prototype;
+  if (!adapter) return;
+  const requestDevice = adapter.requestDevice;
+  adapter.requestDevice = async function (...args) {
+    const device = await requestDevice.apply(this, args);
+    gpuDevices.add(device);
+    device.lost.then((info) => {
+      gpuDevices.delete(device);
+      // A device under no loaded GPU model is nobody's loss.
+      if (!engineOnGpu) return;
+      reportLoss(info);
+      post({ type: "device-lost", reason: info.reason, message: info.message || "no reason given" });
+    });
+    return device;
+  };
+}
 // Between tokens the loop gives the event loop a turn, so a cancel posted by the page is
 // seen before the next forward pass. The turn is a message to ourselves, not setTimeout(0):
 // browsers clamp nested timers to 4 ms, which added 4 ms to every token (a 25 ms token).
@@ -46,14 +79,29 @@ self.onmessage = async ({ data: m }) => {
       await speculate(m);
     } else if (m.type === "cancel") {
       cancelled.add(m.id);
+    } else if (m.type === "fault" && m.fault === "lose-device") {
+      for (const device of gpuDevices) device.destroy();
+    } else if (m.type === "fault" && m.fault === "crash") {
+      setTimeout(() => { throw new Error("an injected crash"); });
     } else if (m.type === "unload") {
+      engineOnGpu = false;
       engine?.free();
       engine = null;
     }
   } catch (e) {
-    post({ type: "error", id: m.id, error: toWire(e) });
+    post({ type: "error", id: m.id, error: toWire(await asDeviceLoss(e)) });
   }
 };
+
+/**
+ * A failure of the engine on a GPU whose device was lost is that loss: the work fails first
+ * (a buffer that cannot be mapped), and the browser reports the loss just after.
+ */
+async function asDeviceLoss(e) {
+  if (!engineOnGpu || toWire(e).code !== "edge_failed") return e;
+  const info = await Promise.race([deviceLoss, new Promise((r) => setTimeout(r, 250, null))]);
+  return info ? new StraddleError("device_lost", `the GPU device was lost (${info.reason}): ${e.message ?? e}`) : e;
+}
 
 /**
  * Instantiates the threaded build and starts its pool: `threads - 1` Web Workers over the
@@ -158,6 +206,7 @@ async function startEngine(read, backend, wantGpu, progress) {
   let cpu = wantGpu ? null : await cpuBuild();
   let got = await read(wantGpu ? single : cpu.pkg);
   progress("compile", got.bytes, got.bytes);
+  engineOnGpu = false;
   engine?.free();
   engine = null;
   let gpuError = null;
@@ -178,6 +227,7 @@ async function startEngine(read, backend, wantGpu, progress) {
       throw new StraddleError("model_invalid", `the model could not be loaded: ${e.message ?? e}`);
     }
   }
+  engineOnGpu = engine.backend() === "webgpu";
   return { got, cpu, gpuError };
 }
 

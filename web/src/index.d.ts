@@ -13,7 +13,8 @@ export type StraddleErrorCode =
   | "model_invalid" // the file is not a model this engine can run (truncated, hostile, unsupported)
   | "webgpu_unavailable" // backend "webgpu" was asked for and the browser has none
   | "edge_unavailable" // no on-device model, and the cloud may not answer
-  | "edge_failed" // the device failed mid-answer (out of memory, device lost)
+  | "edge_failed" // the engine failed (out of memory, its worker crashed) and could not be loaded again
+  | "device_lost" // the GPU device under the model was lost, and the model could not be loaded again
   | "privacy_no_route" // the request must stay on the device, and the device cannot answer
   | "cloud_unavailable" // no worker configured, cloud switched off, or offline
   | "cloud_unreachable" // the worker did not answer
@@ -256,7 +257,11 @@ export interface StraddleMeta {
   /** Prompt tokens the cloud processed again because the history was re-sent. */
   resent_history_tokens?: number;
   /** Edge answers: the device's timings; `grammar_ms` is the share of `decode_ms` spent on constrained decoding's masks. */
-  edge?: { backend: "webgpu" | "cpu"; prefill_ms: number; decode_ms: number; grammar_ms: number; decode_tokens_per_s: number };
+  edge?: {
+    backend: "webgpu" | "cpu"; prefill_ms: number; decode_ms: number; grammar_ms: number; decode_tokens_per_s: number;
+    /** The engine failed mid-answer and a fresh one went on from the text shown (the timings are its). */
+    resumed?: { from: "webgpu" | "cpu"; to: "cpu"; after_tokens: number; after_chars: number; error: StraddleErrorCode };
+  };
   /** Speculative answers: what drafting and verification did. */
   speculative?: {
     verify_calls: number; drafted: number; accepted: number; acceptance: number;

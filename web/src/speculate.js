@@ -6,6 +6,7 @@ import { piiKinds } from "../pkg/straddle.js";
 import { resolveToken } from "./cloud.js";
 import { cloudCost, runCloud, versions } from "./cloud-run.js";
 import { onEdge } from "./edge-queue.js";
+import { continueOnEdge } from "./edge-run.js";
 import { StraddleError } from "./errors.js";
 import { DEFAULT_MAX_TOKENS, constrained, edgeParams } from "./request.js";
 import { expectedTokens } from "./routing.js";
@@ -134,13 +135,7 @@ async function continueInCloud(client, ctx, shown, maxTokens) {
     if (signal?.aborted) throw e;
     // A failed stream reports no usage: its tokens are estimated at four characters each.
     const left = Math.max(1, maxTokens - Math.ceil(sent.length / 4));
-    const gen = client.edge.host.generate(cont(shown + sent).messages, { ...edgeParams(req), max_tokens: left, continue_final_message: true });
-    let n = 0;
-    for await (const t of gen.tokens) {
-      n += 1;
-      ctx.emit(t.text);
-    }
-    const done = await gen.completion;
+    const { tokens: n, completion: done } = await continueOnEdge(client, ctx, shown + sent, left);
     return { tokens: n, finish: done.finish, cost: { usd: 0, prompt_tokens: 0, completion_tokens: 0 }, edgeTokens: n,
       degraded: `the hand-off to the cloud failed (${e.code ?? "error"}): ${e.message ?? e}; the edge finished the reply` };
   }

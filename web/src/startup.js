@@ -100,12 +100,12 @@ export async function restoreLearner(client) {
  * Loads the client's model into an engine worker; a model that cannot load leaves the cloud
  * to answer, and fails the client only when there is no cloud either.
  */
-export async function loadModel(client) {
+export async function loadModel(client, backend = client.options.backend) {
   const o = client.options;
   try {
     // Threads only where the browser allows shared memory; the WebGPU backend needs none.
     const cores = globalThis.navigator?.hardwareConcurrency ?? 1;
-    const wanted = o.backend === "webgpu" ? 1 : o.threads === "auto" ? Math.min(cores, 8) : Math.min(o.threads, cores);
+    const wanted = backend === "webgpu" ? 1 : o.threads === "auto" ? Math.min(cores, 8) : Math.min(o.threads, cores);
     const isolated = Boolean(globalThis.crossOriginIsolated);
     const url = new URL(o.model, globalThis.location?.href);
     const useStore = o.cacheModel !== false;
@@ -113,7 +113,9 @@ export async function loadModel(client) {
     checkMemory(size.bytes);
     if (useStore) await checkStorage(size);
     const host = await EdgeHost.start(client.module, isolated ? wanted : 1);
-    const loaded = await host.load({ url, sha256: o.sha256, backend: o.backend, cache: o.cacheModel }, o.onProgress);
+    const loaded = await host.load({ url, sha256: o.sha256, backend, cache: o.cacheModel }, o.onProgress);
+    // A device lost between answers: the next request finds the model loaded again.
+    host.onFailed = (e) => { if (e.code === "device_lost") reloadEdge(client, host).catch(() => {}); };
     // The worker can only say why its pool failed; a page without isolation never asks it
     // for one, so the reason is ours to give.
     const threadsError = loaded.backend !== "cpu" ? null
@@ -129,6 +131,23 @@ export async function loadModel(client) {
     if (!cloudUsable(client)) throw client.edgeError;
     console.warn("straddle: the on-device model is unavailable; answers come from the cloud:", client.edgeError.message);
   }
+}
+
+/**
+ * The model loaded again in a fresh engine worker after its engine failed (a lost GPU device,
+ * a crashed worker), on the CPU kernels: a lost GPU may not come back, and the CPU is always
+ * there. Every caller waits on the same reload, and a `failed` engine already replaced is not
+ * replaced twice; afterwards `client.edge` is the new engine, or null with `client.edgeError`
+ * saying why.
+ */
+export function reloadEdge(client, failed) {
+  if (!client.reloading && client.edge?.host !== failed) return Promise.resolve();
+  client.reloading ??= (async () => {
+    client.edge?.host.unload();
+    client.edge = null;
+    await loadModel(client, "cpu");
+  })().finally(() => { client.reloading = null; });
+  return client.reloading;
 }
 
 /**

@@ -674,6 +674,71 @@ test("with backend: \"webgpu\" the model loads onto WebGPU inside the engine's W
   }
 });
 
+test("a GPU device lost or a crashed engine mid-answer: the model loads again on the CPU kernels and the answer goes on from the text shown, never leaving the device", { skip }, async () => {
+  const messages = [{ role: "user", content: "My card number is 4111 1111 1111 1111. Write a short poem about the sea." }];
+  const { context, page, sent } = await freshPage();
+  try {
+    // The uninterrupted answers, on the CPU kernels; the long one so that a crash lands mid-answer.
+    const [short, long] = await inPage(page, async (Straddle, _E, config, messages) => {
+      const s = await Straddle.create({ ...config, worker: undefined, backend: "cpu" });
+      const texts = [];
+      for (const max_tokens of [24, 256]) {
+        const a = await s.chat.completions.create({ max_tokens, temperature: 0, messages });
+        texts.push(a.choices[0].message.content);
+      }
+      await s.unload();
+      return texts;
+    }, messages);
+    const r = await inPage(page, async (Straddle, _E, config, messages) => {
+      const s = await Straddle.create({ ...config, backend: "webgpu" });
+      // A streamed answer with a fault injected once text is shown; then what a fresh engine
+      // makes of exactly the text shown before the fault, for the test to compare.
+      const faulted = async (fault, max_tokens) => {
+        let text = "";
+        let meta = null;
+        for await (const c of await s.chat.completions.create({ stream: true, max_tokens, temperature: 0, messages })) {
+          const delta = c.choices[0].delta.content;
+          if (delta && !text) s.edge.host.injectFault(fault);
+          text += delta ?? "";
+          meta = c.straddle ?? meta;
+        }
+        const resumed = meta.edge?.resumed;
+        const shown = text.slice(0, resumed?.after_chars ?? 0);
+        const gen = s.edge.host.generate([...messages, { role: "assistant", content: shown }],
+          { max_tokens: max_tokens - (resumed?.after_tokens ?? 0), temperature: 0, continue_final_message: true });
+        let rest = "";
+        for await (const t of gen.tokens) rest += t.type === "token" ? t.text : "";
+        return { text, meta, shown, expected: shown + rest, backend: s.device().backend };
+      };
+      const before = s.device().backend;
+      const lost = await faulted("lose-device", 24);
+      const next = await s.chat.completions.create({ max_tokens: 4, temperature: 0, messages: [{ role: "user", content: "Hi" }] });
+      const crashed = await faulted("crash", 256);
+      return { before, lost, next: { route: next.straddle.route, backend: next.straddle.edge?.backend }, crashed };
+    }, messages);
+    assert.equal(r.before, "webgpu");
+    for (const [run, from, error, whole] of [[r.lost, "webgpu", "device_lost", short], [r.crashed, "cpu", "edge_failed", long]]) {
+      const { meta } = run;
+      assert.equal(meta.route, "edge", meta.reasons.join("; "));
+      assert.equal(meta.degraded, null);
+      assert.match(meta.reasons.join(" "), /loaded again on the CPU kernels/);
+      const { after_tokens, after_chars, ...resumed } = meta.edge.resumed ?? {};
+      assert.deepEqual(resumed, { from, to: "cpu", error }, meta.reasons.join("; "));
+      assert.ok(after_tokens >= 1 && after_chars >= 1 && run.shown.length === after_chars, JSON.stringify(meta.edge.resumed));
+      // Nothing shown twice, nothing dropped: what was shown is the uninterrupted answer's
+      // beginning, and what followed is the fresh engine's continuation of exactly that.
+      assert.ok(whole.startsWith(run.shown), `shown: ${JSON.stringify(run.shown)}`);
+      assert.equal(run.text, run.expected);
+      assert.ok(run.text.length > run.shown.length);
+      assert.equal(run.backend, "cpu");
+    }
+    assert.deepEqual(r.next, { route: "edge", backend: "cpu" });
+    assert.ok(!sent.some((q) => q.url.includes("/v1/chat/completions")), "the private requests never left the device");
+  } finally {
+    await context.close();
+  }
+});
+
 test("response_format: the answer is JSON under its schema on the CPU kernels, on WebGPU and from the cloud; a schema the engine refuses is an invalid_request", { skip }, async () => {
   const worker = await startWorker({ UPSTREAM_URL: stack.cloudUrl, ALLOWED_ORIGINS: stack.webUrl });
   const noGpu = await launch({ webgpu: false });
