@@ -650,7 +650,8 @@ pub fn write_examples(
     let examples = examples(items, answers);
     for (i, ((item, a), e)) in items.iter().zip(answers).zip(examples).enumerate() {
         let line = serde_json::json!({
-            "benchmark": item.benchmark, "group": item.group, "text": e.text,
+            "benchmark": item.benchmark, "group": item.group, "prompt": item.question.prompt(),
+            "answer": a.answer, "text": e.text,
             "signals": a.signals, "state": a.state, "edge_ok": a.correct,
             "scored_ok": a.scored_correct, "prefill_s": a.prefill_s,
             "cloud_ok": clouds.and_then(|c| c.get(i)),
