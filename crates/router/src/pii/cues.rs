@@ -607,7 +607,8 @@ fn my_number_after(text: &str, at: usize) -> Option<(usize, usize)> {
     (!followed_by_digit && super::checks::my_number_valid(&digits)).then_some((start, end))
 }
 
-const MONTHS: &[&str] = &[
+/// The first letters of months' names, lower case (English, Russian).
+pub(super) const MONTHS: &[&str] = &[
     "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec", "янв",
     "фев", "мар", "апр", "мая", "май", "июн", "июл", "авг", "сен", "окт", "ноя", "дек",
 ];

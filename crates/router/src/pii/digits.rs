@@ -43,6 +43,8 @@ struct Run {
     groups: Vec<usize>,
     /// Every separator byte between groups, in order.
     seps: Vec<u8>,
+    /// Each gap between groups as one mark: its first byte other than a space, or a space.
+    gaps: Vec<u8>,
     /// Starts with `+` (an international number).
     plus: bool,
     /// Holds a bracket: "(415) 555-2671", "+44(0)115".
@@ -123,6 +125,8 @@ fn read_run(b: &[u8], start: usize) -> Run {
         }
         run.bracket |= seps.contains(&b'(');
         run.seps.extend_from_slice(seps);
+        run.gaps
+            .push(seps.iter().copied().find(|&c| c != b' ').unwrap_or(b' '));
         j += sep_len;
     }
     // A closing bracket right after the digits belongs to the run: "(+44) 20".
@@ -252,7 +256,7 @@ fn phone(run: &Run, text: &[u8]) -> Option<f32> {
     if n > 12 {
         return None;
     }
-    if not_a_phone(run) {
+    if not_a_phone(run) || in_url_path(text, run.start) {
         return national_grouping_after_cue(run, text).then_some(0.8);
     }
     if run.bracket {
@@ -328,15 +332,68 @@ fn not_a_phone(run: &Run) -> bool {
     let thousands = g[0] <= 2
         && g[1..].iter().all(|&x| x == 3)
         && run.seps.iter().all(|&c| c == b' ' || c == b'.');
-    let year = |k: usize| d.get(k..k + 2).is_some_and(|p| p == [1, 9] || p == [2, 0]);
-    let years = g[..] == [4, 4] && year(0) && year(4);
+    // "1990-2000", "(1819 - 1890)": a span of years, the later after the earlier.
+    let year = |k: usize| {
+        d.get(k..k + 4)
+            .map(|p| p.iter().fold(0u32, |v, &x| v * 10 + u32::from(x)))
+    };
+    let years = g[..] == [4, 4]
+        && matches!((year(0), year(4)), (Some(a @ 1000..=2099), Some(b)) if (a..=a + 150).contains(&b));
     let zip4 = g[..] == [5, 4] && run.seps == [b'-'];
     // Identity numbers whose check failed are still not phones.
     let id_shaped = ssn_shaped(run) || (g[..] == [3, 3, 3, 2] && run.seps == [b'-', b'-', b' ']);
     let slashed = run.seps.contains(&b'/') && g.len() <= 3;
     // Groups of four are how cards and account numbers are written.
     let fours = g.len() >= 3 && g.iter().all(|&x| x == 4);
-    dotted_quad || date || thousands || years || zip4 || id_shaped || slashed || fours
+    dotted_quad || date || dated(run) || thousands || years || zip4 || id_shaped || slashed || fours
+}
+
+/// A date, year first or last, with one mark between its parts (spaces around it allowed)
+/// and perhaps the hour after it: "2017 - 01 - 25 01:00", "17 / 03 / 2017 22:45", "8 - 11 - 2016".
+fn dated(run: &Run) -> bool {
+    let g = &run.groups;
+    let one_mark = run.gaps.len() >= 2
+        && run.gaps[0] == run.gaps[1]
+        && matches!(run.gaps[0], b'-' | b'.' | b'/');
+    let hour_after = match g.len() {
+        3 => true,
+        4 => g[3] <= 2 && run.gaps[2] == b' ',
+        _ => false,
+    };
+    if !one_mark || !hour_after {
+        return false;
+    }
+    let mut values = Vec::with_capacity(g.len());
+    let mut at = 0;
+    for &len in g {
+        values.push(
+            run.digits[at..at + len]
+                .iter()
+                .fold(0u32, |v, &d| v * 10 + u32::from(d)),
+        );
+        at += len;
+    }
+    let (year, a, b) = match (g[0], g[1], g[2]) {
+        (4, 1..=2, 1..=2) => (values[0], values[1], values[2]),
+        (1..=2, 1..=2, 4) => (values[2], values[0], values[1]),
+        _ => return false,
+    };
+    let day_or_month = |v: u32| (1..=31).contains(&v);
+    (1900..=2099).contains(&year) && day_or_month(a) && day_or_month(b) && a.min(b) <= 12
+}
+
+/// Whether the run at `at` is a segment of a URL's path ("arxiv.org/abs/0704.3116"): an
+/// identifier there, not a phone. A query's value ("?phone=…") still counts.
+fn in_url_path(text: &[u8], at: usize) -> bool {
+    if at == 0 || text[at - 1] != b'/' {
+        return false;
+    }
+    let token_start = text[..at]
+        .iter()
+        .rposition(u8::is_ascii_whitespace)
+        .map_or(0, |i| i + 1);
+    let token = &text[token_start..at];
+    token.windows(3).any(|w| w == b"://") || token.starts_with(b"www.")
 }
 
 fn phone_cue_before(text: &[u8], at: usize) -> bool {
@@ -482,6 +539,12 @@ mod tests {
     }
 
     #[test]
+    fn a_phone_in_a_urls_query_is_still_a_phone() {
+        let text = "see https://example.com/contact?phone=212-555-0147 for more";
+        assert_eq!(phones(text), vec!["212-555-0147".to_string()]);
+    }
+
+    #[test]
     fn dates_amounts_versions_and_ranges_are_not_phones() {
         for text in [
             "on 2023-04-05 we met",
@@ -494,6 +557,11 @@ mod tests {
             "host 192.168.10.20",
             "build 10.0.19041",
             "pages 120-135",
+            "2017 - 01 - 25 01:00:11.530490 (Sensor: 17)",
+            "Latest level: 0.287 m at 17 / 03 / 2017 22:45:00 (GMT)",
+            "jay dmb test 8 - 11 - 2016",
+            "see https://arxiv.org/abs/0704.3116 for the method",
+            "Emil Du Bois-Reymond (1818-1896), Rudolf Virchow (1821 - 1902)",
         ] {
             assert!(phones(text).is_empty(), "{text}: {:?}", phones(text));
         }

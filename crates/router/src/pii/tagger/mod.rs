@@ -11,6 +11,7 @@ use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
+use super::cues::MONTHS;
 use super::kinds::{EntityKind, Span};
 
 mod features;
@@ -303,10 +304,9 @@ impl Tagger {
             spans.extend(spans_of(text, &tags, window));
         }
         // A street address identifies a home by its number; a capitalised pair without one
-        // ("Volvo Cars") is more often a name of something else.
+        // ("Volvo Cars"), or whose numbers are a date's ("6 May 1943"), is something else.
         spans.retain(|s| {
-            s.kind != EntityKind::StreetAddress
-                || text[s.start..s.end].bytes().any(|b| b.is_ascii_digit())
+            s.kind != EntityKind::StreetAddress || has_house_number(&text[s.start..s.end])
         });
         spans
     }
@@ -479,6 +479,56 @@ fn fnv64(bytes: &[u8]) -> u64 {
     })
 }
 
+/// English months' whole names (`MONTHS` holds their first letters).
+const ENGLISH_MONTHS: [&str; 12] = [
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+];
+
+/// Whether `span` holds a number that can be a house's: in a span that names a month, one
+/// that is neither a year nor a day beside the month ("6 May 1943", "December 15, 1890",
+/// "1 June 1945 -- 21 November").
+fn has_house_number(span: &str) -> bool {
+    let words: Vec<&str> = span
+        .split(|c: char| c.is_whitespace() || matches!(c, ',' | ';' | '(' | ')'))
+        .filter(|w| !w.is_empty())
+        .collect();
+    // A month's whole name or its abbreviation, not a street that starts like one ("Marine").
+    let is_month = |w: &str| {
+        let lower = w.trim_end_matches('.').to_lowercase();
+        MONTHS.iter().any(|m| {
+            lower == *m
+                || (!m.is_ascii() && lower.starts_with(m))
+                || ENGLISH_MONTHS
+                    .iter()
+                    .any(|full| full.starts_with(m) && lower == *full)
+        }) || lower == "sept"
+    };
+    // Without a month a four-digit number is as often a house's ("1248 Oak St") as a year's.
+    let dated = words.iter().any(|w| is_month(w));
+    words.iter().enumerate().any(|(i, w)| {
+        let digits: String = w.chars().take_while(char::is_ascii_digit).collect();
+        if digits.is_empty() {
+            return false;
+        }
+        let year = digits.len() == 4 && matches!(digits.parse::<u32>(), Ok(1000..=2099));
+        let beside_month = [i.wrapping_sub(1), i + 1]
+            .iter()
+            .any(|&j| words.get(j).is_some_and(|n| is_month(n)));
+        !(beside_month || dated && year)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -490,6 +540,30 @@ mod tests {
             .into_iter()
             .map(|s| (s.kind, &text[s.start..s.end]))
             .collect()
+    }
+
+    #[test]
+    fn a_date_holds_no_house_number() {
+        for span in [
+            "6 May 1943",
+            "December 15, 1890",
+            "1 June 1945 -- 21 November 1945",
+            "Dec. 2008",
+        ] {
+            assert!(!has_house_number(span), "{span}");
+        }
+        for span in [
+            "340 Hay Street",
+            "169 Hay Street, East Perth",
+            "Flat 2, 14 Park Road",
+            "221B Baker Street",
+            "12 Marine Drive",
+            "7 Juniper Way",
+            "1248 Oak St",
+            "Franz-Peter-Stadelmann-Platz 1248",
+        ] {
+            assert!(has_house_number(span), "{span}");
+        }
     }
 
     #[test]
