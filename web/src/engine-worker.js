@@ -106,7 +106,8 @@ async function asDeviceLoss(e) {
 /**
  * Instantiates the threaded build and starts its pool: `threads - 1` Web Workers over the
  * same shared memory, each joining the engine's fork-join pool (this worker is the last
- * thread). Resolves to the build's exports once every worker has joined.
+ * thread). Resolves to the build's exports, and `joined`, which settles once every worker
+ * has joined: the model can be read into the build's memory meanwhile.
  */
 async function startPool(threads) {
   if (!self.crossOriginIsolated) {
@@ -117,6 +118,11 @@ async function startPool(threads) {
   });
   await pkg.default({ module_or_path: new URL("../pkg-threads/straddle_bg.wasm", import.meta.url) });
   const [module, memory] = pkg.poolShared();
+  return { pkg, joined: joinPool(pkg, module, memory, threads) };
+}
+
+/** Starts `threads - 1` pool workers over the build's module and memory; settles once all joined. */
+async function joinPool(pkg, module, memory, threads) {
   await Promise.all(Array.from({ length: threads - 1 }, () => new Promise((resolve, reject) => {
     const w = new Worker(new URL("./pool-worker.js", import.meta.url), { type: "module" });
     w.onmessage = ({ data }) => (data.type === "joining" ? resolve() : reject(new Error(data.error)));
@@ -128,7 +134,6 @@ async function startPool(threads) {
     if (waited > 5000) throw new Error(`only ${pkg.poolThreads()} of ${threads} pool threads started`);
     await new Promise((r) => setTimeout(r, 5));
   }
-  return pkg;
 }
 
 /** Reads the model (the store first), checks its SHA-256, and loads it onto a backend. */
@@ -221,6 +226,12 @@ async function startEngine(read, backend, wantGpu, progress) {
     }
   }
   if (!engine) {
+    if (!(await poolJoined(cpu))) {
+      // The pool failed while the model was read into its build: read it again into the other.
+      got.buffer.free();
+      cpu = await cpuBuild();
+      got = await read(cpu.pkg);
+    }
     try {
       engine = cpu.pkg.EdgeEngine.loadCpu(got.buffer);
     } catch (e) {
@@ -231,13 +242,30 @@ async function startEngine(read, backend, wantGpu, progress) {
   return { got, cpu, gpuError };
 }
 
-/** The build a CPU model runs on: the threaded one when threads were asked for and it starts. */
+/**
+ * The build a CPU model runs on: the threaded one when threads were asked for and it
+ * instantiates (its pool joins meanwhile: `joined`, see `poolJoined`), else the single one.
+ */
 async function cpuBuild() {
   if (threadsWanted <= 1) return { pkg: single, threads: 1, error: null };
   pool ??= startPool(threadsWanted).then(
-    (pkg) => ({ pkg, threads: threadsWanted, error: null }),
-    (e) => ({ pkg: single, threads: 1, error: String(e.message ?? e) }));
+    ({ pkg, joined }) => ({ pkg, threads: threadsWanted, error: null, joined }),
+    (e) => singleBuild(e));
   return pool;
+}
+
+/** The single-threaded build, and why the threaded one is not used. */
+function singleBuild(e) {
+  return { pkg: single, threads: 1, error: String(e.message ?? e) };
+}
+
+/** Whether `cpu`'s pool joined; if not, later models run on the single build (`cpuBuild`). */
+async function poolJoined(cpu) {
+  if (!cpu.joined) return true;
+  const failed = await cpu.joined.then(() => null, (e) => e);
+  if (!failed) return true;
+  pool = Promise.resolve(singleBuild(failed));
+  return false;
 }
 
 /** What the page is told of a loaded model: the `loaded` reply. */
