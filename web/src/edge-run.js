@@ -12,8 +12,6 @@ import { DEFAULT_MAX_TOKENS, edgeParams } from "./request.js";
 import { cloudUsable, expectedTokens, firstTokenEscalation } from "./routing.js";
 import { reloadEdge } from "./startup.js";
 
-/** Failures of the engine itself, after which a fresh one can go on with the answer. */
-const ENGINE_FAILURES = new Set(["device_lost", "edge_failed"]);
 
 /** The edge answer, in its turn on the device. */
 export function runEdge(client, ctx, options) {
@@ -40,7 +38,10 @@ async function runEdgeNow(client, ctx, { cascade }, job) {
     if (handed) return handed;
     finished = true;
   } catch (e) {
-    if (ENGINE_FAILURES.has(e.code) && !signal?.aborted) return await resumeOnCpu(client, ctx, run, { host, backend }, e);
+    // The engine itself is gone (its device lost, its worker crashed or trapped): a fresh one
+    // goes on. Any other failure (a prompt too long, a refused schema) would fail again.
+    const gone = host.crashed || e.code === "device_lost";
+    if (gone && !signal?.aborted) return await resumeOnCpu(client, ctx, run, { host, backend }, e);
     return await edgeFailed(client, ctx, e);
   } finally {
     // Escalated, aborted or failed: the device stops working on this answer.
@@ -115,7 +116,12 @@ async function resumeOnCpu(client, ctx, run, failed, e) {
   await reloadEdge(client, failed.host).catch(() => {});
   if (!client.edge) return edgeFailed(client, ctx, e);
   const left = Math.max(1, (ctx.req.max_tokens ?? DEFAULT_MAX_TOKENS) - run.shownTokens);
-  const { tokens, completion: c } = await continueOnEdge(client, ctx, run.shown, left);
+  let tokens, c;
+  try {
+    ({ tokens, completion: c } = await continueOnEdge(client, ctx, run.shown, left));
+  } catch (again) {
+    return edgeFailed(client, ctx, again);
+  }
   if (ctx.signal?.aborted) throw new StraddleError("aborted", "the request was aborted");
   run.reasons.push(`the ${failed.backend} engine failed after ${run.shownTokens} tokens shown (${e.code}: ${e.message}); `
     + `the model was loaded again on the CPU kernels and went on from the text shown`);

@@ -48,6 +48,8 @@ export class EdgeHost {
     if (m.type === "ready") return this.onReady?.();
     // What ran on the lost GPU may never finish: it fails now, not when (or if) it returns.
     if (m.type === "device-lost") return this.fail(new StraddleError("device_lost", `the GPU device was lost (${m.reason}): ${m.message}`));
+    // A trap (out of memory, an abort in the engine) leaves the wasm instance unusable.
+    if (m.type === "error" && m.error.trapped) return this.fail(fromWire(m.error));
     const p = this.pending.get(m.id);
     if (!p) return;
     if (m.type === "error") {

@@ -89,7 +89,9 @@ self.onmessage = async ({ data: m }) => {
       engine = null;
     }
   } catch (e) {
-    post({ type: "error", id: m.id, error: toWire(await asDeviceLoss(e)) });
+    // A wasm trap (out of memory, a panic) leaves this instance unusable: the page replaces it.
+    const trapped = e instanceof WebAssembly.RuntimeError;
+    post({ type: "error", id: m.id, error: { ...toWire(await asDeviceLoss(e)), trapped } });
   }
 };
 
