@@ -320,36 +320,27 @@ fn bare_phone(run: &Run, text: &[u8]) -> Option<f32> {
 /// IPv4 addresses or identity numbers, never phones.
 fn not_a_phone(run: &Run) -> bool {
     let g = &run.groups;
-    let d = &run.digits;
-    let all_same = run.seps.windows(2).all(|w| w[0] == w[1]);
     let dotted_quad =
         run.seps.iter().all(|&c| c == b'.') && g.len() == 4 && g.iter().all(|&x| x <= 3);
-    let date = all_same
-        && g.len() == 3
-        && matches!(run.seps[0], b'-' | b'.' | b'/')
-        && (g[..] == [4, 2, 2] || g[..] == [2, 2, 4] || g[..] == [1, 2, 4] || g[..] == [2, 1, 4]);
     // "1 500 000", "12.345.678": thousands.
     let thousands = g[0] <= 2
         && g[1..].iter().all(|&x| x == 3)
         && run.seps.iter().all(|&c| c == b' ' || c == b'.');
     // "1990-2000", "(1819 - 1890)": a span of years, the later after the earlier.
-    let year = |k: usize| {
-        d.get(k..k + 4)
-            .map(|p| p.iter().fold(0u32, |v, &x| v * 10 + u32::from(x)))
-    };
     let years = g[..] == [4, 4]
-        && matches!((year(0), year(4)), (Some(a @ 1000..=2099), Some(b)) if (a..=a + 150).contains(&b));
+        && matches!(group_values(run)[..], [a, b] if is_year(a) && (a..=a + 150).contains(&b));
     let zip4 = g[..] == [5, 4] && run.seps == [b'-'];
     // Identity numbers whose check failed are still not phones.
     let id_shaped = ssn_shaped(run) || (g[..] == [3, 3, 3, 2] && run.seps == [b'-', b'-', b' ']);
     let slashed = run.seps.contains(&b'/') && g.len() <= 3;
     // Groups of four are how cards and account numbers are written.
     let fours = g.len() >= 3 && g.iter().all(|&x| x == 4);
-    dotted_quad || date || dated(run) || thousands || years || zip4 || id_shaped || slashed || fours
+    dotted_quad || dated(run) || thousands || years || zip4 || id_shaped || slashed || fours
 }
 
 /// A date, year first or last, with one mark between its parts (spaces around it allowed)
-/// and perhaps the hour after it: "2017 - 01 - 25 01:00", "17 / 03 / 2017 22:45", "8 - 11 - 2016".
+/// and perhaps the hour after it: "2023-04-05", "05.04.2023", "2017 - 01 - 25 01:00",
+/// "17 / 03 / 2017 22:45", "8 - 11 - 2016".
 fn dated(run: &Run) -> bool {
     let g = &run.groups;
     let one_mark = run.gaps.len() >= 2
@@ -363,23 +354,34 @@ fn dated(run: &Run) -> bool {
     if !one_mark || !hour_after {
         return false;
     }
-    let mut values = Vec::with_capacity(g.len());
-    let mut at = 0;
-    for &len in g {
-        values.push(
-            run.digits[at..at + len]
-                .iter()
-                .fold(0u32, |v, &d| v * 10 + u32::from(d)),
-        );
-        at += len;
-    }
+    let values = group_values(run);
     let (year, a, b) = match (g[0], g[1], g[2]) {
         (4, 1..=2, 1..=2) => (values[0], values[1], values[2]),
         (1..=2, 1..=2, 4) => (values[2], values[0], values[1]),
         _ => return false,
     };
     let day_or_month = |v: u32| (1..=31).contains(&v);
-    (1900..=2099).contains(&year) && day_or_month(a) && day_or_month(b) && a.min(b) <= 12
+    is_year(year) && day_or_month(a) && day_or_month(b) && a.min(b) <= 12
+}
+
+/// A year a text may name: a date's or a life's, from 1000 to 2099.
+fn is_year(v: u32) -> bool {
+    (1000..=2099).contains(&v)
+}
+
+/// Each group of the run's digits as a number.
+fn group_values(run: &Run) -> Vec<u32> {
+    let mut at = 0;
+    run.groups
+        .iter()
+        .map(|&len| {
+            let v = run.digits[at..at + len]
+                .iter()
+                .fold(0u32, |v, &d| v * 10 + u32::from(d));
+            at += len;
+            v
+        })
+        .collect()
 }
 
 /// Whether the run at `at` is a segment of a URL's path ("arxiv.org/abs/0704.3116"): an

@@ -503,16 +503,16 @@ fn has_house_number(span: &str) -> bool {
         .split(|c: char| c.is_whitespace() || matches!(c, ',' | ';' | '(' | ')'))
         .filter(|w| !w.is_empty())
         .collect();
-    // A month's whole name or its abbreviation, not a street that starts like one ("Marine").
+    // A month's whole English name or its abbreviation, not a street that starts like one
+    // ("Marine"); Russian names, declined, by their first letters.
     let is_month = |w: &str| {
         let lower = w.trim_end_matches('.').to_lowercase();
-        MONTHS.iter().any(|m| {
-            lower == *m
-                || (!m.is_ascii() && lower.starts_with(m))
-                || ENGLISH_MONTHS
-                    .iter()
-                    .any(|full| full.starts_with(m) && lower == *full)
-        }) || lower == "sept"
+        ENGLISH_MONTHS.contains(&lower.as_str())
+            || lower == "sept"
+            || MONTHS.iter().any(|m| match m.is_ascii() {
+                true => lower == *m,
+                false => lower.starts_with(m),
+            })
     };
     // Without a month a four-digit number is as often a house's ("1248 Oak St") as a year's.
     let dated = words.iter().any(|w| is_month(w));
