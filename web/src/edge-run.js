@@ -12,7 +12,6 @@ import { DEFAULT_MAX_TOKENS, edgeParams } from "./request.js";
 import { cloudUsable, expectedTokens, firstTokenEscalation } from "./routing.js";
 import { reloadEdge } from "./startup.js";
 
-
 /** The edge answer, in its turn on the device. */
 export function runEdge(client, ctx, options) {
   return onEdge(client, expectedTokens(ctx), (job) => runEdgeNow(client, ctx, options, job));

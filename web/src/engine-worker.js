@@ -84,9 +84,7 @@ self.onmessage = async ({ data: m }) => {
     } else if (m.type === "fault" && m.fault === "crash") {
       setTimeout(() => { throw new Error("an injected crash"); });
     } else if (m.type === "unload") {
-      engineOnGpu = false;
-      engine?.free();
-      engine = null;
+      freeEngine();
     }
   } catch (e) {
     // A wasm trap (out of memory, a panic) leaves this instance unusable: the page replaces it.
@@ -213,9 +211,7 @@ async function startEngine(read, backend, wantGpu, progress) {
   let cpu = wantGpu ? null : await cpuBuild();
   let got = await read(wantGpu ? single : cpu.pkg);
   progress("compile", got.bytes, got.bytes);
-  engineOnGpu = false;
-  engine?.free();
-  engine = null;
+  freeEngine();
   let gpuError = null;
   if (wantGpu) {
     try {
@@ -242,6 +238,13 @@ async function startEngine(read, backend, wantGpu, progress) {
   }
   engineOnGpu = engine.backend() === "webgpu";
   return { got, cpu, gpuError };
+}
+
+/** Frees the loaded model; a loss of its device is nobody's after this. */
+function freeEngine() {
+  engineOnGpu = false;
+  engine?.free();
+  engine = null;
 }
 
 /**
