@@ -562,10 +562,10 @@ impl<M: std::fmt::Debug> std::fmt::Debug for Engine<M> {
 
 impl Engine<Model> {
     /// Loads model, tokenizer and template from a GGUF source; RoPE covers `max_context`.
-    pub fn load<S: ByteSource>(source: S, max_context: usize) -> Result<Self, EngineError> {
+    pub fn load<S: ByteSource + Sync>(source: S, max_context: usize) -> Result<Self, EngineError> {
         let g = Gguf::read(source)?;
-        let model = Model::load(&g, max_context)?;
-        Self::with_model(&g, model)
+        let (model, text) = Model::load_alongside(&g, max_context, || TextParts::from_gguf(&g))?;
+        Ok(Self::assemble(model, text?))
     }
 }
 
@@ -580,22 +580,21 @@ impl Engine<crate::device_model::DeviceModel> {
     ) -> Result<Self, EngineError> {
         let g = Gguf::read(source)?;
         let model = crate::device_model::DeviceModel::load(&g, max_context, device)?;
-        Self::with_model(&g, model)
+        Ok(Self::assemble(model, TextParts::from_gguf(&g)?))
     }
 }
 
 impl<M: CausalLm> Engine<M> {
     /// `model` with the tokenizer, template and identity of the GGUF it was loaded from.
-    fn with_model<S: ByteSource>(g: &Gguf<S>, model: M) -> Result<Self, EngineError> {
-        let text = TextParts::from_gguf(g)?;
-        Ok(Self {
+    fn assemble(model: M, text: TextParts) -> Self {
+        Self {
             model,
             tokenizer: text.tokenizer,
             template: text.template,
             languages: text.languages,
             name: text.name,
             grammars: std::sync::OnceLock::new(),
-        })
+        }
     }
 
     /// The grammar state for one answer in `format` (for [`GenerateParams::constraint`]);

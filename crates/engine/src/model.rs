@@ -91,24 +91,62 @@ impl WeightStore for Host {
 
 type Layer = LayerWeights<QMatrix, Vec<f32>>;
 
+/// The result a task of [`crate::parallel::run_all`] left in its place.
+fn ran<T>(place: Option<T>) -> T {
+    place.expect("run_all runs every task or panics")
+}
+
 impl Model {
     /// Loads the weights of a GGUF of one of the [`crate::Arch`]s; RoPE tables cover `max_context`
     /// positions.
-    pub fn load<S: ByteSource>(g: &Gguf<S>, max_context: usize) -> Result<Self, ModelError> {
+    pub fn load<S: ByteSource + Sync>(g: &Gguf<S>, max_context: usize) -> Result<Self, ModelError> {
+        Ok(Self::load_alongside(g, max_context, || ())?.0)
+    }
+
+    /// [`Model::load`], with `alongside` run as one more task of the same parallel region
+    /// (the tokenizer's tables, built from the same file, take about as long as a few
+    /// layers): the weights' layouts are built a tensor a task, spread over the pool.
+    pub fn load_alongside<S: ByteSource + Sync, T: Send>(
+        g: &Gguf<S>,
+        max_context: usize,
+        alongside: impl FnOnce() -> T + Send,
+    ) -> Result<(Self, T), ModelError> {
         let c = Config::from_gguf(g)?;
-        let layers = (0..c.n_layers)
-            .map(|i| weights::load_layer(&Host, g, &c, i))
-            .collect::<Result<_, _>>()?;
-        let embed = weights::matrix(&Host, g, "token_embd.weight", c.vocab, c.dim)?;
-        let head = match g.tensor("output.weight") {
-            Some(_) => Some(weights::matrix(&Host, g, "output.weight", c.vocab, c.dim)?),
-            None => None,
-        };
+        let (mut other, mut embed, mut head) = (None, None, None);
+        let mut layers: Vec<Option<Result<Layer, ModelError>>> =
+            (0..c.n_layers).map(|_| None).collect();
+        let config = &c;
+        // The largest tasks first, so the last ones to start are short.
+        let mut tasks: Vec<Box<dyn FnOnce() + Send + '_>> = vec![
+            Box::new(|| other = Some(alongside())),
+            Box::new(|| {
+                embed = Some(weights::matrix(
+                    &Host,
+                    g,
+                    "token_embd.weight",
+                    c.vocab,
+                    c.dim,
+                ))
+            }),
+            Box::new(|| {
+                head = g
+                    .tensor("output.weight")
+                    .map(|_| weights::matrix(&Host, g, "output.weight", c.vocab, c.dim));
+            }),
+        ];
+        tasks.extend(layers.iter_mut().enumerate().map(|(i, slot)| {
+            Box::new(move || *slot = Some(weights::load_layer(&Host, g, config, i)))
+                as Box<dyn FnOnce() + Send + '_>
+        }));
+        crate::parallel::run_all(tasks);
+        let layers = layers.into_iter().map(ran).collect::<Result<_, _>>()?;
+        let embed = ran(embed)?;
+        let head = head.transpose()?;
         let norm = weights::vector(&Host, g, "output_norm.weight", c.dim)?;
         let rope_global = RopeTable::new(c.rope_theta, c.head_dim, max_context);
         let rope_local = (c.sliding_window.is_some() && c.rope_theta_local != c.rope_theta)
             .then(|| RopeTable::new(c.rope_theta_local, c.head_dim, max_context));
-        Ok(Self {
+        let model = Self {
             config: c,
             embed,
             layers,
@@ -116,7 +154,8 @@ impl Model {
             head,
             rope_global,
             rope_local,
-        })
+        };
+        Ok((model, ran(other)))
     }
 
     /// Bytes of weights held (quantized).

@@ -21,6 +21,12 @@ pub(crate) fn for_each<T: Send>(items: Vec<T>, work: impl Fn(T) + Sync) {
     items.into_iter().for_each(work);
 }
 
+/// Runs every task, the tasks spread over the pool (in order on one thread); each writes its
+/// own result where it captured a place for it.
+pub(crate) fn run_all<'a>(tasks: Vec<Box<dyn FnOnce() + Send + 'a>>) {
+    for_each(tasks, |task| task());
+}
+
 /// Threads the CPU kernels run on (the caller and the pool's workers).
 pub fn threads() -> usize {
     #[cfg(any(not(target_arch = "wasm32"), feature = "threads"))]
@@ -290,6 +296,21 @@ mod tests {
             on_worker.load(Ordering::SeqCst) > 0,
             "no worker took a task"
         );
+    }
+
+    #[test]
+    fn run_all_leaves_each_result_in_its_own_place() {
+        let mut places: Vec<Option<String>> = vec![None; 29];
+        let mut side = None;
+        let mut tasks: Vec<Box<dyn FnOnce() + Send + '_>> =
+            vec![Box::new(|| side = Some("side".to_string()))];
+        tasks.extend(places.iter_mut().enumerate().map(|(i, place)| {
+            Box::new(move || *place = Some(i.to_string())) as Box<dyn FnOnce() + Send + '_>
+        }));
+        super::run_all(tasks);
+        assert_eq!(side.as_deref(), Some("side"));
+        let expected: Vec<Option<String>> = (0..29).map(|i| Some(i.to_string())).collect();
+        assert_eq!(places, expected);
     }
 
     #[test]
