@@ -248,6 +248,10 @@ enum Eval {
         /// Refit the quality model leaving each domain out, for development.
         #[arg(long)]
         cross_fit: bool,
+        /// Route with this quality model (`straddle train-router --quality-out`'s file)
+        /// instead of the bundled one: a model is judged here before it ships.
+        #[arg(long, conflicts_with = "cross_fit")]
+        quality_model: Option<PathBuf>,
         /// Print one JSON object instead of the table.
         #[arg(long)]
         json: bool,
@@ -361,9 +365,14 @@ fn eval(benchmark: Eval) -> anyhow::Result<()> {
             limit_per_domain,
             mmlu_limit_per_domain,
             cross_fit,
+            quality_model,
             json,
             cache,
         } => {
+            let quality = quality_model
+                .as_deref()
+                .map(read_quality_model)
+                .transpose()?;
             let edge = edge.unwrap_or_else(|| straddle_models::DEFAULT_EDGE.path());
             let cloud_model = cloud_model.unwrap_or_else(|| straddle_models::DEFAULT_CLOUD.path());
             let cache = cache.unwrap_or_else(default_cache);
@@ -381,6 +390,7 @@ fn eval(benchmark: Eval) -> anyhow::Result<()> {
                     per_mmlu_domain: mmlu_limit_per_domain.or(limit_per_domain),
                 },
                 cross_fitted: cross_fit,
+                quality: quality.as_ref(),
                 examples_out: examples_out.as_deref(),
             };
             eval_route(&run, json)
@@ -488,6 +498,14 @@ fn token(
     };
     println!("{}", mint(&claims, secret.as_bytes()));
     Ok(())
+}
+
+/// A quality model from a file, checked as the bundled ones are.
+fn read_quality_model(path: &Path) -> anyhow::Result<straddle_router::quality::QualityModel> {
+    let json = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the quality model {}", path.display()))?;
+    straddle_router::quality::QualityModel::from_json(&json)
+        .with_context(|| format!("the quality model {}", path.display()))
 }
 
 /// Trains the quality model on `edge`'s graded answers to the prompts under `data`.

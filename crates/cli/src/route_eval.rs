@@ -454,6 +454,8 @@ pub struct Run<'a> {
     pub cross_fitted: bool,
     /// Where to write the graded prompts' examples (JSON lines), if anywhere.
     pub examples_out: Option<&'a Path>,
+    /// The quality model to route with, where not the bundled one.
+    pub quality: Option<&'a QualityModel>,
 }
 
 /// Runs the whole evaluation: load, answer on the edge and in the cloud, route, report.
@@ -475,7 +477,10 @@ pub fn run(r: &Run) -> anyhow::Result<Report> {
             "cross-fitted, one domain left out per fit".to_string(),
         )
     } else {
-        let model = quality::bundled_for(Some(&sha));
+        let model = match r.quality {
+            Some(m) => Ok(m),
+            None => quality::bundled_for(Some(&sha)),
+        };
         let name = match &model {
             Ok(m) if m.knows_edge(Some(&sha)) => m.version.clone(),
             Ok(m) => format!(
@@ -727,6 +732,7 @@ mod tests {
                 limit: route_data::Limits::default(),
                 cross_fitted: false,
                 examples_out: None,
+                quality: None,
             })
             .expect("evaluates")
         };

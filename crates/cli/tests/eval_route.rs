@@ -28,9 +28,10 @@ fn fixture(dir: &Path) {
     .expect("code");
 }
 
-fn eval_route(dir: &Path, model: &Path, cloud_url: &str) -> Output {
+fn eval_route(dir: &Path, model: &Path, cloud_url: &str, extra: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_straddle"))
         .args(["eval", "route", "--json", "--cloud-url", cloud_url])
+        .args(extra)
         .arg("--data")
         .arg(dir)
         .arg("--edge")
@@ -66,7 +67,7 @@ fn the_cloud_tier_is_asked_over_http_once_per_prompt() {
     let dir = tempfile::tempdir().expect("tempdir");
     fixture(dir.path());
     let url = format!("http://127.0.0.1:{}", cloud.port);
-    let first = eval_route(dir.path(), &model, &url);
+    let first = eval_route(dir.path(), &model, &url, &[]);
     assert!(
         first.status.success(),
         "{}",
@@ -87,7 +88,7 @@ fn the_cloud_tier_is_asked_over_http_once_per_prompt() {
         "one answer per prompt"
     );
     // Asked again, the endpoint answers nothing new and the report is the same.
-    let second = eval_route(dir.path(), &model, &url);
+    let second = eval_route(dir.path(), &model, &url, &[]);
     assert!(second.status.success());
     assert_eq!(cached_answers(dir.path(), "cloud-"), 4);
     let again: serde_json::Value = serde_json::from_slice(&second.stdout).expect("json");
@@ -101,6 +102,31 @@ fn the_cloud_tier_is_asked_over_http_once_per_prompt() {
             assert_eq!(a, b, "{bench}.{field}");
         }
     }
+    // A quality model from a file routes instead of the bundled one, and the report says so.
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../router/data/quality-models/qwen2.5-coder-0.5b.json"
+    );
+    let version = serde_json::from_str::<serde_json::Value>(
+        &std::fs::read_to_string(file).expect("the bundled model's file"),
+    )
+    .expect("json")["version"]
+        .as_str()
+        .expect("version")
+        .to_string();
+    let chosen = eval_route(dir.path(), &model, &url, &["--quality-model", file]);
+    assert!(
+        chosen.status.success(),
+        "{}",
+        String::from_utf8_lossy(&chosen.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&chosen.stdout).expect("json");
+    assert!(
+        report["quality_model"]
+            .as_str()
+            .is_some_and(|m| m.starts_with(&format!("{version} (trained for another edge model"))),
+        "{report}"
+    );
 }
 
 #[test]
@@ -108,8 +134,29 @@ fn an_endpoint_that_is_not_there_is_named() {
     let Some(model) = model() else { return };
     let dir = tempfile::tempdir().expect("tempdir");
     fixture(dir.path());
-    let out = eval_route(dir.path(), &model, "http://127.0.0.1:9");
+    let out = eval_route(dir.path(), &model, "http://127.0.0.1:9", &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(stderr.contains("http://127.0.0.1:9/v1/models"), "{stderr}");
+}
+
+#[test]
+fn a_quality_model_that_does_not_parse_is_named_before_any_work() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    fixture(dir.path());
+    let bad = dir.path().join("quality.json");
+    std::fs::write(&bad, "{\"format\": \"straddle-quality/2\", \"weights\": [").expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_straddle"))
+        .args(["eval", "route", "--cloud-upper-bound", "--quality-model"])
+        .arg(&bad)
+        .arg("--data")
+        .arg(dir.path())
+        .arg("--edge")
+        .arg(dir.path().join("no-such-model.gguf"))
+        .output()
+        .expect("runs straddle");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains(&*bad.to_string_lossy()), "{stderr}");
+    assert!(stderr.contains("not valid JSON"), "{stderr}");
 }
