@@ -365,7 +365,7 @@ fn dated(run: &Run) -> bool {
 }
 
 /// A year a text may name: a date's or a life's, from 1000 to 2099.
-fn is_year(v: u32) -> bool {
+pub(super) fn is_year(v: u32) -> bool {
     (1000..=2099).contains(&v)
 }
 

@@ -12,6 +12,7 @@ use std::sync::OnceLock;
 use serde::{Deserialize, Serialize};
 
 use super::cues::MONTHS;
+use super::digits::is_year;
 use super::kinds::{EntityKind, Span};
 
 mod features;
@@ -500,13 +501,13 @@ const ENGLISH_MONTHS: [&str; 12] = [
 /// "1 June 1945 -- 21 November").
 fn has_house_number(span: &str) -> bool {
     let words: Vec<&str> = span
-        .split(|c: char| c.is_whitespace() || matches!(c, ',' | ';' | '(' | ')'))
+        .split(|c: char| c.is_whitespace() || matches!(c, ';' | '(' | ')'))
         .filter(|w| !w.is_empty())
         .collect();
     // A month's whole English name or its abbreviation, not a street that starts like one
     // ("Marine"); Russian names, declined, by their first letters.
     let is_month = |w: &str| {
-        let lower = w.trim_end_matches('.').to_lowercase();
+        let lower = w.trim_end_matches([',', '.']).to_lowercase();
         ENGLISH_MONTHS.contains(&lower.as_str())
             || lower == "sept"
             || MONTHS.iter().any(|m| match m.is_ascii() {
@@ -521,11 +522,14 @@ fn has_house_number(span: &str) -> bool {
         if digits.is_empty() {
             return false;
         }
-        let year = digits.len() == 4 && matches!(digits.parse::<u32>(), Ok(1000..=2099));
+        let year = digits.len() == 4 && digits.parse().is_ok_and(is_year);
+        // "In 2003, when Ramos…": a year that opens a clause. A house number is not set off
+        // from its street by a comma, except in short numbers ("12, rue de Rivoli").
+        let opens_clause = year && w[digits.len()..].starts_with(',');
         let beside_month = [i.wrapping_sub(1), i + 1]
             .iter()
             .any(|&j| words.get(j).is_some_and(|n| is_month(n)));
-        !(beside_month || dated && year)
+        !(beside_month || dated && year || opens_clause)
     })
 }
 
@@ -549,6 +553,8 @@ mod tests {
             "December 15, 1890",
             "1 June 1945 -- 21 November 1945",
             "Dec. 2008",
+            "In 2003, when Ramos",
+            "1964, its Holloway",
         ] {
             assert!(!has_house_number(span), "{span}");
         }
@@ -561,6 +567,8 @@ mod tests {
             "7 Juniper Way",
             "1248 Oak St",
             "Franz-Peter-Stadelmann-Platz 1248",
+            "12, rue de Rivoli",
+            "1248 Oak St, Dayton",
         ] {
             assert!(has_house_number(span), "{span}");
         }
