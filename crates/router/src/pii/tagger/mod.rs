@@ -496,9 +496,9 @@ const ENGLISH_MONTHS: [&str; 12] = [
     "december",
 ];
 
-/// Whether `span` holds a number that can be a house's: in a span that names a month, one
-/// that is neither a year nor a day beside the month ("6 May 1943", "December 15, 1890",
-/// "1 June 1945 -- 21 November").
+/// Whether `span` holds a number that can be a house's: not a day beside a month's name, not
+/// a year in a span that names a month ("6 May 1943", "December 15, 1890", "1 June 1945 --
+/// 21 November"), and not a year that opens a clause ("In 2003, when …").
 fn has_house_number(span: &str) -> bool {
     let words: Vec<&str> = span
         .split(|c: char| c.is_whitespace() || matches!(c, ';' | '(' | ')'))
