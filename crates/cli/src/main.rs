@@ -1,6 +1,7 @@
 //! `straddle`: the command-line face of the engine and the router.
 
 mod answer_cache;
+mod answer_text;
 mod auroc;
 mod bench_speculative;
 mod bench_structured;

@@ -3,6 +3,7 @@
 
 use sha2::{Digest, Sha256};
 
+use crate::answer_text;
 use crate::code_grade;
 
 /// Changes when what an answer records changes, so an older cache line is recomputed.
@@ -74,8 +75,9 @@ impl Question {
     /// Most tokens the answer may take: room for what this kind of answer needs.
     pub fn max_tokens(&self) -> usize {
         match self {
-            // A chat model often reasons before it names the letter.
-            Question::Letter { .. } => 96,
+            // A chat model often reasons through the options before it names one: cut short,
+            // an answer would be graded on its length, not on what it concludes.
+            Question::Letter { .. } => 384,
             Question::Contains { .. } => 32,
             Question::Choice { .. } => 24,
             Question::Number { .. } => 320,
@@ -85,9 +87,14 @@ impl Question {
 
     /// Whether `text` already holds all that grading reads, so generating more would change
     /// no grade: a program's answer is read from its first code block
-    /// ([`code_grade::code_of`]), so it is complete once that block closes; the explanation
-    /// after it would cost minutes a set.
+    /// ([`code_grade::code_of`]), so it is complete once that block closes, and a letter
+    /// that opens the answer is the answer; the explanation after either would cost minutes
+    /// a set.
     pub fn is_graded_by(&self, text: &str) -> bool {
-        matches!(self, Question::Code { .. }) && code_grade::closes_block(text)
+        match self {
+            Question::Code { .. } => code_grade::closes_block(text),
+            Question::Letter { prompt, .. } => answer_text::opens_with_letter(text, prompt),
+            _ => false,
+        }
     }
 }

@@ -93,8 +93,8 @@ fn routellm_items(dir: &Path) -> anyhow::Result<Vec<Item>> {
 }
 
 /// The training prompts under `dir`: the training splits' files by name
-/// (`../shared/data/train`: `arc_train.jsonl` as lettered questions, `gsm8k_train.jsonl` as
-/// word problems, `mbpp_train.jsonl` as programs, every other `*.jsonl` as routine choices),
+/// (`../shared/data/train`: `gsm8k_train.jsonl` as word problems, `mbpp_train.jsonl` as
+/// programs, every other `*.jsonl` as choice rows, lettered where the prompt hides them),
 /// and our own generated prompts' folders (`classify/`, `short/`, `letter/`, `number/`,
 /// `code/`). At most `limit` prompts a file, drawn with a fixed seed.
 pub fn load_training(dir: &Path, limit: Option<usize>) -> anyhow::Result<Vec<Item>> {
@@ -103,7 +103,6 @@ pub fn load_training(dir: &Path, limit: Option<usize>) -> anyhow::Result<Vec<Ite
         let stem = file_stem(&path);
         let lines = sample(lines, limit);
         let read = match stem.as_str() {
-            "arc_train" => lettered_choices(&path, &lines),
             "gsm8k_train" => gsm8k_rows(&path, &lines),
             "mbpp_train" => code_rows(&path, &lines),
             _ => choice_rows(&path, &lines),
@@ -301,6 +300,11 @@ struct ChoiceRow {
     answer: usize,
 }
 
+/// `{prompt, choices, answer}` rows. A prompt that does not show every choice (ARC's
+/// `Question: …\nAnswer:`) is asked with its choices as lettered options in MMLU's layout,
+/// the way a person pastes a multiple-choice question: asked bare, neither model could name
+/// an option it never saw. Beyond [`MAX_LETTERED`] choices (Banking77's 77 topics) the prompt
+/// is asked as it is.
 fn choice_rows(path: &Path, lines: &[(usize, String)]) -> anyhow::Result<Vec<Question>> {
     lines
         .iter()
@@ -309,41 +313,46 @@ fn choice_rows(path: &Path, lines: &[(usize, String)]) -> anyhow::Result<Vec<Que
             if row.answer >= row.choices.len() {
                 bail!("{}: line {n}: answer out of range", path.display());
             }
-            Ok(Question::Choice {
-                prompt: row.prompt,
-                choices: row.choices,
-                key: row.answer,
-            })
+            Ok(
+                if hides_a_choice(&row) && row.choices.len() <= MAX_LETTERED {
+                    lettered(row)
+                } else {
+                    Question::Choice {
+                        prompt: row.prompt,
+                        choices: row.choices,
+                        key: row.answer,
+                    }
+                },
+            )
         })
         .collect()
 }
 
-/// `{prompt: "Question: …\nAnswer:", choices, answer}` rows (ARC's) written as lettered
-/// questions in MMLU's layout, the way a person pastes a multiple-choice question.
-fn lettered_choices(path: &Path, lines: &[(usize, String)]) -> anyhow::Result<Vec<Question>> {
-    let mut out = Vec::new();
-    for (n, line) in lines {
-        let row: ChoiceRow = parse(path, *n, line)?;
-        let letters = ('A'..='H').take(row.choices.len());
-        let Some(key) = ('A'..='H')
-            .nth(row.answer)
-            .filter(|_| row.answer < row.choices.len())
-        else {
-            bail!("{}: line {n}: answer out of range", path.display());
-        };
-        let stem = row.prompt.trim();
-        let stem = stem.strip_prefix("Question:").unwrap_or(stem);
-        let stem = stem.strip_suffix("Answer:").unwrap_or(stem).trim();
-        let options: String = letters
-            .zip(&row.choices)
-            .map(|(l, c)| format!("\n{l}. {c}"))
-            .collect();
-        out.push(Question::Letter {
-            prompt: format!("{stem}{options}\nAnswer:"),
-            key,
-        });
+/// Most options a question is lettered with (A–H).
+const MAX_LETTERED: usize = 8;
+
+/// Whether some choice does not appear in the prompt (case aside).
+fn hides_a_choice(row: &ChoiceRow) -> bool {
+    let prompt = row.prompt.to_lowercase();
+    row.choices
+        .iter()
+        .any(|c| !prompt.contains(&c.to_lowercase()))
+}
+
+/// The row as a lettered question: its stem without `Question:` and `Answer:`, then
+/// `A. …` lines, then `Answer:`.
+fn lettered(row: ChoiceRow) -> Question {
+    let stem = row.prompt.trim();
+    let stem = stem.strip_prefix("Question:").unwrap_or(stem);
+    let stem = stem.strip_suffix("Answer:").unwrap_or(stem).trim();
+    let options: String = ('A'..='H')
+        .zip(&row.choices)
+        .map(|(l, c)| format!("\n{l}. {c}"))
+        .collect();
+    Question::Letter {
+        prompt: format!("{stem}{options}\nAnswer:"),
+        key: ('A'..='H').nth(row.answer).unwrap_or('A'),
     }
-    Ok(out)
 }
 
 /// Every `classify/*.jsonl` file: one benchmark of `{"prompt", "choices", "answer"}` lines.
@@ -480,7 +489,7 @@ mod tests {
         write(
             &dir,
             "sentiment.jsonl",
-            "{\"prompt\": \"Mood?\", \"choices\": [\"sad\", \"glad\"], \"answer\": 0}\n",
+            "{\"prompt\": \"Mood, sad or glad?\", \"choices\": [\"sad\", \"glad\"], \"answer\": 0}\n",
         );
         let items = load_training(&dir, None).expect("reads");
         let kinds: Vec<(&str, &Question)> = items
@@ -509,6 +518,32 @@ mod tests {
             err.contains("mbpp_train.jsonl: line 1: a task needs tests"),
             "{err}"
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_question_whose_choices_are_not_shown_is_lettered_unless_they_are_too_many() {
+        let dir = std::env::temp_dir().join(format!("route-classify-{}", std::process::id()));
+        let topics: Vec<String> = (0..9).map(|i| format!("\"topic {i}\"")).collect();
+        write(
+            &dir,
+            "classify/mixed.jsonl",
+            &format!(
+                "{}\n{}\n{}\n",
+                "{\"prompt\": \"Question: Which is wet?\\nAnswer:\", \"choices\": [\"sand\", \"water\"], \"answer\": 1}",
+                "{\"prompt\": \"Is water wet or dry?\", \"choices\": [\"wet\", \"dry\"], \"answer\": 0}",
+                format_args!(
+                    "{{\"prompt\": \"Topic?\", \"choices\": [{}], \"answer\": 8}}",
+                    topics.join(", ")
+                ),
+            ),
+        );
+        let items = load_benchmarks(&dir, Limits::default()).expect("reads");
+        let questions: Vec<&Question> = items.iter().map(|i| &i.question).collect();
+        assert!(matches!(questions[0], Question::Letter { prompt, key: 'B' }
+            if prompt == "Which is wet?\nA. sand\nB. water\nAnswer:"));
+        assert!(matches!(questions[1], Question::Choice { key: 0, .. }));
+        assert!(matches!(questions[2], Question::Choice { key: 8, .. }));
         let _ = std::fs::remove_dir_all(&dir);
     }
 
