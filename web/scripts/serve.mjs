@@ -90,19 +90,20 @@ export function createServer({ root, models, config, files = {}, onRequest, isol
         return;
       }
       const etag = `"${st.size}-${Math.floor(st.mtimeMs)}"`;
-      const from = rangeStart(req, etag, st.size);
-      res.writeHead(from > 0 ? 206 : 200, {
+      const [from, to] = range(req, etag, st.size);
+      const whole = from === 0 && to === st.size - 1;
+      res.writeHead(whole ? 200 : 206, {
         "content-type": TYPES[path.extname(file)] ?? "application/octet-stream",
-        "content-length": st.size - from,
+        "content-length": to + 1 - from,
         "cache-control": "no-cache",
         "accept-ranges": "bytes",
         etag,
-        ...(from > 0 ? { "content-range": `bytes ${from}-${st.size - 1}/${st.size}` } : {}),
+        ...(whole ? {} : { "content-range": `bytes ${from}-${to}/${st.size}` }),
       });
       if (req.method === "HEAD") return res.end();
-      const cutAt = from === 0 ? cut[url.pathname] : undefined;
+      const cutAt = whole ? cut[url.pathname] : undefined;
       if (cutAt !== undefined) delete cut[url.pathname];
-      const body = fs.createReadStream(file, { start: from, end: (cutAt ?? st.size) - 1 });
+      const body = fs.createReadStream(file, { start: from, end: cutAt === undefined ? to : cutAt - 1 });
       body.on("data", (d) => onServed?.(url.pathname, d.length));
       // A cut answer ends with the connection torn down, short of its content-length.
       if (cutAt !== undefined) body.on("end", () => res.destroy());
@@ -112,15 +113,18 @@ export function createServer({ root, models, config, files = {}, onRequest, isol
 }
 
 /**
- * Where a `Range: bytes=N-` request starts (0 for the whole file): an `If-Range` that names
- * another version, or a range past the end, gets the whole file.
+ * The bytes a `Range: bytes=N-` or `bytes=N-M` request asks for, as `[first, last]` (the
+ * whole file without one): an `If-Range` that names another version, or a range that starts
+ * past the end, gets the whole file; one that ends past it, up to the end.
  */
-function rangeStart(req, etag, size) {
-  const m = /^bytes=(\d+)-$/.exec(req.headers.range ?? "");
+function range(req, etag, size) {
+  const all = [0, size - 1];
+  const m = /^bytes=(\d+)-(\d*)$/.exec(req.headers.range ?? "");
   const ifRange = req.headers["if-range"];
-  if (!m || (ifRange && ifRange !== etag)) return 0;
+  if (!m || (ifRange && ifRange !== etag)) return all;
   const from = Number(m[1]);
-  return from < size ? from : 0;
+  const to = m[2] === "" ? size - 1 : Math.min(Number(m[2]), size - 1);
+  return from < size && from <= to ? [from, to] : all;
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {

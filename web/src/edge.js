@@ -63,8 +63,11 @@ export class EdgeHost {
     }
   }
 
-  /** Loads the model; `onProgress` sees `{phase, loaded, total, percent}`. */
-  load({ url, sha256, backend = "auto", cache = true }, onProgress) {
+  /**
+   * Loads the model for conversations of up to `context` tokens; `onProgress` sees
+   * `{phase, loaded, total, percent}`.
+   */
+  load({ url, sha256, backend = "auto", cache = true, context }, onProgress) {
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       this.pending.set(id, {
@@ -73,7 +76,7 @@ export class EdgeHost {
         finish: (m) => resolve(m),
         fail: reject,
       });
-      this.worker.postMessage({ type: "load", id, url: String(url), sha256, backend, cache });
+      this.worker.postMessage({ type: "load", id, url: String(url), sha256, backend, cache, context });
     });
   }
 

@@ -137,7 +137,7 @@ async function joinPool(pkg, module, memory, threads) {
 }
 
 /** Reads the model (the store first), checks its SHA-256, and loads it onto a backend. */
-async function load({ id, url, sha256, backend, cache: useCache }) {
+async function load({ id, url, sha256, backend, cache: useCache, context }) {
   const t0 = performance.now();
   const progress = (phase, loaded, total, pace = {}) =>
     post({ type: "progress", id, phase, loaded, total, percent: total ? Math.min(100, (100 * loaded) / total) : null, ...pace });
@@ -148,7 +148,7 @@ async function load({ id, url, sha256, backend, cache: useCache }) {
   // wasm-SIMD CPU kernels are far faster: "auto" picks them there.
   const wantGpu = backend === "webgpu" || (backend === "auto" && device.webgpu && !device.software);
   if (backend === "webgpu" && !device.webgpu) throw new StraddleError("webgpu_unavailable", "this browser offers no WebGPU adapter");
-  const placed = await startEngine(read, backend, wantGpu, progress);
+  const placed = await startEngine(read, { backend, wantGpu, context }, progress);
   progress("ready", placed.got.bytes, placed.got.bytes);
   return loadedReport(placed, device, t0);
 }
@@ -204,10 +204,11 @@ function downloadPace(total) {
 }
 
 /**
- * Reads the model into the build that will run it and starts the engine there: WebGPU when
- * wanted, else (or when WebGPU fails under "auto") the CPU kernels.
+ * Reads the model into the build that will run it and starts the engine there, for
+ * conversations of `context` tokens: WebGPU when wanted, else (or when WebGPU fails under
+ * "auto") the CPU kernels.
  */
-async function startEngine(read, backend, wantGpu, progress) {
+async function startEngine(read, { backend, wantGpu, context }, progress) {
   let cpu = wantGpu ? null : await cpuBuild();
   let got = await read(wantGpu ? single : cpu.pkg);
   progress("compile", got.bytes, got.bytes);
@@ -215,7 +216,7 @@ async function startEngine(read, backend, wantGpu, progress) {
   let gpuError = null;
   if (wantGpu) {
     try {
-      engine = await single.EdgeEngine.loadWebGpu(got.buffer);
+      engine = await single.EdgeEngine.loadWebGpu(got.buffer, context);
     } catch (e) {
       if (backend === "webgpu") throw new StraddleError("webgpu_unavailable", String(e.message ?? e));
       gpuError = String(e.message ?? e);
@@ -231,7 +232,7 @@ async function startEngine(read, backend, wantGpu, progress) {
       got = await read(cpu.pkg);
     }
     try {
-      engine = cpu.pkg.EdgeEngine.loadCpu(got.buffer);
+      engine = cpu.pkg.EdgeEngine.loadCpu(got.buffer, context);
     } catch (e) {
       throw new StraddleError("model_invalid", `the model could not be loaded: ${e.message ?? e}`);
     }

@@ -87,6 +87,13 @@ export interface StraddleOptions {
    * threaded build. `device().threads` says what ran, `device().threadsError` why not more.
    */
   threads?: "auto" | number;
+  /**
+   * Tokens of conversation the device's engine holds (default 1024, at most what the model was
+   * trained for). Before downloading the model, its header says what it needs at this
+   * context; where the device's memory holds less, the context is halved (down to 256) until
+   * it fits, and `device().contextTokens` says what was chosen.
+   */
+  contextTokens?: number;
   onProgress?: (p: LoadProgress) => void;
   /** false: never send anything to the cloud. Default true. */
   cloud?: boolean;
@@ -345,11 +352,29 @@ export interface DeviceReport {
    * multi-core machine): the page is not cross-origin isolated, or the threaded build failed.
    */
   threadsError?: string | null;
+  /** Tokens of conversation the engine holds: the option, or less where memory is short. */
+  contextTokens?: number;
+  /** What the model's header said it needs at that context, in bytes (null if its size was unknown). */
+  memory?: MemoryNeed | null;
   webgpu?: boolean;
   software?: boolean;
   maxStorageBufferBytes?: number;
   maxInvocationsPerWorkgroup?: number;
   error?: string | null;
+}
+
+/** What a model needs in memory, read from its header before any download, in bytes. */
+export interface MemoryNeed {
+  /** The file, held while the weights are laid out from it. */
+  file: number;
+  /** The weights as the engine keeps them. */
+  weights: number;
+  kvCache: number;
+  /** One pass over the whole context. */
+  scratch: number;
+  /** The largest single GPU buffer. */
+  largestBuffer: number;
+  total: number;
 }
 
 /** A model kept in this site's storage (OPFS, or the Cache API where a browser has none). */

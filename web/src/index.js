@@ -114,7 +114,8 @@ export class Straddle {
   device() {
     const e = this.edge;
     return e ? { backend: e.backend, model: e.name, sha256: e.sha256, bytes: e.bytes, fromCache: e.fromCache, resumedFrom: e.resumedFrom, loadMs: e.ms,
-      tokensPerS: e.tokensPerS, gpuError: e.gpuError, threads: e.threads, threadsError: e.threadsError, ...e.device } : { backend: null, error: this.edgeError?.message ?? null };
+      tokensPerS: e.tokensPerS, gpuError: e.gpuError, threads: e.threads, threadsError: e.threadsError, contextTokens: e.contextTokens,
+      memory: e.memory, ...e.device } : { backend: null, error: this.edgeError?.message ?? null };
   }
 
   /** Frees the model and the worker; the client answers from the cloud afterwards, if allowed. */

@@ -77,6 +77,43 @@ export async function storedBytes(url) {
 }
 
 /**
+ * The first `n` bytes of `url` as the store holds them, or null when it holds fewer (or its
+ * file is busy: another tab is writing it).
+ */
+export async function storedHead(url, n) {
+  const folder = await modelFolder();
+  if (folder) {
+    const id = await modelId(url);
+    const kept = await describe(folder, id);
+    if (!kept || kept.stored < n) return null;
+    const file = await folder.getFileHandle(`${id}.gguf`).then((h) => h.getFile()).catch(() => null);
+    return file && new Uint8Array(await file.slice(0, n).arrayBuffer());
+  }
+  const cache = "caches" in globalThis ? await caches.open(MODEL_CACHE).catch(() => null) : null;
+  const whole = await cache?.match(String(url)).catch(() => undefined);
+  return whole ? firstBytes(whole, n) : null;
+}
+
+/** The first `n` bytes of a response's body (all of it, if shorter); the rest is never read. */
+export async function firstBytes(resp, n) {
+  const out = new Uint8Array(n);
+  let filled = 0;
+  const reader = resp.body.getReader();
+  try {
+    while (filled < n) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      const take = Math.min(value.length, n - filled);
+      out.set(value.subarray(0, take), filled);
+      filled += take;
+    }
+  } finally {
+    await reader.cancel().catch(() => {});
+  }
+  return out.subarray(0, filled);
+}
+
+/**
  * The stored models: `{id, url, bytes, total, complete}` each, `bytes` being what is kept (a
  * cut download keeps part of its `total`).
  */

@@ -5,9 +5,11 @@
 import init, { Learner, policyPreset, route as routeWasm } from "../pkg/straddle.js";
 import { EdgeHost } from "./edge.js";
 import { StraddleError } from "./errors.js";
-import { checkMemory, checkStorage, modelSize } from "./model-checks.js";
+import { backendFor, checkStorage, modelSize, planMemory } from "./model-checks.js";
 import { cloudUsable } from "./routing.js";
 
+/** Tokens of conversation the device's engine holds unless the options say otherwise. */
+const DEFAULT_CONTEXT_TOKENS = 1024;
 /** Decode speed assumed before the first edge answer measures it, per backend. */
 const PRIOR_TOKENS_PER_S = { webgpu: 30, cpu: 10 };
 /** Why a page that asked for threads runs the CPU model on one. */
@@ -25,6 +27,10 @@ export function withDefaults(options) {
   if (!o.model && !o.worker) throw new StraddleError("invalid_options", "give a model, a worker, or both");
   if (!["auto", "webgpu", "cpu"].includes(o.backend)) throw new StraddleError("invalid_options", "backend must be auto, webgpu or cpu");
   o.threads ??= "auto";
+  o.contextTokens ??= DEFAULT_CONTEXT_TOKENS;
+  if (!(Number.isInteger(o.contextTokens) && o.contextTokens >= 1)) {
+    throw new StraddleError("invalid_options", "contextTokens must be a whole number ≥ 1");
+  }
   if (o.threads !== "auto" && !(Number.isInteger(o.threads) && o.threads >= 1)) {
     throw new StraddleError("invalid_options", "threads must be \"auto\" or a whole number ≥ 1");
   }
@@ -103,17 +109,20 @@ export async function restoreLearner(client) {
 export async function loadModel(client, backend = client.options.backend) {
   const o = client.options;
   try {
+    const url = new URL(o.model, globalThis.location?.href);
+    const useStore = o.cacheModel !== false;
+    const size = await modelSize(url, useStore);
+    if (useStore) await checkStorage(size);
+    // The header says what the model needs; the device's memory may shorten its context.
+    const plan = await planMemory(url, size, o.contextTokens, useStore);
+    backend = await backendFor(plan, backend);
     // Threads only where the browser allows shared memory; the WebGPU backend needs none.
     const cores = globalThis.navigator?.hardwareConcurrency ?? 1;
     const wanted = backend === "webgpu" ? 1 : o.threads === "auto" ? Math.min(cores, 8) : Math.min(o.threads, cores);
     const isolated = Boolean(globalThis.crossOriginIsolated);
-    const url = new URL(o.model, globalThis.location?.href);
-    const useStore = o.cacheModel !== false;
-    const size = await modelSize(url, useStore);
-    checkMemory(size.bytes);
-    if (useStore) await checkStorage(size);
     const host = await EdgeHost.start(client.module, isolated ? wanted : 1);
-    const loaded = await host.load({ url, sha256: o.sha256, backend, cache: o.cacheModel }, o.onProgress);
+    const context = plan?.context ?? o.contextTokens;
+    const loaded = await host.load({ url, sha256: o.sha256, backend, cache: o.cacheModel, context }, o.onProgress);
     // A device lost between answers: the next request finds the model loaded again.
     host.onFailed = (e) => { if (e.code === "device_lost") reloadEdge(client, host).catch(() => {}); };
     // The worker can only say why its pool failed; a page without isolation never asks it
@@ -122,7 +131,7 @@ export async function loadModel(client, backend = client.options.backend) {
       : loaded.threadsError ?? (!isolated && wanted > 1 ? NOT_ISOLATED : null);
     // "auto" on a plain page is the common case, not a mistake worth a warning.
     if (threadsError && (o.threads !== "auto" || loaded.threadsError)) console.warn("straddle: the CPU backend runs on one thread:", threadsError);
-    client.edge = { host, ...loaded, threadsError, tokensPerS: PRIOR_TOKENS_PER_S[loaded.backend] ?? 10, measured: false };
+    client.edge = { host, ...loaded, threadsError, memory: memoryReport(plan), tokensPerS: PRIOR_TOKENS_PER_S[loaded.backend] ?? 10, measured: false };
     client.edgeError = null;
     await probeVerifier(client);
   } catch (e) {
@@ -131,6 +140,14 @@ export async function loadModel(client, backend = client.options.backend) {
     if (!cloudUsable(client)) throw client.edgeError;
     console.warn("straddle: the on-device model is unavailable; answers come from the cloud:", client.edgeError.message);
   }
+}
+
+/** The plan's bytes as a plain object (the wasm object holds wasm memory until freed). */
+function memoryReport(plan) {
+  if (!plan) return null;
+  const { file, weights, kvCache, scratch, largestBuffer, total } = plan;
+  plan.free();
+  return { file, weights, kvCache, scratch, largestBuffer, total };
 }
 
 /**

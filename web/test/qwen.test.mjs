@@ -102,29 +102,54 @@ test("the shipped router keeps a fact and an extraction on the 0.5B and sends a 
   }
 });
 
-test("a device that reports too little memory for the 0.5B gets insufficient_memory before any download", { skip, timeout: 5 * MINUTES }, async () => {
+/**
+ * `Straddle.create` with the 0.5B in a fresh page whose browser reports `deviceMemory` GB:
+ * what it threw or the device report and an answer, and the model's requests (method and
+ * range).
+ */
+async function createWithMemory(deviceMemory) {
   const context = await cpu.newContext();
+  const model = new URL(stack.config.model, stack.webUrl).pathname;
   const fetched = [];
-  context.on("request", (r) => fetched.push(`${r.method()} ${new URL(r.url()).pathname}`));
+  context.on("request", (r) => {
+    if (new URL(r.url()).pathname === model) fetched.push(`${r.method()} ${r.headers().range ?? "whole"}`);
+  });
   const page = await context.newPage();
   try {
-    // Half a gigabyte, as a low-end phone reports it.
-    await page.addInitScript(() => Object.defineProperty(Navigator.prototype, "deviceMemory", { get: () => 0.5 }));
+    await page.addInitScript((gb) => Object.defineProperty(Navigator.prototype, "deviceMemory", { get: () => gb }), deviceMemory);
     await page.goto(`${stack.webUrl}/test/blank.html`);
-    const r = await page.evaluate(async (config) => {
+    const r = await page.evaluate(async ([config, prompt]) => {
       const { Straddle } = await import("/src/index.js");
       try {
-        await Straddle.create({ model: config.model, sha256: config.sha256, backend: "cpu" });
-        return { ok: true };
+        const s = await Straddle.create({ model: config.model, sha256: config.sha256, backend: "cpu" });
+        const a = await s.chat.completions.create({ messages: [{ role: "user", content: prompt }], max_tokens: 8, temperature: 0 });
+        return { device: s.device(), text: a.choices[0].message.content };
       } catch (e) {
         return { code: e.code, message: e.message };
       }
-    }, stack.config);
-    assert.equal(r.code, "insufficient_memory", JSON.stringify(r));
-    assert.match(r.message, /needs about \d+ MB; this device reports 0\.5 GB/);
-    const model = new URL(stack.config.model, stack.webUrl).pathname;
-    assert.deepEqual(fetched.filter((f) => f.endsWith(model)), [`HEAD ${model}`], "no byte of the model was downloaded");
+    }, [stack.config, CAPITAL]);
+    return { ...r, fetched };
   } finally {
     await context.close();
   }
+}
+
+test("a device that reports too little memory for the 0.5B gets insufficient_memory having read only the header", { skip, timeout: 5 * MINUTES }, async () => {
+  // Half a gigabyte, as a low-end phone reports it.
+  const r = await createWithMemory(0.5);
+  assert.equal(r.code, "insufficient_memory", JSON.stringify(r));
+  assert.match(r.message, /needs about \d+ MB at 256 tokens of context \(file 491 MB, weights \d+ MB, KV cache \d+ MB, scratch \d+ MB\); this device reports 0\.5 GB/);
+  assert.deepEqual(r.fetched, ["HEAD whole", `GET bytes=0-${(8 << 20) - 1}`], "the header, and no other byte of the model");
+});
+
+test("a device with memory for the 0.5B at a shorter context loads it at that context and answers", { skip, timeout: 10 * MINUTES }, async () => {
+  // 2 GB: half of it holds the file while its weights are laid out, and 512 tokens, not 1024.
+  const r = await createWithMemory(2);
+  assert.equal(r.code, undefined, JSON.stringify(r));
+  assert.equal(r.device.contextTokens, 512, JSON.stringify(r.device));
+  assert.ok(r.device.memory.total <= 2 ** 30, JSON.stringify(r.device.memory));
+  assert.ok(r.device.memory.weights > 0.95 * r.device.memory.file, JSON.stringify(r.device.memory));
+  assert.match(r.text, /Paris/);
+  assert.equal(r.fetched[0], "HEAD whole");
+  assert.equal(r.fetched.at(-1), "GET whole", "then the whole model, once");
 });

@@ -24,7 +24,7 @@ const listen = (server) => new Promise((r) => server.listen(0, "127.0.0.1", () =
  * Starts the cloud server (serving `cloudModel`) and the worker in front of it, and serves
  * the page with `pageModel` as its edge model; `stopWorker` simulates an outage. Both default
  * to the smallest model, for the tests that need speed. `requests` lists what the page's
- * server was asked, as `"METHOD /path"`.
+ * server was asked, as `"METHOD /path"`, a range request's range after it.
  */
 export async function startStack({ cloudModel = model, pageModel = model } = {}) {
   const requests = [];
@@ -38,7 +38,7 @@ export async function startStack({ cloudModel = model, pageModel = model } = {})
   const config = { models: catalog, model: url, sha256: catalog.find((m) => m.url === url)?.sha256 };
   // A model cut off after 1 MiB: what a hostile or broken mirror might serve.
   const files = { "/models/truncated.gguf": fs.readFileSync(model).subarray(0, 1 << 20) };
-  const web = createServer({ root, models, config, files, onRequest: (req) => requests.push(`${req.method} ${req.url}`) });
+  const web = createServer({ root, models, config, files, onRequest: (req) => requests.push(`${req.method} ${req.url}${req.headers.range ? ` ${req.headers.range}` : ""}`) });
   const webUrl = await listen(web);
   const worker = await startWorker({ UPSTREAM_URL: cloud.url, ALLOWED_ORIGINS: webUrl });
   config.worker = worker.url;

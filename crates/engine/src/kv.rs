@@ -93,6 +93,15 @@ impl KvCache {
         self.capacity
     }
 
+    /// Bytes [`Self::with_windows`] allocates for these arguments, without allocating them.
+    pub fn bytes_for(windows: &[Option<usize>], capacity: usize, kv_dim: usize) -> usize {
+        let floats: usize = windows
+            .iter()
+            .map(|&w| capacity.min(ring(w)) * kv_dim)
+            .sum();
+        2 * floats * 4
+    }
+
     /// Bytes allocated.
     pub fn bytes(&self) -> usize {
         let floats: usize = self.keys.iter().chain(&self.values).map(Vec::len).sum();

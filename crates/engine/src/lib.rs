@@ -7,7 +7,7 @@
 //! (chat templates) with `tool_prompt` (how tools and calls are written), `weights` (which
 //! tensors each family reads), `model` (forward on the CPU) with `attention` (its attention
 //! kernels), `device_model` (the same model on a burn device: WebGPU, Vulkan, flex) and
-//! `kernels` (our cubecl kernels for it), `kv` (the cache), `chunk` (a sequence's tokens in
+//! `kernels` (our cubecl kernels for it), `kv` (the cache), `memory` (what a model needs, from its header alone), `chunk` (a sequence's tokens in
 //! a pass, and the pass they belong to), `causal_lm` (what the loop needs of either model),
 //! `sample` (choosing tokens, and how sure the model is), `grammar` (constrained decoding:
 //! the masks that keep an answer to a JSON schema), `generate` (the loop: one `Engine<M>` over
@@ -32,6 +32,7 @@ mod grammar;
 mod kernels;
 mod kv;
 mod lanes;
+mod memory;
 mod message;
 mod model;
 pub mod parallel;
@@ -60,6 +61,7 @@ pub use grammar::{Constraint, FunctionSpec, GrammarError, Grammars, OutputFormat
 #[cfg(feature = "device")]
 pub use kernels::matvec::MatvecKernel;
 pub use kv::KvCache;
+pub use memory::{MIN_CONTEXT, MemoryNeed};
 pub use message::ChatMessage;
 pub use model::Model;
 pub use qmatrix::{Kernels, QActs, QMatrix};

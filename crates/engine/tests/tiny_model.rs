@@ -267,3 +267,41 @@ fn gemma3_ring_cache_gives_the_full_cache_s_logits_to_the_bit() {
         assert_eq!(m.forward(again, &mut copy, false).expect("copy"), want);
     }
 }
+
+#[test]
+fn the_memory_a_header_names_is_what_the_loaded_model_holds() {
+    use straddle_engine::{MIN_CONTEXT, MemoryNeed};
+    // Sliding-window layers keep a ring, global ones every position: both counted.
+    let bytes = tiny::gemma3_with_context(TensorType::Q8_0, 7, 40, 4096);
+    let g = Gguf::read(bytes.clone()).expect("tiny gguf");
+    let need = MemoryNeed::of(&g, 1024).expect("need");
+    let m = Model::load(&g, 1024).expect("load");
+    assert_eq!(need.kv_cache, m.new_cache(1024).bytes() as u64);
+    let held = m.weight_bytes() as f64;
+    assert!(
+        (0.9..=1.05).contains(&(need.weights as f64 / held)),
+        "header {} B, loaded {held} B",
+        need.weights
+    );
+    assert_eq!(need.file, bytes.len() as u64);
+    // The header alone, before the tensors' bytes, says the same.
+    let head = bytes[..g.data_offset as usize].to_vec();
+    let from_head = Gguf::read_prefix(head, bytes.len() as u64)
+        .expect("a gguf")
+        .expect("the whole header");
+    assert_eq!(MemoryNeed::of(&from_head, 1024).expect("need"), need);
+    // A budget between what 256 and 512 positions need gets 256; below that, none.
+    let at = |c| MemoryNeed::of(&g, c).expect("need").total();
+    let budget = (at(MIN_CONTEXT) + at(2 * MIN_CONTEXT)) / 2;
+    let fitted = MemoryNeed::fitting(&g, 4096, budget).expect("fits");
+    assert_eq!(fitted.map(|n| n.context), Some(MIN_CONTEXT));
+    assert_eq!(
+        MemoryNeed::fitting(&g, 4096, at(MIN_CONTEXT) - 1).expect("read"),
+        None
+    );
+    assert_eq!(
+        MemoryNeed::of(&g, 1 << 20).expect("need").context,
+        4096,
+        "the trained context caps it"
+    );
+}

@@ -121,6 +121,28 @@ impl ByteSource for Vec<u8> {
     }
 }
 
+/// A file's first bytes standing for the whole file of `len` bytes: enough to read its
+/// header before downloading the rest. Bytes past the prefix read as zeros, so a header
+/// that runs past them parses to nonsense, which [`Gguf::read_prefix`] sets aside.
+pub struct Prefix {
+    bytes: Vec<u8>,
+    len: u64,
+}
+
+impl ByteSource for Prefix {
+    fn len(&self) -> u64 {
+        self.len
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        let held = self.bytes.get(start..).unwrap_or_default();
+        let n = held.len().min(buf.len());
+        buf[..n].copy_from_slice(&held[..n]);
+        buf[n..].fill(0);
+        Ok(())
+    }
+}
+
 /// A file read with positioned reads (no shared cursor, so tensors can load in any order).
 #[cfg(unix)]
 pub struct FileSource {
@@ -541,6 +563,28 @@ fn check_placement(tensors: &[TensorInfo], alignment: u64, data_len: u64) -> Res
     Ok(())
 }
 
+impl Gguf<Prefix> {
+    /// The header of a file of `file_len` bytes read from its first bytes, before the rest
+    /// is downloaded; `Ok(None)` when the header runs past them (ask for more). A file that
+    /// is not a GGUF at all is refused at once.
+    pub fn read_prefix(bytes: Vec<u8>, file_len: u64) -> Result<Option<Self>, GgufError> {
+        let have = bytes.len() as u64;
+        let whole = have >= file_len;
+        let prefix = Prefix {
+            bytes,
+            len: file_len.max(have),
+        };
+        match Gguf::read(prefix) {
+            // The reader went no further than the data section's start: every byte it read
+            // was the file's.
+            Ok(g) if whole || g.data_offset <= have => Ok(Some(g)),
+            Err(e @ (GgufError::BadMagic(_) | GgufError::UnsupportedVersion(_))) => Err(e),
+            Err(e) if whole => Err(e),
+            _ => Ok(None),
+        }
+    }
+}
+
 impl<S: ByteSource> Gguf<S> {
     /// Parses the header of `source`; tensor bytes are read later, on demand.
     pub fn read(source: S) -> Result<Self, GgufError> {
@@ -828,6 +872,39 @@ mod tests {
                 "cut at {cut} parsed"
             );
         }
+    }
+
+    #[test]
+    fn a_header_is_read_from_the_first_bytes_once_they_hold_it() {
+        let bytes = sample();
+        let whole = Gguf::read(bytes.clone()).expect("valid file");
+        let len = bytes.len() as u64;
+        for cut in 8..bytes.len() {
+            let read = Gguf::read_prefix(bytes[..cut].to_vec(), len).expect("not refused");
+            match read {
+                None => assert!(
+                    (cut as u64) < whole.data_offset,
+                    "cut at {cut} asked for more"
+                ),
+                Some(g) => {
+                    assert!(
+                        cut as u64 >= whole.data_offset,
+                        "cut at {cut} read past its bytes"
+                    );
+                    assert_eq!((&g.metadata, &g.tensors), (&whole.metadata, &whole.tensors));
+                }
+            }
+        }
+        let mut not_gguf = bytes[..64].to_vec();
+        not_gguf[0] = b'X';
+        assert!(matches!(
+            Gguf::read_prefix(not_gguf, len),
+            Err(GgufError::BadMagic(_))
+        ));
+        assert!(
+            Gguf::read_prefix(bytes[..40].to_vec(), 40).is_err(),
+            "a whole file that is cut"
+        );
     }
 
     #[test]

@@ -10,5 +10,5 @@ pub mod quant;
 
 #[cfg(unix)]
 pub use gguf::FileSource;
-pub use gguf::{ByteSource, Gguf, GgufError, GgufWriter, TensorInfo, Value};
+pub use gguf::{ByteSource, Gguf, GgufError, GgufWriter, Prefix, TensorInfo, Value};
 pub use quant::{QuantError, TensorType};

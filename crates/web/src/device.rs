@@ -7,8 +7,10 @@ use wasm_bindgen::prelude::*;
 pub struct DeviceInfo {
     /// Whether `navigator.gpu` returned an adapter.
     pub webgpu: bool,
-    /// The adapter's largest storage buffer, in bytes (0 without WebGPU).
+    /// The adapter's largest storage buffer binding, in bytes (0 without WebGPU).
     pub max_storage_buffer_bytes: f64,
+    /// The adapter's largest buffer, in bytes (0 without WebGPU).
+    pub max_buffer_bytes: f64,
     /// The adapter's invocation limit per workgroup (0 without WebGPU).
     pub max_invocations_per_workgroup: u32,
     /// Whether the adapter is a software fallback (SwiftShader and the like): there our wasm
@@ -25,6 +27,7 @@ pub async fn probe_device() -> DeviceInfo {
     let none = DeviceInfo {
         webgpu: false,
         max_storage_buffer_bytes: 0.0,
+        max_buffer_bytes: 0.0,
         max_invocations_per_workgroup: 0,
         software: false,
     };
@@ -70,6 +73,7 @@ pub async fn probe_device() -> DeviceInfo {
         max_storage_buffer_bytes: get(&limits, "maxStorageBufferBindingSize")
             .as_f64()
             .unwrap_or(0.0),
+        max_buffer_bytes: get(&limits, "maxBufferSize").as_f64().unwrap_or(0.0),
         max_invocations_per_workgroup: get(&limits, "maxComputeInvocationsPerWorkgroup")
             .as_f64()
             .unwrap_or(0.0) as u32,

@@ -17,9 +17,6 @@ use straddle_engine::{
 use straddle_protocol::ChatRequest;
 use wasm_bindgen::prelude::*;
 
-/// Context the browser engine is sized for: an f32 KV cache of 1,024 positions is 47 MB.
-const EDGE_CONTEXT: usize = 1024;
-
 /// wasm32 addresses 4 GiB; a model must leave room for the engine's own buffers.
 const MAX_MODEL_BYTES: f64 = 3.0 * (1u64 << 30) as f64;
 
@@ -168,18 +165,23 @@ pub(crate) enum Backend {
 #[wasm_bindgen]
 pub struct EdgeEngine {
     pub(crate) backend: Backend,
+    /// Positions its KV cache holds: the page's choice, which its memory check may shorten.
+    pub(crate) context: usize,
 }
 
 #[wasm_bindgen]
 impl EdgeEngine {
-    /// Loads a GGUF model from a filled buffer onto the CPU backend (the buffer is consumed).
+    /// Loads a GGUF model from a filled buffer onto the CPU backend (the buffer is consumed),
+    /// for conversations of up to `context` tokens.
     #[wasm_bindgen(js_name = loadCpu)]
-    pub fn load_cpu(buffer: ModelBuffer) -> Result<EdgeEngine, JsError> {
+    pub fn load_cpu(buffer: ModelBuffer, context: u32) -> Result<EdgeEngine, JsError> {
         let bytes = buffer.complete().map_err(|e| JsError::new(&e))?;
-        let engine = straddle_engine::Engine::load(bytes, EDGE_CONTEXT)
+        let context = context as usize;
+        let engine = straddle_engine::Engine::load(bytes, context)
             .map_err(|e| JsError::new(&e.to_string()))?;
         Ok(EdgeEngine {
             backend: Backend::Cpu(Rc::new(engine)),
+            context,
         })
     }
 
@@ -200,7 +202,7 @@ impl EdgeEngine {
     /// The longest conversation the engine holds (its KV cache), for the router's context.
     #[wasm_bindgen(js_name = contextTokens)]
     pub fn context_tokens(&self) -> u32 {
-        EDGE_CONTEXT as u32
+        self.context as u32
     }
 
     /// The tokenizer's hash, to compare with the verifier's before speculating.
@@ -219,10 +221,10 @@ impl EdgeEngine {
     /// `top_k`, `seed`, `stop`, the penalties, `logit_bias`, `response_format`, `tools`,
     /// `tool_choice`): tokenizes and prefills, then resolves to a [`Generation`].
     pub fn start(&self, messages_json: String, params_json: String) -> js_sys::Promise {
-        let backend = self.backend.clone();
+        let (backend, context) = (self.backend.clone(), self.context);
         wasm_bindgen_futures::future_to_promise(async move {
             let constrain = |f: &OutputFormat| on_backend!(Backend, &backend, e => e.constrain(f));
-            let (request, params) = parse_request(&messages_json, &params_json, constrain)
+            let (request, params) = parse_request(&messages_json, &params_json, context, constrain)
                 .map_err(|e| invalid_request(&e))?;
             let prompt = request.prompt();
             let answer = request.answer_stream();
@@ -240,17 +242,19 @@ impl EdgeEngine {
 #[cfg(feature = "webgpu")]
 #[wasm_bindgen]
 impl EdgeEngine {
-    /// Loads a GGUF model onto WebGPU; rejects when the browser has no usable adapter (the
-    /// caller then falls back to the CPU with a fresh buffer).
+    /// Loads a GGUF model onto WebGPU for conversations of up to `context` tokens; rejects
+    /// when the browser has no usable adapter (the caller then falls back to the CPU with a
+    /// fresh buffer).
     #[wasm_bindgen(js_name = loadWebGpu)]
-    pub async fn load_webgpu(buffer: ModelBuffer) -> Result<EdgeEngine, JsError> {
+    pub async fn load_webgpu(buffer: ModelBuffer, context: u32) -> Result<EdgeEngine, JsError> {
+        let context = context as usize;
         let bytes = buffer.complete().map_err(|e| JsError::new(&e))?;
         let device = straddle_engine::Device::wgpu_options()
             .init_async()
             .await
             .map_err(|e| JsError::new(&format!("WebGPU unavailable: {e}")))?;
-        let engine = Engine::load_on(bytes, EDGE_CONTEXT, &device)
-            .map_err(|e| JsError::new(&e.to_string()))?;
+        let engine =
+            Engine::load_on(bytes, context, &device).map_err(|e| JsError::new(&e.to_string()))?;
         // A software adapter runs workgroup barriers as context switches: one invocation per
         // output row is faster there (see `MatvecKernel`).
         #[cfg(target_arch = "wasm32")]
@@ -265,6 +269,7 @@ impl EdgeEngine {
         };
         Ok(EdgeEngine {
             backend: Backend::WebGpu(Rc::new(engine)),
+            context,
         })
     }
 }
@@ -282,10 +287,12 @@ const DEFAULT_MAX_TOKENS: u32 = 256;
 
 /// The conversation in `messages_json` (OpenAI-style `[{role, content}]`) and the settings in
 /// `params_json` (the rest of an OpenAI request), checked as the cloud checks them before any
-/// work; `constrain` compiles a `response_format` for the model.
+/// work, for an engine of `context` positions; `constrain` compiles a `response_format` for
+/// the model.
 pub(crate) fn parse_request(
     messages_json: &str,
     params_json: &str,
+    context: usize,
     constrain: impl FnOnce(&OutputFormat) -> Result<Constraint, GrammarError>,
 ) -> Result<(Conversation, GenerateParams), String> {
     let messages: serde_json::Value =
@@ -297,7 +304,7 @@ pub(crate) fn parse_request(
         .map_err(|e| format!("invalid request: {e}"))?;
     let defaults = Defaults {
         max_tokens: DEFAULT_MAX_TOKENS,
-        context: EDGE_CONTEXT,
+        context,
     };
     let params = req
         .validate()
@@ -499,6 +506,9 @@ async fn next_event(slot: &RefCell<Slot>) -> Result<Option<TokenEvent>, String> 
 mod tests {
     use super::*;
 
+    /// The context these requests are checked against.
+    const TEST_CONTEXT: usize = 1024;
+
     #[test]
     fn model_buffer_hashes_and_refuses_more_than_announced() {
         let mut b = ModelBuffer::with_len(6.0).expect("buffer");
@@ -532,7 +542,7 @@ mod tests {
     #[test]
     fn parameters_are_checked_before_any_work() {
         let msgs = r#"[{"role":"user","content":"hi"}]"#;
-        let parse = |m: &str, p: &str| parse_request(m, p, no_grammar);
+        let parse = |m: &str, p: &str| parse_request(m, p, TEST_CONTEXT, no_grammar);
         let (m, p) =
             parse(msgs, r#"{"max_tokens":8,"temperature":0.7,"stop":["\n"]}"#).expect("ok");
         assert_eq!(m.messages.len(), 1);
@@ -558,7 +568,7 @@ mod tests {
         assert_eq!(p.sampling.logit_bias, vec![(5, -100.0)]);
         assert_eq!(p.max_tokens, DEFAULT_MAX_TOKENS as usize);
         let schema = r#"{"response_format":{"type":"json_object"}}"#;
-        let refused = parse_request(msgs, schema, |_| {
+        let refused = parse_request(msgs, schema, TEST_CONTEXT, |_| {
             Err(GrammarError::InvalidSchema("no".into()))
         });
         assert!(refused.unwrap_err().starts_with("response_format:"));
@@ -567,7 +577,7 @@ mod tests {
         assert!(parse(msgs, tools).unwrap_err().starts_with("tool_choice:"));
         let offered = r#"{"tools":[{"type":"function","function":{"name":"f"}}]}"#;
         let mut asked = None;
-        let refused = parse_request(msgs, offered, |f| {
+        let refused = parse_request(msgs, offered, TEST_CONTEXT, |f| {
             asked = Some(f.clone());
             Err(GrammarError::InvalidSchema("no".into()))
         });

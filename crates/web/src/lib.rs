@@ -7,6 +7,7 @@ use wasm_bindgen::prelude::*;
 
 mod device;
 mod engine;
+mod memory;
 mod routing;
 mod speculate;
 #[cfg(all(target_arch = "wasm32", feature = "threads"))]
@@ -16,6 +17,7 @@ pub use device::DeviceInfo;
 #[cfg(target_arch = "wasm32")]
 pub use device::probe_device;
 pub use engine::{EdgeEngine, Generation, ModelBuffer};
+pub use memory::{MemoryPlan, plan_memory};
 pub use routing::{
     Cascade, Learner, Redacted, ReidentifyStream, first_token, pii_kinds, policy_preset, redact,
     redact_all, route, router_version,

@@ -50,7 +50,8 @@ impl EdgeEngine {
     ) -> Result<Speculative, JsError> {
         let constrain = |f: &OutputFormat| on_backend!(Backend, &self.backend, e => e.constrain(f));
         let (request, params) =
-            parse_request(&messages_json, &params_json, constrain).map_err(|e| JsError::new(&e))?;
+            parse_request(&messages_json, &params_json, self.context, constrain)
+                .map_err(|e| JsError::new(&e))?;
         let prompt = request.prompt();
         let lengths = DraftLength::default();
         let spec = map_backend!(Backend => Drafting, self.backend.clone(), engine => Drafter {

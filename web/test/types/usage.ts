@@ -12,6 +12,7 @@ async function everyOption(): Promise<void> {
     policy: { preset: "balanced", keep_on_device_at: "medium", weights: { latency: 1, cost: 1, quality: 1 } },
     backend: "auto",
     threads: "auto",
+    contextTokens: 2048,
     onProgress: (p) => console.log(p.phase, p.percent ?? 0),
     cloud: true,
     redact: true,
@@ -81,7 +82,7 @@ async function everyOption(): Promise<void> {
     for await (const chunk of reply) console.log(chunk.choices[0].delta.tool_calls?.[0].function?.arguments);
   }
   const d = s.route({ messages: [{ role: "user", content: "Hi" }] });
-  console.log(d.target, d.trace.rule, (await s.stats()).requests, s.device().backend);
+  console.log(d.target, d.trace.rule, (await s.stats()).requests, s.device().backend, s.device().memory?.kvCache);
   await s.feedback(whole.id, 1);
   await s.setPolicy("battery-saver");
   s.setOffline(false);

@@ -21,6 +21,7 @@ use burn::tensor::{DType, Device, Tensor, TensorData};
 use crate::config::ModelError;
 use crate::kernels;
 use crate::kernels::matvec::MatvecKernel;
+use crate::memory::DEVICE_PART_VALUES;
 use crate::quant::{self, Nibbles, TensorType};
 use crate::weights::WeightStore;
 
@@ -86,10 +87,6 @@ impl Linear {
     }
 }
 
-/// Values a [`Linear`] may hold: its largest form (f32) then fits in 96 MiB, under the 128 MiB
-/// that WebGPU guarantees one storage buffer (Mesa's lavapipe grants no more).
-const PART_VALUES: usize = 24 << 20;
-
 /// A weight matrix `[out, in]` on the device, in blocks of rows that each fit one buffer (an
 /// output head of a large vocabulary does not).
 pub(super) struct Matrix {
@@ -105,7 +102,7 @@ impl Matrix {
         in_dim: usize,
         device: &Device,
     ) -> Result<Self, ModelError> {
-        Self::upload_in_parts(ty, bytes, [out_dim, in_dim], PART_VALUES, device)
+        Self::upload_in_parts(ty, bytes, [out_dim, in_dim], DEVICE_PART_VALUES, device)
     }
 
     /// [`Self::upload`] in parts of at most `part_values` values (whole rows, at least one).
