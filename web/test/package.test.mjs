@@ -83,6 +83,7 @@ test("the script-tag demo answers a simple prompt on the edge and shows the rout
     assert.match(a.reasons, /quality: P\(edge answer acceptable\) [0-9.]+ before generation/);
     assert.ok(a.text.trim().length > 0, "an answer was generated");
     assert.match(await page.textContent("#engine"), /^cpu/, "SwiftShader is a software adapter: the CPU kernels answer");
+    assert.match(await page.textContent("#engine"), / · 1024-token context · /, "the context the engine holds");
     assert.equal(await page.textContent("#s-mix"), "1 / 0");
     await page.screenshot({ path: path.join(shots, "demo-edge.png"), fullPage: true });
     assert.deepEqual(errors, []);
