@@ -2,7 +2,7 @@
 // download resumes with a range request and what arrives is written as it comes; from the
 // Cache API where OPFS is missing; straight from the network when storing is off.
 import { StraddleError } from "./errors.js";
-import { MODEL_CACHE, describe, modelFolder, modelId, recordDigest, removeModel, writeRecord } from "./model-store.js";
+import { describe, modelCache, modelFolder, modelId, recordDigest, removeModel, writeRecord } from "./model-store.js";
 
 /** Bytes read from the store at a time, and written between flushes. */
 const PIECE = 8 << 20;
@@ -26,7 +26,7 @@ export async function openModel(url, useStore) {
       throw e;
     });
     if (stored) return stored;
-    const cache = !folder && "caches" in self ? await caches.open(MODEL_CACHE).catch(() => null) : null;
+    const cache = folder ? null : await modelCache();
     if (cache) return cachedModel(url, cache);
   }
   return networkModel(await download(url));

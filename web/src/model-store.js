@@ -11,7 +11,7 @@
 import { StraddleError } from "./errors.js";
 
 /** The Cache API store, by URL, where OPFS is missing. */
-export const MODEL_CACHE = "straddle-models-v1";
+const MODEL_CACHE = "straddle-models-v1";
 const FOLDER = "straddle-models";
 
 /** The store's OPFS folder, or null where this browser offers none. */
@@ -22,6 +22,11 @@ export async function modelFolder() {
   } catch {
     return null;
   }
+}
+
+/** The Cache API store, or null where this browser offers none. */
+export async function modelCache() {
+  return "caches" in globalThis ? caches.open(MODEL_CACHE).catch(() => null) : null;
 }
 
 /** A model's id in the store: the first 32 hex digits of its absolute URL's SHA-256. */
@@ -70,7 +75,7 @@ export async function storedBytes(url) {
   const folder = await modelFolder();
   const kept = folder && await describe(folder, await modelId(url));
   if (kept) return { bytes: kept.stored, total: kept.complete ? kept.total : 0 };
-  const cache = "caches" in globalThis ? await caches.open(MODEL_CACHE).catch(() => null) : null;
+  const cache = await modelCache();
   const whole = await cache?.match(String(url)).catch(() => undefined);
   const bytes = Number(whole?.headers.get("content-length")) || 0;
   return { bytes, total: bytes };
@@ -89,7 +94,7 @@ export async function storedHead(url, n) {
     const file = await folder.getFileHandle(`${id}.gguf`).then((h) => h.getFile()).catch(() => null);
     return file && new Uint8Array(await file.slice(0, n).arrayBuffer());
   }
-  const cache = "caches" in globalThis ? await caches.open(MODEL_CACHE).catch(() => null) : null;
+  const cache = await modelCache();
   const whole = await cache?.match(String(url)).catch(() => undefined);
   return whole ? firstBytes(whole, n) : null;
 }
@@ -127,7 +132,7 @@ export async function listModels() {
       if (m) out.push({ id: m.id, url: m.url, bytes: m.stored, total: m.total, complete: m.complete, sha256: m.verified });
     }
   }
-  const cache = "caches" in globalThis ? await caches.open(MODEL_CACHE).catch(() => null) : null;
+  const cache = await modelCache();
   for (const req of (await cache?.keys()) ?? []) {
     const bytes = Number((await cache.match(req))?.headers.get("content-length")) || 0;
     out.push({ id: await modelId(req.url), url: req.url, bytes, total: bytes, complete: true, sha256: null });
@@ -139,7 +144,7 @@ export async function listModels() {
 export async function deleteModel(id) {
   const folder = await modelFolder();
   let removed = folder ? await removeModel(folder, id) : false;
-  const cache = "caches" in globalThis ? await caches.open(MODEL_CACHE).catch(() => null) : null;
+  const cache = await modelCache();
   for (const req of (await cache?.keys()) ?? []) {
     if (await modelId(req.url) === id) removed = await cache.delete(req) || removed;
   }

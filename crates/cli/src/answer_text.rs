@@ -2,7 +2,7 @@
 //! the final number it gives.
 
 /// The option letter a chat answer gives for a multiple-choice prompt: "B", "B.", "(B)",
-/// "**B**", `\\boxed{B}`, the last of "The answer is B", "Answer: B", "option B" or "choice B",
+/// "**B**", `\boxed{B}`, the last of "The answer is B", "Answer: B", "option B" or "choice B",
 /// or else the text of exactly one of the prompt's options.
 pub fn parse_letter(answer: &str, prompt: &str) -> Option<char> {
     let letters = option_letters(prompt);

@@ -7,8 +7,9 @@
 //! (chat templates) with `tool_prompt` (how tools and calls are written), `weights` (which
 //! tensors each family reads), `model` (forward on the CPU) with `attention` (its attention
 //! kernels), `device_model` (the same model on a burn device: WebGPU, Vulkan, flex) and
-//! `kernels` (our cubecl kernels for it), `kv` (the cache), `memory` (what a model needs, from its header alone), `chunk` (a sequence's tokens in
-//! a pass, and the pass they belong to), `causal_lm` (what the loop needs of either model),
+//! `kernels` (our cubecl kernels for it), `kv` (the cache), `memory` (what a model needs,
+//! from its header alone), `chunk` (a sequence's tokens in a pass, and the pass they belong
+//! to), `causal_lm` (what the loop needs of either model),
 //! `sample` (choosing tokens, and how sure the model is), `grammar` (constrained decoding:
 //! the masks that keep an answer to a JSON schema), `generate` (the loop: one `Engine<M>` over
 //! either model, and the look at a prefilled prompt the router reads), `speculative` (draft

@@ -61,21 +61,19 @@ impl MemoryNeed {
         self.file + self.weights + self.kv_cache + self.scratch
     }
 
-    /// The longest context, from `wanted` halved down to [`MIN_CONTEXT`], whose need is at
-    /// most `budget` bytes; `None` when even the shortest is more.
+    /// The need at the longest context, from `wanted` halved down to [`MIN_CONTEXT`], that
+    /// is at most `budget` bytes; when none is, the need at the shortest tried, whose
+    /// [`Self::total`] says by how much it is over.
     pub fn fitting<S: ByteSource>(
         g: &Gguf<S>,
         wanted: usize,
         budget: u64,
-    ) -> Result<Option<Self>, ModelError> {
+    ) -> Result<Self, ModelError> {
         let mut context = wanted;
         loop {
             let need = Self::of(g, context)?;
-            if need.total() <= budget {
-                return Ok(Some(need));
-            }
-            if context <= MIN_CONTEXT {
-                return Ok(None);
+            if need.total() <= budget || context <= MIN_CONTEXT {
+                return Ok(need);
             }
             context = (context / 2).max(MIN_CONTEXT);
         }

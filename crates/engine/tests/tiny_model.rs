@@ -290,14 +290,20 @@ fn the_memory_a_header_names_is_what_the_loaded_model_holds() {
         .expect("a gguf")
         .expect("the whole header");
     assert_eq!(MemoryNeed::of(&from_head, 1024).expect("need"), need);
-    // A budget between what 256 and 512 positions need gets 256; below that, none.
+    // A budget between what 256 and 512 positions need gets 256; below that, 256 over it.
     let at = |c| MemoryNeed::of(&g, c).expect("need").total();
     let budget = (at(MIN_CONTEXT) + at(2 * MIN_CONTEXT)) / 2;
     let fitted = MemoryNeed::fitting(&g, 4096, budget).expect("fits");
-    assert_eq!(fitted.map(|n| n.context), Some(MIN_CONTEXT));
     assert_eq!(
-        MemoryNeed::fitting(&g, 4096, at(MIN_CONTEXT) - 1).expect("read"),
-        None
+        (fitted.context, fitted.total() <= budget),
+        (MIN_CONTEXT, true)
+    );
+    let over = MemoryNeed::fitting(&g, 4096, at(MIN_CONTEXT) - 1).expect("read");
+    assert_eq!((over.context, over.total()), (MIN_CONTEXT, at(MIN_CONTEXT)));
+    let asked_less = MemoryNeed::fitting(&g, 100, 0).expect("read");
+    assert_eq!(
+        asked_less.context, 100,
+        "a short context asked for is not lengthened"
     );
     assert_eq!(
         MemoryNeed::of(&g, 1 << 20).expect("need").context,

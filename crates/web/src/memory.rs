@@ -43,14 +43,7 @@ pub fn plan_memory(
     let Some(g) = Gguf::read_prefix(head, file_bytes as u64).map_err(|e| refuse(&e))? else {
         return Ok(None);
     };
-    let wanted = wanted as usize;
-    let need = match MemoryNeed::fitting(&g, wanted, budget as u64).map_err(|e| refuse(&e))? {
-        Some(need) => need,
-        None => {
-            let shortest = wanted.min(straddle_engine::MIN_CONTEXT);
-            MemoryNeed::of(&g, shortest).map_err(|e| refuse(&e))?
-        }
-    };
+    let need = MemoryNeed::fitting(&g, wanted as usize, budget as u64).map_err(|e| refuse(&e))?;
     Ok(Some(MemoryPlan {
         context: need.context as u32,
         file: need.file as f64,
